@@ -1,0 +1,21 @@
+/* Error handling shared by every module: fatal errors carry file and line, and a hint. */
+#ifndef GDN_CHECK_H
+#define GDN_CHECK_H
+
+#include <stddef.h>
+
+/* Print "gdn: error at FILE:LINE: message" to stderr and exit(1). */
+void gdn_die_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4)));
+void *gdn_malloc_at(size_t bytes, const char *file, int line);
+void *gdn_calloc_at(size_t count, size_t size, const char *file, int line);
+
+#define GDN_DIE(...) gdn_die_at(__FILE__, __LINE__, __VA_ARGS__)
+#define GDN_ASSERT(cond)                                                                  \
+    do {                                                                                  \
+        if (!(cond)) gdn_die_at(__FILE__, __LINE__, "internal check failed: %s", #cond); \
+    } while (0)
+#define GDN_MALLOC(bytes) gdn_malloc_at((bytes), __FILE__, __LINE__)
+#define GDN_CALLOC(count, size) gdn_calloc_at((count), (size), __FILE__, __LINE__)
+
+#endif

@@ -1,0 +1,27 @@
+/* The CPU operator set, declared for both precisions: name_f32 (float) and name_f64 (double).
+ * See ops_cpu_decl.h for the contract of each op. */
+#ifndef GDN_OPS_CPU_H
+#define GDN_OPS_CPU_H
+
+#include <stddef.h>
+
+/* Shape of one gated-delta-rule call. */
+typedef struct {
+    int B, T, H;  /* batch, sequence length, heads */
+    int K, V;     /* key and value head dimensions */
+    int chunk;    /* chunk size: 16, 32 or 64 */
+} gdn_delta_shape;
+
+#define GDN_OPS_REAL float
+#define GDN_OPS_R(name) name##_f32
+#include "model/cpu/ops_cpu_decl.h"
+#undef GDN_OPS_REAL
+#undef GDN_OPS_R
+
+#define GDN_OPS_REAL double
+#define GDN_OPS_R(name) name##_f64
+#include "model/cpu/ops_cpu_decl.h"
+#undef GDN_OPS_REAL
+#undef GDN_OPS_R
+
+#endif

@@ -1,0 +1,98 @@
+/* CPU operator declarations, included twice by model/cpu/ops_cpu.h (once per precision) with
+ * GDN_OPS_REAL set to the scalar type and GDN_OPS_R(name) to the suffixed name.
+ *
+ * Conventions for every op:
+ * - Row-major, time-major tensors; N = B*T rows when the op is per token.
+ * - Forward functions overwrite their outputs.
+ * - Backward functions OVERWRITE gradients of inputs/activations (dx, ...) and ACCUMULATE (+=)
+ *   into gradients of parameters (dW, dw, ...). Any input-gradient pointer documented as
+ *   "may be NULL" is skipped when NULL.
+ * - Linear weights use the [out, in] layout (as in PyTorch / Hugging Face). */
+
+#define real_ GDN_OPS_REAL
+#define R_ GDN_OPS_R
+
+/* ---- gated delta rule (model/cpu/delta_rule.c) -------------------------------------------- */
+/* Chunked gated delta rule (DESIGN 4.2 / 4.3), per batch b and head h:
+ *   S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,  o_t = scale * S_t^T q_t
+ * q, k: [B,T,H,K]; v, o: [B,T,H,V]; g, beta: [B,T,H] (g = natural-log decay, <= 0);
+ * states h0, ht: [B,H,K,V]. chunk in {16, 32, 64}; T need not be a multiple of chunk.
+ * h0 may be NULL (zero initial state); ht may be NULL (final state not wanted). */
+void R_(gdn_delta_fwd)(const gdn_delta_shape *s, const real_ *q, const real_ *k, const real_ *v,
+                       const real_ *g, const real_ *beta, real_ scale, const real_ *h0, real_ *o,
+                       real_ *ht);
+/* Backward of gdn_delta_fwd (recomputes what it needs from the inputs).
+ * d_o: [B,T,H,V]; dht: [B,H,K,V] or NULL (no gradient on the final state).
+ * Writes dq, dk [B,T,H,K], dv [B,T,H,V], dg, dbeta [B,T,H], dh0 [B,H,K,V] (dh0 may be NULL). */
+void R_(gdn_delta_bwd)(const gdn_delta_shape *s, const real_ *q, const real_ *k, const real_ *v,
+                       const real_ *g, const real_ *beta, real_ scale, const real_ *h0,
+                       const real_ *d_o, const real_ *dht, real_ *dq, real_ *dk, real_ *dv,
+                       real_ *dg, real_ *dbeta, real_ *dh0);
+
+/* ---- embedding (model/cpu/embed.c) --------------------------------------------------------- */
+/* out[N,D] = table[tokens[n], :]; table [vocab, D]. */
+void R_(gdn_embed_fwd)(real_ *out, const int *tokens, const real_ *table, int N, int D);
+/* dtable[tokens[n], :] += dout[n, :]. */
+void R_(gdn_embed_bwd)(real_ *dtable, const int *tokens, const real_ *dout, int N, int D);
+
+/* ---- linear (model/cpu/linear.c) ------------------------------------------------------------ */
+/* y[N,O] = x[N,I] W[O,I]^T. */
+void R_(gdn_linear_fwd)(real_ *y, const real_ *x, const real_ *W, int N, int I, int O);
+/* dx[N,I] = dy W (overwrite; dx may be NULL); dW[O,I] += dy^T x. */
+void R_(gdn_linear_bwd)(real_ *dx, real_ *dW, const real_ *dy, const real_ *x, const real_ *W, int N,
+                        int I, int O);
+
+/* ---- norms (model/cpu/norm.c) ----------------------------------------------------------------- */
+/* RMSNorm over the last dim: y = x * rstd * w, rstd[n] = 1/sqrt(mean(x^2) + eps). x,y [N,D]. */
+void R_(gdn_rmsnorm_fwd)(real_ *y, real_ *rstd, const real_ *x, const real_ *w, int N, int D, real_ eps);
+void R_(gdn_rmsnorm_bwd)(real_ *dx, real_ *dw, const real_ *dy, const real_ *x, const real_ *w,
+                         const real_ *rstd, int N, int D);
+/* Per-row L2 norm: y = x * r, r[n] = 1/sqrt(sum(x^2) + 1e-6); rows of length D (a head). */
+void R_(gdn_l2norm_fwd)(real_ *y, real_ *r, const real_ *x, int N, int D);
+void R_(gdn_l2norm_bwd)(real_ *dx, const real_ *dy, const real_ *y, const real_ *r, int N, int D);
+/* Gated output norm per head: y = x * rstd * w * silu(z); x, z, y [N,D] (N = tokens*heads,
+ * D = head_dim_v), w [D] shared across heads, rstd [N]. */
+void R_(gdn_gated_rmsnorm_fwd)(real_ *y, real_ *rstd, const real_ *x, const real_ *z, const real_ *w,
+                               int N, int D, real_ eps);
+void R_(gdn_gated_rmsnorm_bwd)(real_ *dx, real_ *dz, real_ *dw, const real_ *dy, const real_ *x,
+                               const real_ *z, const real_ *w, const real_ *rstd, int N, int D);
+
+/* ---- short convolution (model/cpu/conv.c) --------------------------------------------------- */
+/* Depthwise causal convolution, width W (4), no bias, per sequence:
+ *   y[b,t,c] = sum_{j=0}^{W-1} w[c,j] * x[b, t-(W-1)+j, c]
+ * x, y: [B,T,C]; w: [C,W]. Rows before t=0 come from halo [B,W-1,C] (the previous segment's
+ * last W-1 rows, oldest first) or are zero when halo is NULL. */
+void R_(gdn_conv_fwd)(real_ *y, const real_ *x, const real_ *w, const real_ *halo, int B, int T,
+                      int C, int W);
+/* dx [B,T,C] (overwrite), dw [C,W] (+=), dhalo [B,W-1,C] (overwrite; may be NULL). */
+void R_(gdn_conv_bwd)(real_ *dx, real_ *dw, real_ *dhalo, const real_ *dy, const real_ *x,
+                      const real_ *w, const real_ *halo, int B, int T, int C, int W);
+
+/* ---- elementwise (model/cpu/act.c) ------------------------------------------------------------ */
+/* y = x * sigmoid(x), n elements. y may alias x. */
+void R_(gdn_silu_fwd)(real_ *y, const real_ *x, size_t n);
+/* dx = dy * silu'(x); dx may alias dy. */
+void R_(gdn_silu_bwd)(real_ *dx, const real_ *dy, const real_ *x, size_t n);
+/* SwiGLU: h = silu(a) * b; a, b, h [n]. */
+void R_(gdn_swiglu_fwd)(real_ *h, const real_ *a, const real_ *b, size_t n);
+void R_(gdn_swiglu_bwd)(real_ *da, real_ *db, const real_ *dh, const real_ *a, const real_ *b, size_t n);
+/* Decay gate: g[n,h] = -exp(A_log[h]) * softplus(a[n,h] + dt_bias[h]); a, g [N,H]. */
+void R_(gdn_decay_gate_fwd)(real_ *g, const real_ *a, const real_ *A_log, const real_ *dt_bias, int N,
+                            int H);
+/* da [N,H] (overwrite), dA_log [H] (+=), ddt_bias [H] (+=). */
+void R_(gdn_decay_gate_bwd)(real_ *da, real_ *dA_log, real_ *ddt_bias, const real_ *dg, const real_ *a,
+                            const real_ *A_log, const real_ *dt_bias, int N, int H);
+/* Write strength: beta = scale * sigmoid(b), scale 1 (or 2 to allow negative eigenvalues). */
+void R_(gdn_beta_fwd)(real_ *beta, const real_ *b, real_ scale, size_t n);
+void R_(gdn_beta_bwd)(real_ *db, const real_ *dbeta, const real_ *beta, real_ scale, size_t n);
+
+/* ---- loss (model/cpu/loss.c) -------------------------------------------------------------------- */
+/* Fused softmax + cross-entropy over rows of logits [N,V]. targets[n] < 0 marks an ignored row.
+ * Returns the SUM of -log p[target] over valid rows; writes the count of valid rows to *n_valid.
+ * When dlogits is not NULL it receives d(sum_loss * grad_scale)/dlogits, i.e.
+ * (softmax - onehot) * grad_scale on valid rows and 0 on ignored rows (dlogits may alias logits). */
+double R_(gdn_cross_entropy)(real_ *dlogits, const real_ *logits, const int *targets, int N, int V,
+                             real_ grad_scale, int *n_valid);
+
+#undef real_
+#undef R_
