@@ -1,0 +1,13 @@
+/* The subcommands of the gdn executable; train/main.c dispatches argv[1] to one of these.
+ * Each returns the process exit status. argv[0] is the subcommand name. */
+#ifndef GDN_COMMANDS_H
+#define GDN_COMMANDS_H
+
+int gdn_cmd_train(int argc, char **argv);   /* train/cmd_train.c */
+int gdn_cmd_sample(int argc, char **argv);  /* train/cmd_sample.c */
+int gdn_cmd_data(int argc, char **argv);    /* train/cmd_data.c: text -> token shards */
+int gdn_cmd_op(int argc, char **argv);      /* train/cmd_op.c: gdn op gated-delta */
+int gdn_cmd_inspect(int argc, char **argv); /* train/cmd_inspect.c: checkpoint summary */
+int gdn_cmd_bench(int argc, char **argv);   /* train/cmd_bench.c */
+
+#endif
