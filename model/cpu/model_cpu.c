@@ -1,0 +1,307 @@
+/* The GDN language model on the CPU: forward pass with saved activations and the hand-written
+ * backward pass, written once against the CPU ops and compiled for fp32 and fp64.
+ *
+ * Block l:  x_mid = x_in + o_proj(gated_norm(delta_rule(q, k, v, g, beta), z))
+ *           x_in[l+1] = x_mid + down(silu(gate(h2)) * up(h2)),  h2 = rmsnorm(x_mid)
+ * with q, k, v = silu(conv4(proj(h1))), q and k L2-normalised per head, h1 = rmsnorm(x_in). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/check.h"
+#include "model/cpu/model_cpu.h"
+#include "model/real.h"
+
+typedef R(gdn_cpu_acts) acts_t;
+typedef R(gdn_cpu_carry) carry_t;
+
+/* Activations saved by one block (N = B*T rows). */
+typedef struct {
+    real *rstd1;   /* [N] */
+    real *h1;      /* [N,D] normed block input */
+    real *qp, *kp; /* [N,H*K] projections before the convolution */
+    real *vp;      /* [N,H*V] */
+    real *zp;      /* [N,H*V] output-gate pre-activation */
+    real *ap, *bp; /* [N,H] decay and write-strength pre-activations */
+    real *qc, *kc; /* [N,H*K] after the convolution, before SiLU */
+    real *vc;      /* [N,H*V] */
+    real *q, *k;   /* [N,H*K] L2-normalised */
+    real *rq, *rk; /* [N*H] their inverse norms */
+    real *v;       /* [N,H*V] */
+    real *g, *beta;/* [N,H] */
+    real *S0;      /* [B,H,K,V] initial state (copy of the carry, or zeros) */
+    real *halo_q, *halo_k; /* [B,W-1,H*K] rows before t = 0 */
+    real *halo_v;  /* [B,W-1,H*V] */
+    real *o;       /* [N,H*V] delta-rule output */
+    real *rstd_o;  /* [N*H] */
+    real *y;       /* [N,H*V] gated norm output */
+    real *rstd2;   /* [N] */
+    real *h2;      /* [N,D] */
+    real *gp, *up; /* [N,F] */
+    real *m;       /* [N,F] silu(gp) * up */
+} layer_acts;
+
+/* Gradient scratch for the backward pass, reused by every block. */
+typedef struct {
+    real *dx, *dh, *dtmp, *dhf; /* [N,D] */
+    real *dm, *dgp, *dup;       /* [N,F] */
+    real *dy, *d_o, *dz;        /* [N,H*V] */
+    real *dqn, *dkn, *dq1, *dk1;/* [N,H*K] */
+    real *dv, *dvp;             /* [N,H*V] */
+    real *dg, *dbeta, *dap, *dbp; /* [N,H] */
+} grad_scratch;
+
+struct R(gdn_cpu_acts) {
+    gdn_config cfg;
+    int B, T;
+    size_t N;
+    int *tokens;       /* [N] */
+    real *x;           /* [n_layers+1][N,D]: x[l] enters block l, x[n_layers] the final norm */
+    real *x_mid;       /* [n_layers][N,D] */
+    layer_acts *L;     /* [n_layers] */
+    real *rstdf;       /* [N] */
+    real *hf;          /* [N,D] */
+    real *logits;      /* [N,vocab]; holds dlogits after a forward with grad_scale != 0 */
+    int has_grad;
+    grad_scratch s;
+    real *arena;
+};
+
+/* Carves the arena; with base == NULL only counts. */
+static size_t acts_layout(acts_t *a, real *base) {
+    const gdn_config *c = &a->cfg;
+    const size_t N = a->N, D = (size_t)c->d_model, H = (size_t)c->n_heads, K = (size_t)c->head_dim;
+    const size_t V = (size_t)gdn_config_head_v(c), F = (size_t)c->d_ff, Bsz = (size_t)a->B;
+    const size_t HK = H * K, HV = H * V, Wm1 = (size_t)(c->conv_width - 1);
+    size_t used = 0;
+#define TAKE(ptr, n)                              \
+    do {                                          \
+        (ptr) = base ? base + used : NULL;        \
+        used += (n);                              \
+    } while (0)
+    TAKE(a->x, (size_t)(c->n_layers + 1) * N * D);
+    TAKE(a->x_mid, (size_t)c->n_layers * N * D);
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_acts *L = &a->L[l];
+        TAKE(L->rstd1, N); TAKE(L->h1, N * D);
+        TAKE(L->qp, N * HK); TAKE(L->kp, N * HK); TAKE(L->vp, N * HV); TAKE(L->zp, N * HV);
+        TAKE(L->ap, N * H); TAKE(L->bp, N * H);
+        TAKE(L->qc, N * HK); TAKE(L->kc, N * HK); TAKE(L->vc, N * HV);
+        TAKE(L->q, N * HK); TAKE(L->k, N * HK); TAKE(L->rq, N * H); TAKE(L->rk, N * H);
+        TAKE(L->v, N * HV); TAKE(L->g, N * H); TAKE(L->beta, N * H);
+        TAKE(L->S0, Bsz * H * K * V);
+        TAKE(L->halo_q, Bsz * Wm1 * HK); TAKE(L->halo_k, Bsz * Wm1 * HK); TAKE(L->halo_v, Bsz * Wm1 * HV);
+        TAKE(L->o, N * HV); TAKE(L->rstd_o, N * H); TAKE(L->y, N * HV);
+        TAKE(L->rstd2, N); TAKE(L->h2, N * D);
+        TAKE(L->gp, N * F); TAKE(L->up, N * F); TAKE(L->m, N * F);
+    }
+    TAKE(a->rstdf, N); TAKE(a->hf, N * D); TAKE(a->logits, N * (size_t)c->vocab_size);
+    grad_scratch *s = &a->s;
+    TAKE(s->dx, N * D); TAKE(s->dh, N * D); TAKE(s->dtmp, N * D); TAKE(s->dhf, N * D);
+    TAKE(s->dm, N * F); TAKE(s->dgp, N * F); TAKE(s->dup, N * F);
+    TAKE(s->dy, N * HV); TAKE(s->d_o, N * HV); TAKE(s->dz, N * HV);
+    TAKE(s->dqn, N * HK); TAKE(s->dkn, N * HK); TAKE(s->dq1, N * HK); TAKE(s->dk1, N * HK);
+    TAKE(s->dv, N * HV); TAKE(s->dvp, N * HV);
+    TAKE(s->dg, N * H); TAKE(s->dbeta, N * H); TAKE(s->dap, N * H); TAKE(s->dbp, N * H);
+#undef TAKE
+    return used;
+}
+
+acts_t *R(gdn_cpu_acts_create)(const gdn_param_table *t, int B, int T) {
+    acts_t *a = GDN_CALLOC(1, sizeof *a);
+    a->cfg = t->cfg;
+    a->B = B;
+    a->T = T;
+    a->N = (size_t)B * (size_t)T;
+    a->L = GDN_CALLOC((size_t)t->cfg.n_layers, sizeof *a->L);
+    a->tokens = GDN_CALLOC(a->N, sizeof *a->tokens);
+    size_t n = acts_layout(a, NULL);
+    a->arena = GDN_CALLOC(n, sizeof(real));
+    acts_layout(a, a->arena);
+    return a;
+}
+
+void R(gdn_cpu_acts_free)(acts_t *a) {
+    if (!a) return;
+    free(a->arena);
+    free(a->tokens);
+    free(a->L);
+    free(a);
+}
+
+const real *R(gdn_cpu_logits)(const acts_t *a) { return a->logits; }
+
+static void add_into(real *dst, const real *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+/* Copies the carried rows (or zeros) into the saved halo. */
+static void halo_load(real *dst, const real *carry, size_t n) {
+    if (carry) memcpy(dst, carry, n * sizeof(real));
+    else memset(dst, 0, n * sizeof(real));
+}
+
+/* The last W-1 rows of [halo; x] per sequence: the halo of the next segment.
+ * halo, out: [B,W-1,C]; x: [B,T,C]. */
+static void halo_next(real *out, const real *halo, const real *x, int B, int T, int C, int Wm1) {
+    for (int b = 0; b < B; b++) {
+        for (int r = 0; r < Wm1; r++) {
+            int t = T - Wm1 + r; /* position in x; negative means inside the old halo */
+            const real *src = t >= 0 ? x + ((size_t)b * T + t) * C
+                                     : halo + ((size_t)b * Wm1 + (Wm1 + t)) * C;
+            memcpy(out + ((size_t)b * Wm1 + r) * C, src, (size_t)C * sizeof(real));
+        }
+    }
+}
+
+static void block_forward(acts_t *a, const gdn_param_table *t, const real *P, int l,
+                          const carry_t *cin, carry_t *cout) {
+    const gdn_config *c = &a->cfg;
+    const int N = (int)a->N, D = c->d_model, H = c->n_heads, K = c->head_dim;
+    const int V = gdn_config_head_v(c), F = c->d_ff, W = c->conv_width, B = a->B, T = a->T;
+    const int HK = H * K, HV = H * V;
+    const gdn_layer_offsets *off = &t->layer[l];
+    layer_acts *L = &a->L[l];
+    const real *x = a->x + (size_t)l * N * D;
+    real *xm = a->x_mid + (size_t)l * N * D, *xo = a->x + (size_t)(l + 1) * N * D;
+    const real eps = (real)c->norm_eps;
+    const size_t state_n = (size_t)B * H * K * V, hk_n = (size_t)B * (W - 1) * HK,
+                 hv_n = (size_t)B * (W - 1) * HV;
+
+    R(gdn_rmsnorm_fwd)(L->h1, L->rstd1, x, P + off->attn_norm, N, D, eps);
+    R(gdn_linear_fwd)(L->qp, L->h1, P + off->q_proj, N, D, HK);
+    R(gdn_linear_fwd)(L->kp, L->h1, P + off->k_proj, N, D, HK);
+    R(gdn_linear_fwd)(L->vp, L->h1, P + off->v_proj, N, D, HV);
+    R(gdn_linear_fwd)(L->zp, L->h1, P + off->g_proj, N, D, HV);
+    R(gdn_linear_fwd)(L->ap, L->h1, P + off->a_proj, N, D, H);
+    R(gdn_linear_fwd)(L->bp, L->h1, P + off->b_proj, N, D, H);
+
+    halo_load(L->halo_q, cin && cin->halo_q ? cin->halo_q + l * hk_n : NULL, hk_n);
+    halo_load(L->halo_k, cin && cin->halo_k ? cin->halo_k + l * hk_n : NULL, hk_n);
+    halo_load(L->halo_v, cin && cin->halo_v ? cin->halo_v + l * hv_n : NULL, hv_n);
+    R(gdn_conv_fwd)(L->qc, L->qp, P + off->q_conv, L->halo_q, B, T, HK, W);
+    R(gdn_conv_fwd)(L->kc, L->kp, P + off->k_conv, L->halo_k, B, T, HK, W);
+    R(gdn_conv_fwd)(L->vc, L->vp, P + off->v_conv, L->halo_v, B, T, HV, W);
+    if (cout && cout->halo_q) halo_next(cout->halo_q + l * hk_n, L->halo_q, L->qp, B, T, HK, W - 1);
+    if (cout && cout->halo_k) halo_next(cout->halo_k + l * hk_n, L->halo_k, L->kp, B, T, HK, W - 1);
+    if (cout && cout->halo_v) halo_next(cout->halo_v + l * hv_n, L->halo_v, L->vp, B, T, HV, W - 1);
+
+    real *tmp = a->s.dq1; /* backward scratch, free during the forward pass */
+    R(gdn_silu_fwd)(tmp, L->qc, (size_t)N * HK);
+    R(gdn_l2norm_fwd)(L->q, L->rq, tmp, N * H, K);
+    R(gdn_silu_fwd)(tmp, L->kc, (size_t)N * HK);
+    R(gdn_l2norm_fwd)(L->k, L->rk, tmp, N * H, K);
+    R(gdn_silu_fwd)(L->v, L->vc, (size_t)N * HV);
+    R(gdn_decay_gate_fwd)(L->g, L->ap, P + off->A_log, P + off->dt_bias, N, H);
+    R(gdn_beta_fwd)(L->beta, L->bp, c->allow_neg_eigval ? (real)2 : (real)1, (size_t)N * H);
+
+    halo_load(L->S0, cin && cin->S ? cin->S + l * state_n : NULL, state_n);
+    gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size};
+    R(gdn_delta_fwd)(&shape, L->q, L->k, L->v, L->g, L->beta, (real)(1.0 / sqrt((double)K)), L->S0,
+                     L->o, cout && cout->S ? cout->S + l * state_n : NULL);
+
+    R(gdn_gated_rmsnorm_fwd)(L->y, L->rstd_o, L->o, L->zp, P + off->o_norm, N * H, V, eps);
+    R(gdn_linear_fwd)(xm, L->y, P + off->o_proj, N, HV, D);
+    add_into(xm, x, (size_t)N * D);
+
+    R(gdn_rmsnorm_fwd)(L->h2, L->rstd2, xm, P + off->mlp_norm, N, D, eps);
+    R(gdn_linear_fwd)(L->gp, L->h2, P + off->gate_proj, N, D, F);
+    R(gdn_linear_fwd)(L->up, L->h2, P + off->up_proj, N, D, F);
+    R(gdn_swiglu_fwd)(L->m, L->gp, L->up, (size_t)N * F);
+    R(gdn_linear_fwd)(xo, L->m, P + off->down_proj, N, F, D);
+    add_into(xo, xm, (size_t)N * D);
+}
+
+double R(gdn_cpu_forward)(acts_t *a, const gdn_param_table *t, const real *P, const int *tokens,
+                          const int *targets, real grad_scale, int *n_valid, const carry_t *cin,
+                          carry_t *cout) {
+    const gdn_config *c = &a->cfg;
+    const int N = (int)a->N, D = c->d_model, nL = c->n_layers;
+    memcpy(a->tokens, tokens, a->N * sizeof *tokens);
+    for (int i = 0; i < N; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            GDN_DIE("token id %d at position %d is outside the vocabulary [0, %d)", tokens[i], i,
+                    c->vocab_size);
+    R(gdn_embed_fwd)(a->x, tokens, P + t->embed, N, D);
+    for (int l = 0; l < nL; l++) block_forward(a, t, P, l, cin, cout);
+    const real *xf = a->x + (size_t)nL * N * D;
+    R(gdn_rmsnorm_fwd)(a->hf, a->rstdf, xf, P + t->final_norm, N, D, (real)c->norm_eps);
+    R(gdn_linear_fwd)(a->logits, a->hf, P + t->lm_head, N, D, c->vocab_size);
+    a->has_grad = 0;
+    *n_valid = 0;
+    if (!targets) return 0.0;
+    double loss = R(gdn_cross_entropy)(grad_scale != 0 ? a->logits : NULL, a->logits, targets, N,
+                                       c->vocab_size, grad_scale, n_valid);
+    a->has_grad = grad_scale != 0;
+    return loss;
+}
+
+static void block_backward(acts_t *a, const gdn_param_table *t, const real *P, real *G, int l) {
+    const gdn_config *c = &a->cfg;
+    const int N = (int)a->N, D = c->d_model, H = c->n_heads, K = c->head_dim;
+    const int V = gdn_config_head_v(c), F = c->d_ff, W = c->conv_width, B = a->B, T = a->T;
+    const int HK = H * K, HV = H * V;
+    const gdn_layer_offsets *off = &t->layer[l];
+    const layer_acts *L = &a->L[l];
+    const grad_scratch *s = &a->s;
+    const real *x = a->x + (size_t)l * N * D, *xm = a->x_mid + (size_t)l * N * D;
+
+    /* MLP: s->dx holds dL/dx_in[l+1] = dL/dx_mid through the residual. */
+    R(gdn_linear_bwd)(s->dm, G + off->down_proj, s->dx, L->m, P + off->down_proj, N, F, D);
+    R(gdn_swiglu_bwd)(s->dgp, s->dup, s->dm, L->gp, L->up, (size_t)N * F);
+    R(gdn_linear_bwd)(s->dh, G + off->gate_proj, s->dgp, L->h2, P + off->gate_proj, N, D, F);
+    R(gdn_linear_bwd)(s->dtmp, G + off->up_proj, s->dup, L->h2, P + off->up_proj, N, D, F);
+    add_into(s->dh, s->dtmp, (size_t)N * D);
+    R(gdn_rmsnorm_bwd)(s->dtmp, G + off->mlp_norm, s->dh, xm, P + off->mlp_norm, L->rstd2, N, D);
+    add_into(s->dx, s->dtmp, (size_t)N * D);
+
+    /* Mixer output: o_proj, gated norm. */
+    R(gdn_linear_bwd)(s->dy, G + off->o_proj, s->dx, L->y, P + off->o_proj, N, HV, D);
+    R(gdn_gated_rmsnorm_bwd)(s->d_o, s->dz, G + off->o_norm, s->dy, L->o, L->zp, P + off->o_norm,
+                             L->rstd_o, N * H, V);
+
+    /* The gated delta rule. */
+    gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size};
+    R(gdn_delta_bwd)(&shape, L->q, L->k, L->v, L->g, L->beta, (real)(1.0 / sqrt((double)K)), L->S0,
+                     s->d_o, NULL, s->dqn, s->dkn, s->dv, s->dg, s->dbeta, NULL);
+
+    /* q, k: L2 norm, SiLU, convolution; v: SiLU, convolution; then the gates. */
+    R(gdn_l2norm_bwd)(s->dq1, s->dqn, L->q, L->rq, N * H, K);
+    R(gdn_silu_bwd)(s->dq1, s->dq1, L->qc, (size_t)N * HK);
+    R(gdn_conv_bwd)(s->dqn, G + off->q_conv, NULL, s->dq1, L->qp, P + off->q_conv, L->halo_q, B, T, HK, W);
+    R(gdn_l2norm_bwd)(s->dk1, s->dkn, L->k, L->rk, N * H, K);
+    R(gdn_silu_bwd)(s->dk1, s->dk1, L->kc, (size_t)N * HK);
+    R(gdn_conv_bwd)(s->dkn, G + off->k_conv, NULL, s->dk1, L->kp, P + off->k_conv, L->halo_k, B, T, HK, W);
+    R(gdn_silu_bwd)(s->dv, s->dv, L->vc, (size_t)N * HV);
+    R(gdn_conv_bwd)(s->dvp, G + off->v_conv, NULL, s->dv, L->vp, P + off->v_conv, L->halo_v, B, T, HV, W);
+    R(gdn_decay_gate_bwd)(s->dap, G + off->A_log, G + off->dt_bias, s->dg, L->ap, P + off->A_log,
+                          P + off->dt_bias, N, H);
+    R(gdn_beta_bwd)(s->dbp, s->dbeta, L->beta, c->allow_neg_eigval ? (real)2 : (real)1, (size_t)N * H);
+
+    /* The six projections of h1, then the block's input norm. */
+    R(gdn_linear_bwd)(s->dh, G + off->q_proj, s->dqn, L->h1, P + off->q_proj, N, D, HK);
+    R(gdn_linear_bwd)(s->dtmp, G + off->k_proj, s->dkn, L->h1, P + off->k_proj, N, D, HK);
+    add_into(s->dh, s->dtmp, (size_t)N * D);
+    R(gdn_linear_bwd)(s->dtmp, G + off->v_proj, s->dvp, L->h1, P + off->v_proj, N, D, HV);
+    add_into(s->dh, s->dtmp, (size_t)N * D);
+    R(gdn_linear_bwd)(s->dtmp, G + off->g_proj, s->dz, L->h1, P + off->g_proj, N, D, HV);
+    add_into(s->dh, s->dtmp, (size_t)N * D);
+    R(gdn_linear_bwd)(s->dtmp, G + off->a_proj, s->dap, L->h1, P + off->a_proj, N, D, H);
+    add_into(s->dh, s->dtmp, (size_t)N * D);
+    R(gdn_linear_bwd)(s->dtmp, G + off->b_proj, s->dbp, L->h1, P + off->b_proj, N, D, H);
+    add_into(s->dh, s->dtmp, (size_t)N * D);
+    R(gdn_rmsnorm_bwd)(s->dtmp, G + off->attn_norm, s->dh, x, P + off->attn_norm, L->rstd1, N, D);
+    add_into(s->dx, s->dtmp, (size_t)N * D);
+}
+
+void R(gdn_cpu_backward)(acts_t *a, const gdn_param_table *t, const real *P, real *G) {
+    if (!a->has_grad) GDN_DIE("gdn_cpu_backward needs a forward pass run with targets and grad_scale != 0");
+    const gdn_config *c = &a->cfg;
+    const int N = (int)a->N, D = c->d_model;
+    const grad_scratch *s = &a->s;
+    R(gdn_linear_bwd)(s->dhf, G + t->lm_head, a->logits, a->hf, P + t->lm_head, N, D, c->vocab_size);
+    R(gdn_rmsnorm_bwd)(s->dx, G + t->final_norm, s->dhf, a->x + (size_t)c->n_layers * N * D,
+                       P + t->final_norm, a->rstdf, N, D);
+    for (int l = c->n_layers - 1; l >= 0; l--) block_backward(a, t, P, G, l);
+    R(gdn_embed_bwd)(G + t->embed, a->tokens, s->dx, N, D);
+    a->has_grad = 0;
+}

@@ -1,0 +1,36 @@
+/* The whole model on the CPU, declared per precision (included twice by model_cpu.h with
+ * GDN_OPS_REAL / GDN_OPS_R set, like ops_cpu_decl.h). */
+#define real_ GDN_OPS_REAL
+#define R_ GDN_OPS_R
+
+/* Saved activations of one forward pass at batch B x length T (opaque). */
+typedef struct R_(gdn_cpu_acts) R_(gdn_cpu_acts);
+
+/* State carried across a sequence boundary, per layer: the delta-rule state and the last
+ * W-1 pre-convolution rows of q, k and v. Used for recurrent decoding and sequence
+ * parallelism. Buffers are owned by the caller; any pointer may be NULL (= zeros / not wanted). */
+typedef struct {
+    real_ *S;      /* [n_layers][B,H,K,V] */
+    real_ *halo_q; /* [n_layers][B,W-1,H*K] */
+    real_ *halo_k; /* [n_layers][B,W-1,H*K] */
+    real_ *halo_v; /* [n_layers][B,W-1,H*V] */
+} R_(gdn_cpu_carry);
+
+R_(gdn_cpu_acts) *R_(gdn_cpu_acts_create)(const gdn_param_table *t, int B, int T);
+void R_(gdn_cpu_acts_free)(R_(gdn_cpu_acts) *a);
+
+/* Forward over tokens [B,T] with next-token targets [B,T] (target < 0: ignored; targets may be
+ * NULL to only compute logits). Returns the SUM of the token losses and sets *n_valid.
+ * grad_scale != 0 prepares the backward pass: d(loss_sum * grad_scale)/dlogits is kept.
+ * carry_in / carry_out may be NULL; they may not alias each other. */
+double R_(gdn_cpu_forward)(R_(gdn_cpu_acts) *a, const gdn_param_table *t, const real_ *params,
+                           const int *tokens, const int *targets, real_ grad_scale, int *n_valid,
+                           const R_(gdn_cpu_carry) *carry_in, R_(gdn_cpu_carry) *carry_out);
+/* Logits [B,T,vocab] of the last forward pass (valid when it was run with grad_scale = 0). */
+const real_ *R_(gdn_cpu_logits)(const R_(gdn_cpu_acts) *a);
+/* Backward of the last forward (run with grad_scale != 0): ACCUMULATES into grads [total]. */
+void R_(gdn_cpu_backward)(R_(gdn_cpu_acts) *a, const gdn_param_table *t, const real_ *params,
+                          real_ *grads);
+
+#undef real_
+#undef R_

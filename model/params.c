@@ -1,0 +1,159 @@
+/* The parameter table (names, shapes, offsets) and deterministic initialisation. */
+#include "model/params.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/check.h"
+
+typedef struct {
+    gdn_param_table *t;
+    int cap;
+} table_builder;
+
+static size_t add_tensor(table_builder *b, const char *name, int ndim, int d0, int d1, int d2,
+                         int no_decay) {
+    gdn_param_table *t = b->t;
+    if (t->n == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 64;
+        gdn_param *np = realloc(t->p, (size_t)b->cap * sizeof *np);
+        if (!np) GDN_DIE("out of memory building the parameter table");
+        t->p = np;
+    }
+    gdn_param *p = &t->p[t->n++];
+    memset(p, 0, sizeof *p);
+    if (snprintf(p->name, sizeof p->name, "%s", name) >= (int)sizeof p->name)
+        GDN_DIE("parameter name too long: %s", name);
+    p->ndim = ndim;
+    p->shape[0] = d0;
+    p->shape[1] = d1;
+    p->shape[2] = d2;
+    p->numel = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1) * (ndim > 2 ? (size_t)d2 : 1);
+    p->offset = t->total;
+    p->no_decay = no_decay;
+    t->total += p->numel;
+    return p->offset;
+}
+
+void gdn_param_table_build(gdn_param_table *t, const gdn_config *c) {
+    memset(t, 0, sizeof *t);
+    t->cfg = *c;
+    table_builder b = {t, 0};
+    const int D = c->d_model, H = c->n_heads, K = c->head_dim, V = gdn_config_head_v(c);
+    const int F = c->d_ff, W = c->conv_width;
+    char name[GDN_PARAM_NAME_MAX];
+    t->embed = add_tensor(&b, "model.embeddings.weight", 2, c->vocab_size, D, 0, 0);
+    t->layer = GDN_CALLOC((size_t)c->n_layers, sizeof *t->layer);
+    for (int l = 0; l < c->n_layers; l++) {
+        gdn_layer_offsets *o = &t->layer[l];
+#define T1(field, suffix, d0, nd)                                          \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);       \
+    o->field = add_tensor(&b, name, 1, d0, 0, 0, nd)
+#define T2(field, suffix, d0, d1)                                          \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);       \
+    o->field = add_tensor(&b, name, 2, d0, d1, 0, 0)
+#define T3(field, suffix, d0)                                              \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);       \
+    o->field = add_tensor(&b, name, 3, d0, 1, W, 0)
+        T1(attn_norm, "attn_norm.weight", D, 1);
+        T2(q_proj, "attn.q_proj.weight", H * K, D);
+        T2(k_proj, "attn.k_proj.weight", H * K, D);
+        T2(v_proj, "attn.v_proj.weight", H * V, D);
+        T2(a_proj, "attn.a_proj.weight", H, D);
+        T2(b_proj, "attn.b_proj.weight", H, D);
+        T2(g_proj, "attn.g_proj.weight", H * V, D);
+        T3(q_conv, "attn.q_conv1d.weight", H * K);
+        T3(k_conv, "attn.k_conv1d.weight", H * K);
+        T3(v_conv, "attn.v_conv1d.weight", H * V);
+        T1(A_log, "attn.A_log", H, 1);
+        T1(dt_bias, "attn.dt_bias", H, 1);
+        T1(o_norm, "attn.o_norm.weight", V, 1);
+        T2(o_proj, "attn.o_proj.weight", D, H * V);
+        T1(mlp_norm, "mlp_norm.weight", D, 1);
+        T2(gate_proj, "mlp.gate_proj.weight", F, D);
+        T2(up_proj, "mlp.up_proj.weight", F, D);
+        T2(down_proj, "mlp.down_proj.weight", D, F);
+#undef T1
+#undef T2
+#undef T3
+    }
+    t->final_norm = add_tensor(&b, "model.norm.weight", 1, D, 0, 0, 1);
+    t->lm_head = c->tie_embeddings ? t->embed
+                                   : add_tensor(&b, "lm_head.weight", 2, c->vocab_size, D, 0, 0);
+}
+
+void gdn_param_table_free(gdn_param_table *t) {
+    free(t->p);
+    free(t->layer);
+    memset(t, 0, sizeof *t);
+}
+
+const gdn_param *gdn_param_find(const gdn_param_table *t, const char *name) {
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->p[i].name, name) == 0) return &t->p[i];
+    return NULL;
+}
+
+size_t gdn_param_matmul_count(const gdn_param_table *t) {
+    size_t n = 0;
+    for (int i = 0; i < t->n; i++) {
+        const gdn_param *p = &t->p[i];
+        if (p->ndim == 2 && p->offset != t->embed) n += p->numel;
+    }
+    /* A tied head multiplies by the embedding table. */
+    if (t->cfg.tie_embeddings) n += (size_t)t->cfg.vocab_size * (size_t)t->cfg.d_model;
+    return n;
+}
+
+/* ---- initialisation: a counter-based generator, so each tensor's values depend only on the
+ * seed and the tensor index, never on threads or on the other tensors. ---------------------- */
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static double uniform01(uint64_t *s) { /* in (0, 1) */
+    return ((double)(splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+static double normal(uint64_t *s) {
+    double u1 = uniform01(s), u2 = uniform01(s);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static int has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+void gdn_params_init(float *params, const gdn_param_table *t, uint64_t seed) {
+    const double std = 0.02, resid_std = 0.02 / sqrt(2.0 * t->cfg.n_layers);
+    for (int i = 0; i < t->n; i++) {
+        const gdn_param *p = &t->p[i];
+        float *w = params + p->offset;
+        uint64_t s = seed * 0x100000001B3ULL + (uint64_t)i * 0x9E3779B97F4A7C15ULL;
+        if (has_suffix(p->name, "norm.weight")) {
+            for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
+        } else if (has_suffix(p->name, "conv1d.weight")) {
+            double bound = 1.0 / sqrt((double)t->cfg.conv_width);
+            for (size_t j = 0; j < p->numel; j++) w[j] = (float)(bound * (2.0 * uniform01(&s) - 1.0));
+        } else if (has_suffix(p->name, "A_log")) {
+            for (size_t j = 0; j < p->numel; j++) w[j] = (float)log(1.0 + 15.0 * uniform01(&s));
+        } else if (has_suffix(p->name, "dt_bias")) {
+            for (size_t j = 0; j < p->numel; j++) {
+                double dt = exp(log(1e-3) + (log(1e-1) - log(1e-3)) * uniform01(&s));
+                if (dt < 1e-4) dt = 1e-4;
+                w[j] = (float)(dt + log(-expm1(-dt))); /* softplus^-1(dt) */
+            }
+        } else {
+            double sd = (has_suffix(p->name, "o_proj.weight") || has_suffix(p->name, "down_proj.weight"))
+                            ? resid_std
+                            : std;
+            for (size_t j = 0; j < p->numel; j++) w[j] = (float)(sd * normal(&s));
+        }
+    }
+}

@@ -1,0 +1,246 @@
+/* gdn op gated-delta: runs the bare chunked gated delta rule on arrays from an HDF5 file, so
+ * the kernels can be checked against other implementations. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/h5util.h"
+#include "model/check.h"
+#include "model/cpu/ops_cpu.h"
+#ifdef GDN_HAVE_CUDA
+#include "model/cuda/delta_cuda.h"
+#endif
+
+static void op_usage(FILE *f) {
+    fprintf(f,
+            "usage: gdn op gated-delta --in IN.h5 --out OUT.h5 [--chunk 16|32|64] [--backend cpu|cuda]\n"
+            "                          [--precision fp32|fp64|bf16]\n\n"
+            "Input datasets (fp32 or fp64): q, k [B,T,H,K]; v [B,T,H,V]; g, beta [B,T,H] (g is the\n"
+            "natural-log decay); optional h0 [B,H,K,V]; optional do [B,T,H,V] and dht [B,H,K,V].\n"
+            "Optional root attribute 'scale' (default 1/sqrt(K)). q and k are used as given (no\n"
+            "normalisation). Outputs (fp32): o, ht, and when do or dht is given dq, dk, dv, dg,\n"
+            "dbeta, dh0 (a missing do or dht counts as zeros).\n"
+            "Precision: cpu computes in fp32 (default) or fp64; cuda in fp32 or bf16 (default).\n");
+}
+
+/* Reads dataset `name` into a malloced double array, checking its rank and the dimensions
+ * that are known (expect[i] >= 0). Unknown dimensions are returned in dims. Returns NULL when
+ * the dataset is absent and optional; any other problem is a fatal error naming the dataset. */
+static double *read_array(hid_t file, const char *path, const char *name, int rank,
+                          const long long *expect, const char *expect_text, long long *dims,
+                          int optional) {
+    char err[512];
+    int exists = io_h5_exists(file, name);
+    if (exists <= 0) {
+        if (optional) return NULL;
+        GDN_DIE("%s: missing dataset '%s' (expected shape %s)", path, name, expect_text);
+    }
+    hid_t ds = H5Dopen2(file, name, H5P_DEFAULT), sp = -1, ty = -1;
+    if (ds < 0) GDN_DIE("%s: cannot open dataset '%s': %s", path, name, io_h5_last_error(err, sizeof err));
+    ty = H5Dget_type(ds);
+    if (H5Tget_class(ty) != H5T_FLOAT)
+        GDN_DIE("%s: dataset '%s' must hold fp32 or fp64 numbers", path, name);
+    sp = H5Dget_space(ds);
+    hsize_t hd[8];
+    int nd = H5Sget_simple_extent_ndims(sp);
+    if (nd != rank) GDN_DIE("%s: dataset '%s' has %d dimensions, expected shape %s", path, name, nd, expect_text);
+    H5Sget_simple_extent_dims(sp, hd, NULL);
+    size_t count = 1;
+    for (int i = 0; i < rank; i++) {
+        if (expect[i] >= 0 && (long long)hd[i] != expect[i]) {
+            char got[128];
+            int n = 0;
+            for (int j = 0; j < rank; j++)
+                n += snprintf(got + n, sizeof got - (size_t)n, "%s%llu", j ? "," : "[", (unsigned long long)hd[j]);
+            snprintf(got + n, sizeof got - (size_t)n, "]");
+            GDN_DIE("%s: dataset '%s' has shape %s, expected %s", path, name, got, expect_text);
+        }
+        if (hd[i] == 0) GDN_DIE("%s: dataset '%s' has an empty dimension", path, name);
+        dims[i] = (long long)hd[i];
+        count *= hd[i];
+    }
+    double *out = GDN_MALLOC(count * sizeof *out);
+    if (H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
+        GDN_DIE("%s: cannot read dataset '%s': %s", path, name, io_h5_last_error(err, sizeof err));
+    io_h5_close(ty);
+    io_h5_close(sp);
+    io_h5_close(ds);
+    return out;
+}
+
+static float *to_f32(const double *x, size_t n) {
+    if (!x) return NULL;
+    float *y = GDN_MALLOC(n * sizeof *y);
+    for (size_t i = 0; i < n; i++) y[i] = (float)x[i];
+    return y;
+}
+
+static void write_f32(hid_t file, const char *path, const char *name, int rank, const long long *dims,
+                      const float *data) {
+    char err[512];
+    hsize_t hd[4];
+    for (int i = 0; i < rank; i++) hd[i] = (hsize_t)dims[i];
+    hid_t ds = io_h5_write_f32(file, name, rank, hd, data, err, sizeof err);
+    if (ds < 0) GDN_DIE("%s: %s", path, err);
+    io_h5_close(ds);
+}
+
+/* The op's arrays, all fp32 at the interface (outputs are written as fp32). */
+typedef struct {
+    gdn_delta_shape s;
+    double scale;
+    double *q, *k, *v, *g, *beta, *h0, *d_o, *dht;               /* inputs (fp64 copies) */
+    float *o, *ht, *dq, *dk, *dv, *dg, *dbeta, *dh0;            /* outputs */
+} op_arrays;
+
+static void run_cpu(op_arrays *a, int fp64, int want_grad) {
+    const gdn_delta_shape *s = &a->s;
+    const size_t nqk = (size_t)s->B * s->T * s->H * s->K, nv = (size_t)s->B * s->T * s->H * s->V;
+    const size_t ng = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
+    if (fp64) {
+        double *o = GDN_MALLOC(nv * sizeof *o), *ht = GDN_MALLOC(nst * sizeof *ht);
+        gdn_delta_fwd_f64(s, a->q, a->k, a->v, a->g, a->beta, a->scale, a->h0, o, ht);
+        a->o = to_f32(o, nv);
+        a->ht = to_f32(ht, nst);
+        free(o);
+        free(ht);
+        if (want_grad) {
+            double *dq = GDN_MALLOC(nqk * sizeof *dq), *dk = GDN_MALLOC(nqk * sizeof *dk);
+            double *dv = GDN_MALLOC(nv * sizeof *dv), *dg = GDN_MALLOC(ng * sizeof *dg);
+            double *db = GDN_MALLOC(ng * sizeof *db), *dh0 = GDN_MALLOC(nst * sizeof *dh0);
+            gdn_delta_bwd_f64(s, a->q, a->k, a->v, a->g, a->beta, a->scale, a->h0, a->d_o, a->dht,
+                              dq, dk, dv, dg, db, dh0);
+            a->dq = to_f32(dq, nqk); a->dk = to_f32(dk, nqk); a->dv = to_f32(dv, nv);
+            a->dg = to_f32(dg, ng); a->dbeta = to_f32(db, ng); a->dh0 = to_f32(dh0, nst);
+            free(dq); free(dk); free(dv); free(dg); free(db); free(dh0);
+        }
+        return;
+    }
+    float *q = to_f32(a->q, nqk), *k = to_f32(a->k, nqk), *v = to_f32(a->v, nv);
+    float *g = to_f32(a->g, ng), *beta = to_f32(a->beta, ng), *h0 = to_f32(a->h0, nst);
+    a->o = GDN_MALLOC(nv * sizeof(float));
+    a->ht = GDN_MALLOC(nst * sizeof(float));
+    gdn_delta_fwd_f32(s, q, k, v, g, beta, (float)a->scale, h0, a->o, a->ht);
+    if (want_grad) {
+        float *d_o = to_f32(a->d_o, nv), *dht = to_f32(a->dht, nst);
+        a->dq = GDN_MALLOC(nqk * sizeof(float)); a->dk = GDN_MALLOC(nqk * sizeof(float));
+        a->dv = GDN_MALLOC(nv * sizeof(float)); a->dg = GDN_MALLOC(ng * sizeof(float));
+        a->dbeta = GDN_MALLOC(ng * sizeof(float)); a->dh0 = GDN_MALLOC(nst * sizeof(float));
+        gdn_delta_bwd_f32(s, q, k, v, g, beta, (float)a->scale, h0, d_o, dht, a->dq, a->dk, a->dv,
+                          a->dg, a->dbeta, a->dh0);
+        free(d_o);
+        free(dht);
+    }
+    free(q); free(k); free(v); free(g); free(beta); free(h0);
+}
+
+static int cmd_gated_delta(int argc, char **argv) {
+    const char *in = NULL, *out = NULL, *backend = "cpu", *precision = NULL;
+    int chunk = 64;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { op_usage(stdout); return 0; }
+        if (!val) { fprintf(stderr, "gdn op: option '%s' needs a value\n", a); return 2; }
+        if (!strcmp(a, "--in")) in = val;
+        else if (!strcmp(a, "--out")) out = val;
+        else if (!strcmp(a, "--backend")) backend = val;
+        else if (!strcmp(a, "--precision")) precision = val;
+        else if (!strcmp(a, "--chunk")) chunk = atoi(val);
+        else { fprintf(stderr, "gdn op: unknown option '%s'\n\n", a); op_usage(stderr); return 2; }
+        i++;
+    }
+    if (!in || !out) { fprintf(stderr, "gdn op: --in and --out are required\n\n"); op_usage(stderr); return 2; }
+    if (chunk != 16 && chunk != 32 && chunk != 64) {
+        fprintf(stderr, "gdn op: --chunk must be 16, 32 or 64 (got %d)\n", chunk);
+        return 2;
+    }
+    int use_cuda = !strcmp(backend, "cuda");
+    if (!use_cuda && strcmp(backend, "cpu")) {
+        fprintf(stderr, "gdn op: --backend must be cpu or cuda (got '%s')\n", backend);
+        return 2;
+    }
+    if (!precision) precision = use_cuda ? "bf16" : "fp32";
+    int ok_prec = use_cuda ? (!strcmp(precision, "bf16") || !strcmp(precision, "fp32"))
+                           : (!strcmp(precision, "fp32") || !strcmp(precision, "fp64"));
+    if (!ok_prec) {
+        fprintf(stderr, "gdn op: --precision %s is not available on %s (cpu: fp32, fp64; cuda: fp32, bf16)\n",
+                precision, backend);
+        return 2;
+    }
+    io_h5_quiet();
+    char err[512];
+    hid_t f = H5Fopen(in, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) GDN_DIE("cannot open %s as HDF5: %s", in, io_h5_last_error(err, sizeof err));
+
+    op_arrays a;
+    memset(&a, 0, sizeof a);
+    long long dq[4], dv[4], dg[3], dh[4], any[4] = {-1, -1, -1, -1};
+    a.q = read_array(f, in, "q", 4, any, "[B,T,H,K]", dq, 0);
+    a.k = read_array(f, in, "k", 4, dq, "[B,T,H,K] (same as q)", dv, 0);
+    long long ev[4] = {dq[0], dq[1], dq[2], -1};
+    a.v = read_array(f, in, "v", 4, ev, "[B,T,H,V] (B, T, H as q)", dv, 0);
+    long long eg[3] = {dq[0], dq[1], dq[2]};
+    a.g = read_array(f, in, "g", 3, eg, "[B,T,H] (as q)", dg, 0);
+    a.beta = read_array(f, in, "beta", 3, eg, "[B,T,H] (as q)", dg, 0);
+    long long es[4] = {dq[0], dq[2], dq[3], dv[3]};
+    a.h0 = read_array(f, in, "h0", 4, es, "[B,H,K,V]", dh, 1);
+    a.d_o = read_array(f, in, "do", 4, dv, "[B,T,H,V] (as v)", dh, 1);
+    a.dht = read_array(f, in, "dht", 4, es, "[B,H,K,V]", dh, 1);
+    a.s = (gdn_delta_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dq[3], (int)dv[3], chunk};
+    a.scale = 1.0 / sqrt((double)a.s.K);
+    if (H5Aexists(f, "scale") > 0 && io_h5_attr_read_f64(f, "scale", &a.scale, err, sizeof err))
+        GDN_DIE("%s: %s", in, err);
+    io_h5_close(f);
+    int want_grad = a.d_o || a.dht;
+    const size_t nv = (size_t)a.s.B * a.s.T * a.s.H * a.s.V;
+    if (want_grad && !a.d_o) a.d_o = GDN_CALLOC(nv, sizeof(double));
+
+    if (use_cuda) {
+#ifdef GDN_HAVE_CUDA
+        if (gdn_cuda_op_gated_delta(&a.s, !strcmp(precision, "bf16"), a.scale, a.q, a.k, a.v, a.g, a.beta,
+                                    a.h0, want_grad ? a.d_o : NULL, a.dht, &a.o, &a.ht, &a.dq, &a.dk, &a.dv,
+                                    &a.dg, &a.dbeta, &a.dh0, err, sizeof err))
+            GDN_DIE("gdn op --backend cuda: %s", err);
+#else
+        fprintf(stderr, "gdn op: this build has no CUDA backend (rebuild where nvcc is installed)\n");
+        return 2;
+#endif
+    } else {
+        run_cpu(&a, !strcmp(precision, "fp64"), want_grad);
+    }
+
+    hid_t o = H5Fcreate(out, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (o < 0) GDN_DIE("cannot create %s: %s", out, io_h5_last_error(err, sizeof err));
+    long long shv[4] = {a.s.B, a.s.T, a.s.H, a.s.V}, shk[4] = {a.s.B, a.s.T, a.s.H, a.s.K};
+    long long shg[3] = {a.s.B, a.s.T, a.s.H}, shs[4] = {a.s.B, a.s.H, a.s.K, a.s.V};
+    write_f32(o, out, "o", 4, shv, a.o);
+    write_f32(o, out, "ht", 4, shs, a.ht);
+    if (want_grad) {
+        write_f32(o, out, "dq", 4, shk, a.dq);
+        write_f32(o, out, "dk", 4, shk, a.dk);
+        write_f32(o, out, "dv", 4, shv, a.dv);
+        write_f32(o, out, "dg", 3, shg, a.dg);
+        write_f32(o, out, "dbeta", 3, shg, a.dbeta);
+        write_f32(o, out, "dh0", 4, shs, a.dh0);
+    }
+    if (H5Fclose(o) < 0) GDN_DIE("cannot close %s: %s", out, io_h5_last_error(err, sizeof err));
+    printf("gdn op gated-delta: B=%d T=%d H=%d K=%d V=%d chunk=%d scale=%g backend=%s precision=%s%s -> %s\n",
+           a.s.B, a.s.T, a.s.H, a.s.K, a.s.V, chunk, a.scale, backend, precision,
+           want_grad ? " (with gradients)" : "", out);
+    double *in_arrays[] = {a.q, a.k, a.v, a.g, a.beta, a.h0, a.d_o, a.dht};
+    float *out_arrays[] = {a.o, a.ht, a.dq, a.dk, a.dv, a.dg, a.dbeta, a.dh0};
+    for (size_t i = 0; i < 8; i++) { free(in_arrays[i]); free(out_arrays[i]); }
+    return 0;
+}
+
+int gdn_cmd_op(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        op_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "gated-delta")) return cmd_gated_delta(argc - 1, argv + 1);
+    fprintf(stderr, "gdn op: unknown operator '%s' (available: gated-delta)\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,330 @@
+/* Settings table, presets, and resolution of a run's configuration. */
+#include "train/run_config.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { F_INT, F_I64, F_DOUBLE, F_BOOL, F_STRING } field_type;
+
+typedef struct {
+    const char *key;
+    field_type type;
+    size_t offset;
+    size_t size; /* strings: buffer size */
+    const char *help;
+} field;
+
+#define FM(k, t, h) {#k, t, offsetof(gdn_run_config, model.k), 0, h}
+#define FR(k, t, h) {#k, t, offsetof(gdn_run_config, k), 0, h}
+#define FS(k, h) {#k, F_STRING, offsetof(gdn_run_config, k), sizeof(((gdn_run_config *)0)->k), h}
+
+static const field fields[] = {
+    FM(vocab_size, F_INT, "tokens in the vocabulary (256 for byte-level text)"),
+    FM(d_model, F_INT, "hidden size"),
+    FM(n_layers, F_INT, "decoder blocks"),
+    FM(n_heads, F_INT, "GDN heads"),
+    FM(head_dim, F_INT, "key head dimension"),
+    FM(expand_v, F_INT, "value head dimension = expand_v * head_dim"),
+    FM(d_ff, F_INT, "SwiGLU inner size"),
+    FM(conv_width, F_INT, "short convolution width"),
+    FM(chunk_size, F_INT, "delta-rule chunk size (16, 32, 64)"),
+    FM(tie_embeddings, F_BOOL, "LM head shares the embedding table"),
+    FM(allow_neg_eigval, F_BOOL, "beta = 2*sigmoid instead of sigmoid"),
+    FM(norm_eps, F_DOUBLE, "RMSNorm epsilon"),
+    FS(data, "training text (.txt, .gz) or token shards (.bin, comma list)"),
+    FR(val_tokens, F_I64, "tokens held out at the end of the corpus for validation"),
+    FS(out, "run directory (required)"),
+    FR(steps, F_I64, "optimizer steps"),
+    FR(seed, F_I64, "random seed (initialisation and data order)"),
+    FS(backend, "auto, cpu or cuda"),
+    FR(threads, F_INT, "CPU threads (0 = all cores)"),
+    FR(batch_size, F_INT, "sequences per micro-batch per rank"),
+    FR(seq_len, F_INT, "tokens per sequence"),
+    FR(batch_tokens, F_I64, "tokens per optimizer step over all ranks (0 = one micro-batch)"),
+    FR(lr, F_DOUBLE, "peak learning rate"),
+    FR(lr_min, F_DOUBLE, "learning-rate floor at the end of the cosine decay"),
+    FR(warmup_steps, F_I64, "linear warm-up steps"),
+    FR(weight_decay, F_DOUBLE, "AdamW decoupled weight decay (not on norms, A_log, dt_bias)"),
+    FR(beta1, F_DOUBLE, "AdamW beta1"),
+    FR(beta2, F_DOUBLE, "AdamW beta2"),
+    FR(adam_eps, F_DOUBLE, "AdamW epsilon"),
+    FR(grad_clip, F_DOUBLE, "global gradient-norm clip (0 = off)"),
+    FR(eval_every, F_I64, "steps between validation passes (0 = at the end only)"),
+    FR(eval_batches, F_INT, "validation micro-batches per pass"),
+    FR(log_every, F_I64, "steps between progress updates"),
+    FR(ckpt_every, F_I64, "steps between checkpoints (0 = at the end only)"),
+    FR(keep, F_INT, "newest checkpoints to keep"),
+    FS(resume, "'auto' (newest readable checkpoint in out) or a checkpoint path"),
+    FS(init_from, "start from a checkpoint's weights with a fresh optimizer"),
+    FR(sp, F_INT, "sequence-parallel group size"),
+};
+#define N_FIELDS (sizeof fields / sizeof fields[0])
+
+typedef struct {
+    const char *name;
+    const char *json;
+    const char *help;
+} preset;
+
+static const preset presets[] = {
+    {"tiny",
+     "{\"d_model\":128,\"n_layers\":4,\"n_heads\":2,\"head_dim\":32,\"expand_v\":2,\"d_ff\":384,"
+     "\"seq_len\":128,\"batch_size\":16,\"steps\":1200,\"lr\":3e-3,\"lr_min\":3e-4,"
+     "\"warmup_steps\":60,\"eval_every\":200,\"eval_batches\":8,\"ckpt_every\":400}",
+     "~0.8M parameters, byte-level; the quickstart (minutes on 2 CPU cores)"},
+    {"small",
+     "{\"d_model\":384,\"n_layers\":6,\"n_heads\":3,\"head_dim\":64,\"expand_v\":2,\"d_ff\":1024,"
+     "\"seq_len\":512,\"batch_size\":8,\"steps\":5000,\"lr\":1.5e-3,\"lr_min\":1.5e-4,"
+     "\"warmup_steps\":200,\"eval_every\":250}",
+     "~11M parameters, byte-level"},
+};
+#define N_PRESETS (sizeof presets / sizeof presets[0])
+
+static void set_defaults(gdn_run_config *rc) {
+    memset(rc, 0, sizeof *rc);
+    rc->model = (gdn_config){.vocab_size = 256, .d_model = 128, .n_layers = 2, .n_heads = 2,
+                             .head_dim = 32, .expand_v = 2, .d_ff = 384, .conv_width = 4,
+                             .chunk_size = 64, .tie_embeddings = 0, .allow_neg_eigval = 0,
+                             .norm_eps = 1e-6};
+    snprintf(rc->data, sizeof rc->data, "data/kjv.txt.gz");
+    rc->val_tokens = 65536;
+    rc->steps = 1000;
+    rc->seed = 1;
+    snprintf(rc->backend, sizeof rc->backend, "auto");
+    rc->batch_size = 8;
+    rc->seq_len = 128;
+    rc->lr = 1e-3;
+    rc->lr_min = 1e-4;
+    rc->warmup_steps = 100;
+    rc->weight_decay = 0.1;
+    rc->beta1 = 0.9;
+    rc->beta2 = 0.95;
+    rc->adam_eps = 1e-8;
+    rc->grad_clip = 1.0;
+    rc->eval_every = 100;
+    rc->eval_batches = 8;
+    rc->log_every = 1;
+    rc->ckpt_every = 0;
+    rc->keep = 3;
+    rc->sp = 1;
+}
+
+/* Reads every known key present in obj into rc. */
+static int apply_json(gdn_run_config *rc, const io_json *obj, char *err, int err_len) {
+    static const char *allowed[N_FIELDS + 1];
+    for (size_t i = 0; i < N_FIELDS; i++) allowed[i] = fields[i].key;
+    allowed[N_FIELDS] = NULL;
+    if (obj->type != IO_JSON_OBJECT) {
+        char where[256];
+        io_json_where(obj, where, sizeof where);
+        snprintf(err, (size_t)err_len, "%s: the configuration must be a JSON object", where);
+        return -1;
+    }
+    if (io_json_check_keys(obj, allowed, err, err_len) != 0) return -1;
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const field *f = &fields[i];
+        char *dst = (char *)rc + f->offset;
+        int rcode = 0;
+        switch (f->type) {
+        case F_INT: rcode = io_json_get_int(obj, f->key, (int *)dst, err, err_len); break;
+        case F_BOOL: rcode = io_json_get_bool(obj, f->key, (int *)dst, err, err_len); break;
+        case F_I64: rcode = io_json_get_i64(obj, f->key, (int64_t *)dst, err, err_len); break;
+        case F_DOUBLE: rcode = io_json_get_number(obj, f->key, (double *)dst, err, err_len); break;
+        case F_STRING: {
+            const char *s = NULL;
+            rcode = io_json_get_string(obj, f->key, &s, err, err_len);
+            if (rcode == 1) {
+                if (strlen(s) >= f->size) {
+                    snprintf(err, (size_t)err_len, "setting '%s' is too long (at most %zu bytes)",
+                             f->key, f->size - 1);
+                    return -1;
+                }
+                memcpy(dst, s, strlen(s) + 1);
+            }
+            break;
+        }
+        }
+        if (rcode < 0) return -1;
+    }
+    return 0;
+}
+
+static int apply_json_text(gdn_run_config *rc, const char *text, const char *name, char *err,
+                           int err_len) {
+    io_json *j = io_json_parse(text, strlen(text), name, err, err_len);
+    if (!j) return -1;
+    int r = apply_json(rc, j, err, err_len);
+    io_json_free(j);
+    return r;
+}
+
+static const field *find_field(const char *key, size_t len) {
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (strlen(fields[i].key) == len && !strncmp(fields[i].key, key, len)) return &fields[i];
+    return NULL;
+}
+
+void gdn_run_config_usage(FILE *f) {
+    fprintf(f, "usage: gdn train --out DIR [--preset NAME] [--config FILE.json] [--KEY=VALUE ...]\n\n"
+               "Settings are resolved in order: defaults, --preset, --config, then --KEY=VALUE\n"
+               "(or --KEY VALUE) overrides. Every resolved setting is printed at the start and saved\n"
+               "to DIR/config.json.\n\npresets:\n");
+    for (size_t i = 0; i < N_PRESETS; i++) fprintf(f, "  %-8s %s\n", presets[i].name, presets[i].help);
+    fprintf(f, "\nsettings:\n");
+    for (size_t i = 0; i < N_FIELDS; i++) fprintf(f, "  --%-18s %s\n", fields[i].key, fields[i].help);
+}
+
+int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, int err_len) {
+    set_defaults(rc);
+    const char *preset_name = NULL, *config_path = NULL;
+    /* First pass: --help, --preset and --config, which apply before the overrides. */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            gdn_run_config_usage(stdout);
+            return 1;
+        }
+        if ((!strcmp(argv[i], "--preset") || !strcmp(argv[i], "--config")) && i + 1 < argc) {
+            if (argv[i][2] == 'p') preset_name = argv[++i];
+            else config_path = argv[++i];
+        } else if (!strncmp(argv[i], "--preset=", 9)) {
+            preset_name = argv[i] + 9;
+        } else if (!strncmp(argv[i], "--config=", 9)) {
+            config_path = argv[i] + 9;
+        }
+    }
+    if (preset_name) {
+        size_t p = 0;
+        while (p < N_PRESETS && strcmp(presets[p].name, preset_name)) p++;
+        if (p == N_PRESETS) {
+            int n = snprintf(err, (size_t)err_len, "unknown preset '%s'; presets:", preset_name);
+            for (size_t q = 0; q < N_PRESETS && n < err_len; q++)
+                n += snprintf(err + n, (size_t)(err_len - n), " %s", presets[q].name);
+            return -1;
+        }
+        if (apply_json_text(rc, presets[p].json, presets[p].name, err, err_len)) return -1;
+    }
+    io_json *over = io_json_parse("{}", 2, "command line", err, err_len);
+    if (!over) return -1;
+    int result = -1;
+    if (config_path) {
+        io_json *file = io_json_parse_file(config_path, err, err_len);
+        if (!file || apply_json(rc, file, err, err_len)) {
+            io_json_free(file);
+            goto done;
+        }
+        io_json_free(file);
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--preset") || !strcmp(a, "--config")) {
+            i++;
+            continue;
+        }
+        if (!strncmp(a, "--preset=", 9) || !strncmp(a, "--config=", 9)) continue;
+        if (strncmp(a, "--", 2) != 0) {
+            snprintf(err, (size_t)err_len, "unexpected argument '%s' (settings are --KEY=VALUE)", a);
+            goto done;
+        }
+        const char *key = a + 2, *eq = strchr(key, '=');
+        size_t klen = eq ? (size_t)(eq - key) : strlen(key);
+        const field *f = find_field(key, klen);
+        if (!f) {
+            snprintf(err, (size_t)err_len, "unknown setting '--%.*s' ('gdn train --help' lists them)",
+                     (int)klen, key);
+            goto done;
+        }
+        const char *value = eq ? eq + 1 : NULL;
+        if (!value) {
+            if (i + 1 >= argc) {
+                snprintf(err, (size_t)err_len, "setting '--%s' needs a value", f->key);
+                goto done;
+            }
+            value = argv[++i];
+        }
+        /* Strings are taken literally; everything else is parsed as JSON. */
+        char quoted[GDN_PATH_MAX + 8];
+        if (f->type == F_STRING) {
+            io_jw w;
+            io_jw_init(&w, 0);
+            io_jw_string(&w, value);
+            snprintf(quoted, sizeof quoted, "%s", io_jw_text(&w));
+            io_jw_free(&w);
+            value = quoted;
+        }
+        if (io_json_set_path(over, f->key, value, a, err, err_len)) goto done;
+    }
+    if (apply_json(rc, over, err, err_len)) goto done;
+    char merr[256];
+    if (gdn_config_validate(&rc->model, merr, sizeof merr)) {
+        snprintf(err, (size_t)err_len, "invalid model: %s", merr);
+        goto done;
+    }
+#define CHECK(cond, ...)                                 \
+    if (!(cond)) {                                       \
+        snprintf(err, (size_t)err_len, __VA_ARGS__);     \
+        goto done;                                       \
+    }
+    CHECK(rc->out[0], "--out DIR is required (the run directory)");
+    CHECK(rc->steps >= 1, "steps must be >= 1 (got %lld)", (long long)rc->steps);
+    CHECK(rc->batch_size >= 1, "batch_size must be >= 1 (got %d)", rc->batch_size);
+    CHECK(rc->seq_len >= 1, "seq_len must be >= 1 (got %d)", rc->seq_len);
+    CHECK(rc->batch_tokens >= 0, "batch_tokens must be >= 0");
+    CHECK(rc->lr > 0 && rc->lr_min >= 0 && rc->lr_min <= rc->lr,
+          "need lr > 0 and 0 <= lr_min <= lr (got lr %g, lr_min %g)", rc->lr, rc->lr_min);
+    CHECK(rc->warmup_steps >= 0, "warmup_steps must be >= 0");
+    CHECK(rc->beta1 >= 0 && rc->beta1 < 1 && rc->beta2 >= 0 && rc->beta2 < 1,
+          "beta1 and beta2 must be in [0, 1)");
+    CHECK(rc->adam_eps > 0, "adam_eps must be > 0");
+    CHECK(rc->weight_decay >= 0, "weight_decay must be >= 0");
+    CHECK(rc->grad_clip >= 0, "grad_clip must be >= 0 (0 = off)");
+    CHECK(rc->eval_every >= 0 && rc->eval_batches >= 1, "need eval_every >= 0 and eval_batches >= 1");
+    CHECK(rc->log_every >= 1, "log_every must be >= 1");
+    CHECK(rc->ckpt_every >= 0 && rc->keep >= 1, "need ckpt_every >= 0 and keep >= 1");
+    CHECK(!strcmp(rc->backend, "auto") || !strcmp(rc->backend, "cpu") || !strcmp(rc->backend, "cuda"),
+          "backend must be auto, cpu or cuda (got '%s')", rc->backend);
+    CHECK(rc->threads >= 0, "threads must be >= 0");
+    CHECK(rc->sp >= 1, "sp must be >= 1");
+    CHECK(rc->val_tokens >= 0, "val_tokens must be >= 0");
+#undef CHECK
+    result = 0;
+done:
+    io_json_free(over);
+    return result;
+}
+
+void gdn_run_config_to_json(const gdn_run_config *rc, io_jw *w) {
+    io_jw_begin_object(w);
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const field *f = &fields[i];
+        const char *src = (const char *)rc + f->offset;
+        switch (f->type) {
+        case F_INT: io_jw_kv_int(w, f->key, *(const int *)src); break;
+        case F_BOOL: io_jw_kv_bool(w, f->key, *(const int *)src); break;
+        case F_I64: io_jw_kv_int(w, f->key, (long long)*(const int64_t *)src); break;
+        case F_DOUBLE: io_jw_kv_number(w, f->key, *(const double *)src); break;
+        case F_STRING: io_jw_kv_string(w, f->key, src); break;
+        }
+    }
+    io_jw_end_object(w);
+}
+
+int gdn_run_config_from_json_text(gdn_run_config *rc, const char *text, char *err, int err_len) {
+    set_defaults(rc);
+    return apply_json_text(rc, text, "saved config", err, err_len);
+}
+
+void gdn_run_config_print(const gdn_run_config *rc, FILE *f) {
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const field *fd = &fields[i];
+        const char *src = (const char *)rc + fd->offset;
+        fprintf(f, "  %-18s ", fd->key);
+        switch (fd->type) {
+        case F_INT: fprintf(f, "%d\n", *(const int *)src); break;
+        case F_BOOL: fprintf(f, "%s\n", *(const int *)src ? "true" : "false"); break;
+        case F_I64: fprintf(f, "%lld\n", (long long)*(const int64_t *)src); break;
+        case F_DOUBLE: fprintf(f, "%g\n", *(const double *)src); break;
+        case F_STRING: fprintf(f, "%s\n", src[0] ? src : "(none)"); break;
+        }
+    }
+}
