@@ -10,6 +10,10 @@
 #include <cblas.h>
 #include <math.h>
 
+/* OpenBLAS's cblas.h includes <complex.h>, whose macro I (the imaginary unit) would turn every
+ * dimension named I (e.g. gdn_linear_*'s input width) into a syntax error. */
+#undef I
+
 #ifndef GDN_REAL_BITS
 #error "model/real.h is for files compiled with GDN_REAL_BITS=32 or 64"
 #endif
