@@ -1,0 +1,16 @@
+/* The training loop: data -> model -> loss -> gradients -> AdamW -> metrics and checkpoints. */
+#ifndef GDN_TRAINER_H
+#define GDN_TRAINER_H
+
+#include "train/run_config.h"
+
+/* Exit status of a run stopped by SIGTERM or SIGUSR1 after writing its checkpoint: the batch
+ * script requeues the job on this status (sysexits' EX_TEMPFAIL). */
+#define GDN_EXIT_REQUEUE 75
+
+/* Runs the whole training described by rc (already resolved and validated). Returns the
+ * process exit status: 0 when all steps are done, GDN_EXIT_REQUEUE when stopped by a signal
+ * after a checkpoint, 1 on error (message printed). */
+int gdn_train_run(const gdn_run_config *rc, int argc, char **argv);
+
+#endif
