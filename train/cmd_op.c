@@ -135,6 +135,31 @@ static void run_cpu(op_arrays *a, int fp64, int want_grad) {
     free(q); free(k); free(v); free(g); free(beta); free(h0);
 }
 
+#ifdef GDN_HAVE_CUDA
+static void run_cuda(op_arrays *a, gdn_cuda_precision p, int want_grad) {
+    const gdn_delta_shape *s = &a->s;
+    const size_t nqk = (size_t)s->B * s->T * s->H * s->K, nv = (size_t)s->B * s->T * s->H * s->V;
+    const size_t ng = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
+    gdn_cuda_delta_check_shape(s);
+    float *q = to_f32(a->q, nqk), *k = to_f32(a->k, nqk), *v = to_f32(a->v, nv);
+    float *g = to_f32(a->g, ng), *beta = to_f32(a->beta, ng), *h0 = to_f32(a->h0, nst);
+    a->o = GDN_MALLOC(nv * sizeof(float));
+    a->ht = GDN_MALLOC(nst * sizeof(float));
+    gdn_cuda_delta_fwd_host(s, p, q, k, v, g, beta, (float)a->scale, h0, a->o, a->ht);
+    if (want_grad) {
+        float *d_o = to_f32(a->d_o, nv), *dht = to_f32(a->dht, nst);
+        a->dq = GDN_MALLOC(nqk * sizeof(float)); a->dk = GDN_MALLOC(nqk * sizeof(float));
+        a->dv = GDN_MALLOC(nv * sizeof(float)); a->dg = GDN_MALLOC(ng * sizeof(float));
+        a->dbeta = GDN_MALLOC(ng * sizeof(float)); a->dh0 = GDN_MALLOC(nst * sizeof(float));
+        gdn_cuda_delta_bwd_host(s, p, q, k, v, g, beta, (float)a->scale, h0, d_o, dht, a->dq, a->dk,
+                                a->dv, a->dg, a->dbeta, a->dh0);
+        free(d_o);
+        free(dht);
+    }
+    free(q); free(k); free(v); free(g); free(beta); free(h0);
+}
+#endif
+
 static int cmd_gated_delta(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *backend = "cpu", *precision = NULL;
     int chunk = 64;
@@ -199,10 +224,11 @@ static int cmd_gated_delta(int argc, char **argv) {
 
     if (use_cuda) {
 #ifdef GDN_HAVE_CUDA
-        if (gdn_cuda_op_gated_delta(&a.s, !strcmp(precision, "bf16"), a.scale, a.q, a.k, a.v, a.g, a.beta,
-                                    a.h0, want_grad ? a.d_o : NULL, a.dht, &a.o, &a.ht, &a.dq, &a.dk, &a.dv,
-                                    &a.dg, &a.dbeta, &a.dh0, err, sizeof err))
-            GDN_DIE("gdn op --backend cuda: %s", err);
+        if (gdn_cuda_device_count() == 0) {
+            fprintf(stderr, "gdn op: --backend cuda: no CUDA device is available\n");
+            return 1;
+        }
+        run_cuda(&a, !strcmp(precision, "bf16") ? GDN_CUDA_BF16 : GDN_CUDA_FP32, want_grad);
 #else
         fprintf(stderr, "gdn op: this build has no CUDA backend (rebuild where nvcc is installed)\n");
         return 2;
