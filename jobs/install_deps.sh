@@ -3,7 +3,7 @@
 # Usage: jobs/install_deps.sh [extra packages...]
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev libhdf5-dev openmpi-bin libopenmpi-dev
-      libcmocka-dev python3 python3-h5py python3-numpy "$@")
+      libcmocka-dev zlib1g-dev python3 python3-h5py python3-numpy "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
