@@ -150,7 +150,7 @@ static void report_changed_settings(const char *saved_json, const gdn_run_config
 static int truncate_metrics(const char *path, int64_t step) {
     FILE *f = fopen(path, "r");
     if (!f) return 0;
-    char tmp[GDN_PATH_MAX + 16];
+    char tmp[GDN_PATH_MAX + 64];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *o = fopen(tmp, "w");
     if (!o) {
