@@ -266,6 +266,7 @@ static int open_run(trainer *t, int argc, char **argv) {
         return -1;
     }
     io_jw_free(&w);
+    printf("backend: cpu%s\n", !strcmp(rc->backend, "auto") ? " (auto; the cuda training step is not available yet)" : "");
     printf("gdn train:");
     for (int i = 1; i < argc; i++) printf(" %s", argv[i]);
     printf("\nsettings:\n");
@@ -331,6 +332,12 @@ int gdn_train_run(const gdn_run_config *rc, int argc, char **argv) {
     static trainer t; /* zero-initialised; one run per process */
     memset(&t, 0, sizeof t);
     t.rc = *rc;
+    if (!strcmp(rc->backend, "cuda")) {
+        fprintf(stderr, "gdn train: the cuda training backend is not available yet (the CUDA delta-rule "
+                        "kernels are: gdn op gated-delta --backend cuda, gdn bench --backend cuda); "
+                        "use --backend cpu\n");
+        return 2;
+    }
     /* One thread pool: OpenMP splits the work, OpenBLAS runs single-threaded inside it. */
     if (rc->threads > 0) omp_set_num_threads(rc->threads);
     openblas_set_num_threads(1);
