@@ -13,9 +13,9 @@
 #   localslurm.sh run -- CMD...  start, run CMD with the cluster's environment, stop (also when
 #                                CMD fails or is interrupted); exits with CMD's status.
 #
-# Needs root: munged runs as the munge user and slurmd launches jobs. Without root, and with
-# the packages missing, it exits with status 77. Environment: GDN_SLURM_GPUS (placeholder GPUs
-# on the node so that scripts asking for GPUs are accepted; default 4).
+# Needs root: munged runs as the munge user and slurmd launches jobs. Without root, start and
+# run exit with status 77 (the tests then skip). Environment: GDN_SLURM_GPUS, the number of
+# placeholder GPUs on the node, so that scripts asking for GPUs are accepted (default 4).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -53,7 +53,7 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 }
 
-# Starts "$@" in the background with its output in log file $2... records NAME PID in DIR/pids.
+# Starts CMD in the background, output to LOG, and records "NAME PID" in DIR/pids.
 spawn() { # DIR NAME LOG CMD...
     local dir=$1 name=$2 log=$3
     shift 3
@@ -91,7 +91,7 @@ show_logs() { # DIR
 
 # ---- start ----------------------------------------------------------------------------------------
 start() { # [DIR]
-    ensure_packages
+    ensure_packages >&2 # standard output carries DIR only
     [ "$(id -u)" -eq 0 ] || { say "needs root (munged runs as the munge user, slurmd starts jobs)"; exit 77; }
     id munge >/dev/null 2>&1 || die "no munge user (the munge package creates it)"
     local dir=${1:-}
@@ -110,7 +110,8 @@ start() { # [DIR]
     mkdir -p "$dir/munge" "$dir/log" "$dir/ctld" "$dir/slurmd"
     : > "$dir/pids"
 
-    # munged with a key of its own, as the munge user; it insists on private key and state files.
+    # munged with a key of its own, as the munge user (it insists on a private key file);
+    # in the foreground it logs to its standard error (log/munged.out).
     mungekey --create --keyfile="$dir/munge/munge.key" >/dev/null
     chown -R munge:munge "$dir/munge"
     chmod 755 "$dir/munge"
@@ -119,8 +120,7 @@ start() { # [DIR]
     spawn "$dir" munged "$dir/log/munged.out" \
         setpriv --reuid=munge --regid=munge --init-groups \
         munged --foreground --socket="$sock" --key-file="$dir/munge/munge.key" \
-        --pid-file="$dir/munge/munged.pid" --log-file="$dir/log/munged.log" \
-        --seed-file="$dir/munge/munged.seed"
+        --pid-file="$dir/munge/munged.pid" --seed-file="$dir/munge/munged.seed"
     wait_for 20 "munged" bash -c "munge -S '$sock' -n | unmunge -S '$sock'"
 
     # slurm.conf and gres.conf from the template: this machine's cores and memory, free ports.
@@ -143,6 +143,7 @@ start() { # [DIR]
         mknod "$dir/dev/gpu$i" c 1 3 2>/dev/null || : > "$dir/dev/gpu$i"
     done
     echo "NodeName=localhost Name=gpu File=$dir/dev/gpu[0-$((gpus - 1))]" > "$dir/gres.conf"
+: > "$dir/plugstack.conf"
     echo "export SLURM_CONF=$dir/slurm.conf" > "$dir/env"
 
     export SLURM_CONF="$dir/slurm.conf" # the daemons find gres.conf beside it
@@ -194,12 +195,17 @@ stop() { # DIR [LOGDIR]
 run() { # -- CMD...
     [ "${1:-}" = "--" ] && shift
     [ $# -gt 0 ] || die "usage: localslurm.sh run -- CMD..."
-    local dir status=0
-    dir=$(start)
-    trap 'stop "$dir"' EXIT
-    trap 'exit 130' INT TERM
-    (export SLURM_CONF="$dir/slurm.conf"; "$@") || status=$?
-    return $status
+    RUN_DIR=$(start)
+    trap 'stop "$RUN_DIR"' EXIT
+    # CMD runs in the background so that a signal to this script stops it at once (then the
+    # EXIT trap stops the cluster); it keeps this script's standard input.
+    (export SLURM_CONF="$RUN_DIR/slurm.conf"; exec "$@") 0<&0 &
+    RUN_PID=$!
+    trap 'kill -TERM "$RUN_PID" 2>/dev/null; exit 143' TERM
+    trap 'kill -INT "$RUN_PID" 2>/dev/null; exit 130' INT
+    local status=0
+    wait "$RUN_PID" || status=$?
+    exit $status
 }
 
 case "${1:-}" in

@@ -34,6 +34,7 @@ case "$cmd" in
             exit 77
         fi
         [ $status -eq 0 ] || exit $status
+        [ -f "$dir/env" ] || { echo "localslurm.sh start printed '$dir', not a cluster directory" >&2; exit 1; }
         echo "$dir" > "$state/cluster"
         . "$dir/env"
         sinfo
