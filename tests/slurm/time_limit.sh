@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The time-limit path: Slurm itself sends the #SBATCH --signal signal before the limit. A
-# jobs/train_cpu.sbatch job with a 1-minute limit and --signal=USR1@50 (the script's USR1@120
-# does not fit in one minute) trains an open-ended run; Slurm signals it 10-40 s in, gdn
-# checkpoints and exits 75, and the script requeues it. While the job waits to start again the
+# jobs/train_cpu.sbatch job with a 1-minute limit and --signal=USR1@20 (the script's USR1@120
+# does not fit in one minute) trains an open-ended run. slurmctld checks time limits every 30 s
+# and sends the signal at the first check less than 20 + 30 s before the limit, so 10-40 s
+# into the run (never before gdn is up); gdn checkpoints and exits 75, and the script requeues
+# the job. While the job waits to start again the
 # test shortens the run (steps in its config; the schedule length is fixed by decay_steps), and
 # the requeued run resumes and finishes: losses bitwise equal to an uninterrupted run.
 set -euo pipefail
@@ -11,7 +13,7 @@ GDN=$1 STATE=$2
 slurm_attach
 
 write_config tl.json steps=1000000 decay_steps=1000 eval_every=0 ckpt_every=0 log_every=50
-job=$(sbatch --parsable --cpus-per-task=1 --time=1 --signal=USR1@50 "$SRC/jobs/train_cpu.sbatch" tl.json run)
+job=$(sbatch --parsable --cpus-per-task=1 --time=1 --signal=USR1@20 "$SRC/jobs/train_cpu.sbatch" tl.json run)
 end=$((SECONDS + 150))
 until [ "$(job_field "$job" Restarts)" = 1 ]; do
     case "$(job_field "$job" JobState)" in
