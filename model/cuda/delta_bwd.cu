@@ -13,9 +13,11 @@
  *   mode & 2:  Dt  = s (Vn dO^T) o Gam^T   (D of DESIGN 4.3 transposed, for k_grad) and
  *              E^T = Dt o (K Q^T):  dG_i += sum_j E_ij,  dG_j -= sum_i E_ij   (dG1)
  * The two halves run as separate launches so that the second (which needs v_new) can overlap
- * the reverse state pass. The dO / Vn column tiles are double-buffered. */
+ * the reverse state pass. The dO / Vn column tiles are double-buffered. The gate term's row and
+ * column sums go through per-warp partials (one writer each) added in a fixed order: no float
+ * atomics, so the result is the same bits on every run. */
 template <typename E> static size_t dv_local_smem(int K) {
-    return 2 * tile_bytes<E>(64, K) + 5 * tile_bytes<E>(64, 64) + 3 * 64 * 4;
+    return 2 * tile_bytes<E>(64, K) + 5 * tile_bytes<E>(64, 64) + (1 + 4 + 2) * 64 * 4;
 }
 
 template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const gdn_delta_args a, int mode) {
@@ -27,7 +29,8 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const
     E *sPt = sK + 64 * LDK;
     E *sStage = sPt + 64 * LDP; /* 2 x (dO, Vn) */
     float *sG = reinterpret_cast<float *>(sStage + 4 * 64 * LDP);
-    float *sCol = sG + 64, *sRow = sCol + 64;
+    float *sCol = sG + 64;      /* [4][64] column sums, one row per row block wm */
+    float *sRow = sCol + 4 * 64; /* [2][64] row sums, one row per column half */
 
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int t0 = c * GDN_CHUNK, L = min(GDN_CHUNK, a.T - t0);
@@ -36,10 +39,6 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const
     const E *dog = (const E *)a.d_o + tok_off(a, b, t0, h, V);
     const E *vng = (const E *)a.Vn + row_off(a, bh, c, 0, V);
 
-    if (tid < 64) {
-        sCol[tid] = 0.f;
-        sRow[tid] = 0.f;
-    }
     tile_load_async(sQ, LDK, (const E *)a.q + tok_off(a, b, t0, h, K), (long)a.H * K, 64, K, L);
     tile_load_async(sK, LDK, (const E *)a.k + tok_off(a, b, t0, h, K), (long)a.H * K, 64, K, L);
     tile_load_async(sG, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
@@ -122,18 +121,21 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const
         cs0 = col_sum8(cs0);
         cs1 = col_sum8(cs1);
         if (lane < 4) {
-            atomicAdd(&sCol[n0 + nt * 8 + frag_c(0)], cs0);
-            atomicAdd(&sCol[n0 + nt * 8 + frag_c(1)], cs1);
+            sCol[wm * 64 + n0 + nt * 8 + frag_c(0)] = cs0;
+            sCol[wm * 64 + n0 + nt * 8 + frag_c(1)] = cs1;
         }
     }
     rs0 = quad_sum(rs0);
     rs1 = quad_sum(rs1);
     if ((lane & 3) == 0) {
-        atomicAdd(&sRow[j0], rs0);
-        atomicAdd(&sRow[j0 + 8], rs1);
+        sRow[n0 * 2 + j0] = rs0; /* n0 * 2: row 0 or 1 of the [2][64] partials */
+        sRow[n0 * 2 + j0 + 8] = rs1;
     }
     __syncthreads();
-    if (tid < 64) a.dG1[((long)bh * a.NT + c) * GDN_CHUNK + tid] = sCol[tid] - sRow[tid];
+    if (tid < 64) {
+        const float col = (sCol[tid] + sCol[64 + tid]) + (sCol[128 + tid] + sCol[192 + tid]);
+        a.dG1[((long)bh * a.NT + c) * GDN_CHUNK + tid] = col - (sRow[tid] + sRow[64 + tid]);
+    }
 }
 
 /* ========================= reverse state pass: dh, dv_new, dh0 =============================
@@ -314,7 +316,9 @@ __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, in
  *   with d_j = k_j . (Vn dS^T)_j, F = M o K K^T; dg = reverse in-chunk cumsum of dG.
  * Stages of 64-column tiles: a V pass (dVn, Vn, V) building dVb, dv and dA; then per K tile one
  * stage per V tile (dO, Vn, S, dS) and one with (Q, K) for the epilogue. 8 warps: warp (wm, wn)
- * holds rows wm*16.. and columns wn*32.. of each 64x64 product. */
+ * holds rows wm*16.. and columns wn*32.. of each 64x64 product. Row and column sums across warps
+ * go through per-warp partials in shared memory (one writer each) added in a fixed order: no
+ * float atomics, so the gradients are the same bits on every run. */
 /* Partial sum of a 64x64 tile product x o y over this thread's 16-byte pieces (256 threads). */
 template <typename E> __device__ __forceinline__ float tile_dot(const E *x, const E *y, int ld) {
     constexpr int vec = 16 / (int)sizeof(E), cpr = 64 / vec;
@@ -347,7 +351,7 @@ __device__ __forceinline__ grad_stage grad_next(grad_stage st, int nV) {
 
 template <typename E> static size_t grad_smem(int V, int nbuf) {
     return (size_t)nbuf * 4 * tile_bytes<E>(64, 64) + 3 * tile_bytes<E>(64, 64) +
-           tile_bytes<E>(64, V) + 64 * 68 * 4 + 8 * 64 * 4;
+           tile_bytes<E>(64, V) + 64 * 68 * 4 + (2 + 4 + 3 * 2 + 1) * 64 * 4 + 8 * 4;
 }
 
 template <typename E>
@@ -388,12 +392,12 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_grad(const gdn
     float *sDa = reinterpret_cast<float *>(sDvb + 64 * LDB); /* dA o Gam, fp32 */
     float *sG = sDa + 64 * LDF;
     float *sB = sG + 64;
-    float *sCol = sB + 64;   /* -colsum(F) */
-    float *sRowB = sCol + 64; /* dbeta */
-    float *sRowG = sRowB + 64; /* dG row terms */
-    float *sRowD = sRowG + 64; /* d_j r_j */
-    float *sdG = sRowD + 64;
-    float *sRed = sdG + 64; /* [0] <S,dS>, [1] sum_j d_j r_j */
+    float *sCol = sB + 64;        /* [4][64] -colsum(F), one row per row block wm */
+    float *sRowB = sCol + 4 * 64; /* [2][64] dbeta, one row per column half */
+    float *sRowG = sRowB + 2 * 64; /* [2][64] dG row terms */
+    float *sRowD = sRowG + 2 * 64; /* [2][64] d_j r_j */
+    float *sdG = sRowD + 2 * 64;
+    float *sSds = sdG + 64; /* [8] <S,dS> per warp */
 
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int t0 = c * GDN_CHUNK, L = min(GDN_CHUNK, a.T - t0);
@@ -402,14 +406,7 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_grad(const gdn
     const long ldk = (long)a.H * K, ldv = (long)a.H * V;
     const int ns = nV + nK * (nV + 1);
 
-    if (tid < 64) {
-        sB[tid] = tid < L ? a.beta[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
-        sCol[tid] = 0.f;
-        sRowB[tid] = 0.f;
-        sRowG[tid] = 0.f;
-        sRowD[tid] = 0.f;
-        if (tid < 2) sRed[tid] = 0.f;
-    }
+    if (tid < 64) sB[tid] = tid < L ? a.beta[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
     tile_load_async_t<E, 64, 64, 256>(sT, LDP, (const E *)a.Tm + ((long)bh * a.NT + c) * 64 * 64, 64, 64);
     tile_load_async_t<E, 64, 64, 256>(sD, LDP, (const E *)a.Dm + ((long)bh * a.NT + c) * 64 * 64, 64, 64);
     tile_load_async(sG, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
@@ -559,8 +556,8 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_grad(const gdn
                     cs0 = col_sum8(cs0);
                     cs1 = col_sum8(cs1);
                     if (lane < 4) {
-                        atomicAdd(&sCol[n0 + nt * 8 + frag_c(0)], -cs0);
-                        atomicAdd(&sCol[n0 + nt * 8 + frag_c(1)], -cs1);
+                        sCol[wm * 64 + n0 + nt * 8 + frag_c(0)] = -cs0;
+                        sCol[wm * 64 + n0 + nt * 8 + frag_c(1)] = -cs1;
                     }
                 }
             }
@@ -585,21 +582,32 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_grad(const gdn
     sds += __shfl_xor_sync(0xffffffffu, sds, 4);
     sds += __shfl_xor_sync(0xffffffffu, sds, 2);
     sds += __shfl_xor_sync(0xffffffffu, sds, 1);
-    if (lane == 0) atomicAdd(&sRed[0], sds);
+    if (lane == 0) sSds[warp] = sds;
     if ((lane & 3) == 0) {
-        atomicAdd(&sRed[1], dd0 + dd1);
-        atomicAdd(&sRowB[i0], db0);
-        atomicAdd(&sRowB[i1], db1);
-        atomicAdd(&sRowG[i0], dg0);
-        atomicAdd(&sRowG[i1], dg1);
-        atomicAdd(&sRowD[i0], dd0);
-        atomicAdd(&sRowD[i1], dd1);
+        const int half = n0 * 2; /* row 0 or 1 of the [2][64] partials */
+        sRowB[half + i0] = db0;
+        sRowB[half + i1] = db1;
+        sRowG[half + i0] = dg0;
+        sRowG[half + i1] = dg1;
+        sRowD[half + i0] = dd0;
+        sRowD[half + i1] = dd1;
     }
     __syncthreads();
     if (tid < 64) {
-        const float chunk_term = expf(sG[63]) * sRed[0] + sRed[1];
-        if (tid < L) a.dbeta[((long)b * a.T + t0 + tid) * a.H + h] = sRowB[tid];
-        sdG[tid] = dG1[tid] + sRowG[tid] - sRowD[tid] + sCol[tid] + (tid == L - 1 ? chunk_term : 0.f);
+        /* sum_j d_j r_j over the 64 rows: lane l takes rows l and l+32, then a butterfly (every
+         * lane of warps 0 and 1 ends with the same bits) */
+        const int l = tid & 31;
+        float dd_all = (sRowD[l] + sRowD[64 + l]) + (sRowD[32 + l] + sRowD[96 + l]);
+#pragma unroll
+        for (int m = 16; m >= 1; m >>= 1) dd_all += __shfl_xor_sync(0xffffffffu, dd_all, m);
+        float sds_all = 0.f;
+#pragma unroll
+        for (int w = 0; w < 8; ++w) sds_all += sSds[w];
+        const float chunk_term = expf(sG[63]) * sds_all + dd_all;
+        const float col = (sCol[tid] + sCol[64 + tid]) + (sCol[128 + tid] + sCol[192 + tid]);
+        if (tid < L) a.dbeta[((long)b * a.T + t0 + tid) * a.H + h] = sRowB[tid] + sRowB[64 + tid];
+        sdG[tid] = dG1[tid] + (sRowG[tid] + sRowG[64 + tid]) - (sRowD[tid] + sRowD[64 + tid]) + col +
+                   (tid == L - 1 ? chunk_term : 0.f);
     }
     __syncthreads();
     if (tid < L) {

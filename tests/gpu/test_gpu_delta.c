@@ -9,8 +9,14 @@
  * intermediates), and the device-pointer launchers on a stream (forward, then
  * gdn_cuda_delta_bwd_saved reusing the forward's workspace).
  *
+ * Repeatability: on larger shapes (T not a multiple of 64 among them) both ways in run twice on
+ * the same inputs and every output of the forward and the backward must be bitwise identical
+ * (the training is required to repeat bit for bit; an order-dependent float reduction, such as
+ * float atomics, breaks this).
+ *
  * Plain C (the GPU machine has no CMocka). Exit 0: pass, 1: fail, 77: no CUDA device (skip).
- * `--small` runs one small case per precision (for compute-sanitizer). */
+ * `--small` runs one small case per precision (for compute-sanitizer); `--repeat` runs only the
+ * repeatability checks. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,6 +52,13 @@ static const gpu_case device_cases[] = {
     {1, 200, 2, 128, 128, 1, 1, -0.2, "device path, saved fwd"},
     {2, 77, 1, 64, 128, 0, 1, -0.2, "device path, saved fwd"},
     {1, 140, 1, 256, 256, 1, 0, -0.2, "device path, saved fwd"},
+};
+/* repeatability shapes (no fp64 reference: larger, many blocks per launch) */
+static const gpu_case repeat_cases[] = {
+    {2, 1000, 4, 128, 128, 1, 1, -0.2, "repeat"},
+    {3, 333, 3, 64, 64, 0, 1, -0.2, "repeat"},
+    {1, 515, 2, 256, 256, 1, 1, -0.2, "repeat"},
+    {2, 256, 2, 64, 128, 1, 0, -5.0, "repeat"},
 };
 
 static float bf16_round(float x) {
@@ -147,6 +160,52 @@ static void dev_download(float *x, const void *d, size_t n, int bf) {
     free(h);
 }
 
+/* Random inputs of a case: fp64 (for the reference) and their float copies (for the GPU; q, k,
+ * v, d_o rounded to bf16 when bf, the fp64 copies then holding the rounded values). h0 / dht
+ * NULL when the case has none. */
+typedef struct {
+    double *q, *k, *v, *g, *beta, *d_o, *h0, *dht;
+    float *qf, *kf, *vf, *gf, *bef, *dof, *h0f, *dhtf;
+} case_inputs;
+
+static case_inputs make_inputs(const gpu_case *c, int bf, unsigned long long seed) {
+    const size_t ntok = (size_t)c->B * c->T * c->H, nqk = ntok * c->K, nv = ntok * c->V;
+    const size_t nst = (size_t)c->B * c->H * c->K * c->V;
+    case_inputs in;
+    in.q = alloc_d(nqk);
+    in.k = alloc_d(nqk);
+    in.v = alloc_d(nv);
+    in.g = alloc_d(ntok);
+    in.beta = alloc_d(ntok);
+    in.d_o = alloc_d(nv);
+    in.h0 = c->with_h0 ? alloc_d(nst) : NULL;
+    in.dht = c->with_dht ? alloc_d(nst) : NULL;
+    fd_fill_uniform(in.q, nqk, -1, 1, seed + 1);
+    fd_fill_uniform(in.k, nqk, -1, 1, seed + 2);
+    l2norm_rows(in.q, ntok, c->K);
+    l2norm_rows(in.k, ntok, c->K);
+    fd_fill_uniform(in.v, nv, -1, 1, seed + 3);
+    fd_fill_uniform(in.g, ntok, c->gmin, 0, seed + 4);
+    fd_fill_uniform(in.beta, ntok, 0.05, 0.95, seed + 5);
+    fd_fill_uniform(in.d_o, nv, -1, 1, seed + 6);
+    if (in.h0) fd_fill_uniform(in.h0, nst, -0.5, 0.5, seed + 7);
+    if (in.dht) fd_fill_uniform(in.dht, nst, -0.5, 0.5, seed + 8);
+    in.qf = as_f32(in.q, nqk, bf);
+    in.kf = as_f32(in.k, nqk, bf);
+    in.vf = as_f32(in.v, nv, bf);
+    in.gf = as_f32(in.g, ntok, 0);
+    in.bef = as_f32(in.beta, ntok, 0);
+    in.dof = as_f32(in.d_o, nv, bf);
+    in.h0f = as_f32(in.h0, nst, 0);
+    in.dhtf = as_f32(in.dht, nst, 0);
+    return in;
+}
+
+static void free_inputs(case_inputs *in) {
+    free(in->q); free(in->k); free(in->v); free(in->g); free(in->beta); free(in->d_o); free(in->h0); free(in->dht);
+    free(in->qf); free(in->kf); free(in->vf); free(in->gf); free(in->bef); free(in->dof); free(in->h0f); free(in->dhtf);
+}
+
 /* Forward then gdn_cuda_delta_bwd_saved through the device-pointer launchers on a stream. */
 static void gpu_device_path(const gdn_delta_shape *s, gdn_cuda_precision p, const float *q,
                             const float *k, const float *v, const float *g, const float *beta,
@@ -195,22 +254,11 @@ static int run_case(const gpu_case *c, gdn_cuda_precision p, unsigned long long 
     const size_t nst = (size_t)c->B * c->H * c->K * c->V;
     const double scale = 1.0 / sqrt((double)c->K);
 
-    double *q = alloc_d(nqk), *k = alloc_d(nqk), *v = alloc_d(nv), *g = alloc_d(ntok);
-    double *beta = alloc_d(ntok), *d_o = alloc_d(nv);
-    double *h0 = c->with_h0 ? alloc_d(nst) : NULL, *dht = c->with_dht ? alloc_d(nst) : NULL;
-    fd_fill_uniform(q, nqk, -1, 1, seed + 1);
-    fd_fill_uniform(k, nqk, -1, 1, seed + 2);
-    l2norm_rows(q, ntok, c->K);
-    l2norm_rows(k, ntok, c->K);
-    fd_fill_uniform(v, nv, -1, 1, seed + 3);
-    fd_fill_uniform(g, ntok, c->gmin, 0, seed + 4);
-    fd_fill_uniform(beta, ntok, 0.05, 0.95, seed + 5);
-    fd_fill_uniform(d_o, nv, -1, 1, seed + 6);
-    if (h0) fd_fill_uniform(h0, nst, -0.5, 0.5, seed + 7);
-    if (dht) fd_fill_uniform(dht, nst, -0.5, 0.5, seed + 8);
-    float *qf = as_f32(q, nqk, bf), *kf = as_f32(k, nqk, bf), *vf = as_f32(v, nv, bf);
-    float *gf = as_f32(g, ntok, 0), *bef = as_f32(beta, ntok, 0), *dof = as_f32(d_o, nv, bf);
-    float *h0f = as_f32(h0, nst, 0), *dhtf = as_f32(dht, nst, 0);
+    case_inputs in = make_inputs(c, bf, seed);
+    const double *q = in.q, *k = in.k, *v = in.v, *g = in.g, *beta = in.beta, *d_o = in.d_o;
+    const double *h0 = in.h0, *dht = in.dht;
+    const float *qf = in.qf, *kf = in.kf, *vf = in.vf, *gf = in.gf, *bef = in.bef, *dof = in.dof;
+    const float *h0f = in.h0f, *dhtf = in.dhtf;
 
     /* reference */
     double *o = alloc_d(nv), *ht = alloc_d(nst);
@@ -252,10 +300,66 @@ static int run_case(const gpu_case *c, gdn_cuda_precision p, unsigned long long 
     }
     printf("  max %.1e %s\n", worst, fails ? "FAIL" : "ok");
 
-    free(q); free(k); free(v); free(g); free(beta); free(d_o); free(h0); free(dht);
-    free(qf); free(kf); free(vf); free(gf); free(bef); free(dof); free(h0f); free(dhtf);
+    free_inputs(&in);
     free(o); free(ht); free(dq); free(dk); free(dv); free(dg); free(db); free(dh0);
     free(o_g); free(ht_g); free(dq_g); free(dk_g); free(dv_g); free(dg_g); free(db_g); free(dh0_g);
+    return fails;
+}
+
+/* Runs the forward and the backward of one case twice on the same inputs, through the host
+ * wrappers (backward recomputing the intermediates) or the device launchers (saved backward);
+ * every output must be bitwise identical. Returns the number of outputs that differ. */
+static int repeat_case(const gpu_case *c, gdn_cuda_precision p, unsigned long long seed, int device_path) {
+    const int bf = p == GDN_CUDA_BF16;
+    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64};
+    const size_t ntok = (size_t)c->B * c->T * c->H, nqk = ntok * c->K, nv = ntok * c->V;
+    const size_t nst = (size_t)c->B * c->H * c->K * c->V;
+    const float scale = (float)(1.0 / sqrt((double)c->K));
+
+    case_inputs in = make_inputs(c, bf, seed);
+    const float *qf = in.qf, *kf = in.kf, *vf = in.vf, *gf = in.gf, *bef = in.bef, *dof = in.dof;
+    const float *h0f = in.h0f, *dhtf = in.dhtf;
+
+    /* outputs of run r: o, ht, dq, dk, dv, dg, dbeta, dh0 */
+    const size_t n[8] = {nv, nst, nqk, nqk, nv, ntok, ntok, nst};
+    const char *name[8] = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
+    float *out[2][8];
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < 8; i++) out[r][i] = nan_f32(n[i]);
+        float **x = out[r];
+        if (device_path) {
+            gpu_device_path(&s, p, qf, kf, vf, gf, bef, scale, h0f, dof, dhtf, x[0], x[1], x[2], x[3],
+                            x[4], x[5], x[6], x[7]);
+        } else {
+            gdn_cuda_delta_fwd_host(&s, p, qf, kf, vf, gf, bef, scale, h0f, x[0], x[1]);
+            gdn_cuda_delta_bwd_host(&s, p, qf, kf, vf, gf, bef, scale, h0f, dof, dhtf, x[2], x[3],
+                                    x[4], x[5], x[6], x[7]);
+        }
+    }
+    printf("%-4s%s B%d T%-4d H%d K%-3d V%-3d h0=%d dht=%d %-30s", bf ? "bf16" : "fp32",
+           device_path ? "*" : " ", c->B, c->T, c->H, c->K, c->V, c->with_h0, c->with_dht,
+           "twice: bitwise equal?");
+    int fails = 0;
+    for (int i = 0; i < 8; i++) {
+        size_t nd = 0;
+        double dmax = 0;
+        for (size_t j = 0; j < n[i]; j++)
+            if (memcmp(&out[0][i][j], &out[1][i][j], sizeof(float))) {
+                nd++;
+                const double d = fabs((double)out[0][i][j] - out[1][i][j]);
+                if (!(d <= dmax)) dmax = d;
+            }
+        if (nd) {
+            printf(" %s DIFF(%zu of %zu, max %.1e)", name[i], nd, n[i], dmax);
+            fails++;
+        } else {
+            printf(" %s =", name[i]);
+        }
+        free(out[0][i]);
+        free(out[1][i]);
+    }
+    printf("  %s\n", fails ? "FAIL" : "ok");
+    free_inputs(&in);
     return fails;
 }
 
@@ -265,18 +369,23 @@ int main(int argc, char **argv) {
         return 77;
     }
     const int small = argc > 1 && strcmp(argv[1], "--small") == 0;
+    const int repeat_only = argc > 1 && strcmp(argv[1], "--repeat") == 0;
     int fails = 0;
     for (int pi = 0; pi < 2; pi++) {
         const gdn_cuda_precision p = pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32;
         if (small) {
             fails += run_case(&small_case, p, 1000, 0);
             fails += run_case(&small_case, p, 1001, 1);
+            fails += repeat_case(&small_case, p, 1002, 0);
+            fails += repeat_case(&small_case, p, 1003, 1);
             continue;
         }
-        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) && !repeat_only; i++)
             fails += run_case(&cases[i], p, 100 * (i + 1), 0);
-        for (size_t i = 0; i < sizeof(device_cases) / sizeof(device_cases[0]); i++)
+        for (size_t i = 0; i < sizeof(device_cases) / sizeof(device_cases[0]) && !repeat_only; i++)
             fails += run_case(&device_cases[i], p, 5000 + 100 * i, 1);
+        for (size_t i = 0; i < sizeof(repeat_cases) / sizeof(repeat_cases[0]); i++)
+            for (int dev = 0; dev < 2; dev++) fails += repeat_case(&repeat_cases[i], p, 9000 + 100 * i, dev);
     }
     printf("%s: %d failed comparisons\n", fails ? "FAIL" : "PASS", fails);
     return fails ? 1 : 0;
