@@ -45,6 +45,7 @@ static const field fields[] = {
     FR(lr, F_DOUBLE, "peak learning rate"),
     FR(lr_min, F_DOUBLE, "learning-rate floor at the end of the cosine decay"),
     FR(warmup_steps, F_I64, "linear warm-up steps"),
+    FR(decay_steps, F_I64, "length of the warm-up + cosine schedule (0 = steps)"),
     FR(weight_decay, F_DOUBLE, "AdamW decoupled weight decay (not on norms, A_log, dt_bias)"),
     FR(beta1, F_DOUBLE, "AdamW beta1"),
     FR(beta2, F_DOUBLE, "AdamW beta2"),
@@ -70,7 +71,7 @@ typedef struct {
 static const preset presets[] = {
     {"tiny",
      "{\"d_model\":128,\"n_layers\":4,\"n_heads\":2,\"head_dim\":32,\"expand_v\":2,\"d_ff\":384,"
-     "\"seq_len\":128,\"batch_size\":16,\"steps\":1200,\"lr\":3e-3,\"lr_min\":3e-4,"
+     "\"seq_len\":128,\"batch_size\":16,\"steps\":800,\"lr\":3e-3,\"lr_min\":3e-4,"
      "\"warmup_steps\":60,\"eval_every\":200,\"eval_batches\":8,\"ckpt_every\":400}",
      "~0.8M parameters, byte-level; the quickstart (minutes on 2 CPU cores)"},
     {"small",
@@ -104,7 +105,7 @@ static void set_defaults(gdn_run_config *rc) {
     rc->grad_clip = 1.0;
     rc->eval_every = 100;
     rc->eval_batches = 8;
-    rc->log_every = 1;
+    rc->log_every = 10;
     rc->ckpt_every = 0;
     rc->keep = 3;
     rc->sp = 1;
@@ -273,6 +274,7 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
     CHECK(rc->lr > 0 && rc->lr_min >= 0 && rc->lr_min <= rc->lr,
           "need lr > 0 and 0 <= lr_min <= lr (got lr %g, lr_min %g)", rc->lr, rc->lr_min);
     CHECK(rc->warmup_steps >= 0, "warmup_steps must be >= 0");
+    CHECK(rc->decay_steps >= 0, "decay_steps must be >= 0 (0 = steps)");
     CHECK(rc->beta1 >= 0 && rc->beta1 < 1 && rc->beta2 >= 0 && rc->beta2 < 1,
           "beta1 and beta2 must be in [0, 1)");
     CHECK(rc->adam_eps > 0, "adam_eps must be > 0");

@@ -30,6 +30,7 @@ typedef struct {
     /* optimiser and schedule */
     double lr, lr_min;         /* peak and floor learning rate */
     int64_t warmup_steps;
+    int64_t decay_steps;       /* length of the LR schedule; 0 = steps */
     double weight_decay, beta1, beta2, adam_eps, grad_clip;
     /* evaluation, logging, checkpoints */
     int64_t eval_every;        /* steps between validation passes (0 = only at the end) */

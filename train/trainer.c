@@ -150,7 +150,7 @@ static void report_changed_settings(const char *saved_json, const gdn_run_config
 static int truncate_metrics(const char *path, int64_t step) {
     FILE *f = fopen(path, "r");
     if (!f) return 0;
-    char tmp[GDN_PATH_MAX + 16];
+    char tmp[GDN_PATH_MAX + 64];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *o = fopen(tmp, "w");
     if (!o) {
@@ -319,7 +319,7 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
     }
     *gnorm = gdn_grad_norm(t->grads, n);
     if (rc->grad_clip > 0 && *gnorm > rc->grad_clip) gdn_grad_scale(t->grads, n, (float)(rc->grad_clip / *gnorm));
-    *lr = gdn_lr_at(t->step, rc->steps, rc->warmup_steps, rc->lr, rc->lr_min);
+    *lr = gdn_lr_at(t->step, rc->decay_steps ? rc->decay_steps : rc->steps, rc->warmup_steps, rc->lr, rc->lr_min);
     gdn_adamw_hparams h = {*lr, rc->beta1, rc->beta2, rc->adam_eps, rc->weight_decay};
     gdn_adamw_update(&t->table, t->params, t->grads, t->m, t->v, &h, t->step + 1);
     t->step++;
@@ -331,10 +331,9 @@ int gdn_train_run(const gdn_run_config *rc, int argc, char **argv) {
     static trainer t; /* zero-initialised; one run per process */
     memset(&t, 0, sizeof t);
     t.rc = *rc;
-    if (rc->threads > 0) {
-        omp_set_num_threads(rc->threads);
-        openblas_set_num_threads(rc->threads);
-    }
+    /* One thread pool: OpenMP splits the work, OpenBLAS runs single-threaded inside it. */
+    if (rc->threads > 0) omp_set_num_threads(rc->threads);
+    openblas_set_num_threads(1);
     if (open_run(&t, argc, argv)) {
         close_run(&t);
         return 1;

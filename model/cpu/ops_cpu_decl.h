@@ -50,11 +50,11 @@ void R_(gdn_embed_fwd)(real_ *out, const int *tokens, const real_ *table, int N,
 void R_(gdn_embed_bwd)(real_ *dtable, const int *tokens, const real_ *dout, int N, int D);
 
 /* ---- linear (model/cpu/linear.c) ------------------------------------------------------------ */
-/* y[N,O] = x[N,I] W[O,I]^T. */
-void R_(gdn_linear_fwd)(real_ *y, const real_ *x, const real_ *W, int N, int I, int O);
-/* dx[N,I] = dy W (overwrite; dx may be NULL); dW[O,I] += dy^T x. */
+/* y[N,n_out] = x[N,n_in] W[n_out,n_in]^T. */
+void R_(gdn_linear_fwd)(real_ *y, const real_ *x, const real_ *W, int N, int n_in, int n_out);
+/* dx[N,n_in] = dy W (overwrite; dx may be NULL); dW[n_out,n_in] += dy^T x. */
 void R_(gdn_linear_bwd)(real_ *dx, real_ *dW, const real_ *dy, const real_ *x, const real_ *W, int N,
-                        int I, int O);
+                        int n_in, int n_out);
 
 /* ---- norms (model/cpu/norm.c) ----------------------------------------------------------------- */
 /* RMSNorm over the last dim: y = x * rstd * w, rstd[n] = 1/sqrt(mean(x^2) + eps). x,y [N,D]. */
