@@ -55,6 +55,9 @@ typedef struct {
     void (*wait_sends)(gdn_comm *c);
 } gdn_comm_ops;
 
+/* The data plane of a world of one process (comm/comm_self.c). */
+extern const gdn_comm_ops gdn_comm_ops_self;
+
 /* Bytes this rank handed to each kind of operation (payload sizes, not wire bytes). */
 typedef struct {
     uint64_t all_reduce, all_gather, broadcast, send;
@@ -68,18 +71,22 @@ struct gdn_comm {
     const gdn_comm_ops *ops;    /* data plane */
     gdn_comm_bytes bytes;
     double timeout_s;           /* deadline of any single wait */
-    void *impl;                 /* backend state */
+    void *impl;                 /* backend state (NULL for a world of one without MPI) */
 };
 
-/* Starts MPI (or joins the job started by mpiexec / srun --mpi=pmix; a plain run is a world of
- * one) and builds the grid with sequence-parallel groups of sp ranks. When the world size is
- * not a multiple of sp, rank 0 says so and every rank returns NULL with err set. Routes
- * GDN_DIE to gdn_comm_abort from here on. */
+/* Joins the job's ranks and builds the grid with sequence-parallel groups of sp ranks.
+ * Started by a launcher (mpiexec, srun --mpi=pmix, ...: recognised by its environment), this
+ * initialises MPI; a plain run is a world of one without MPI (gdn_comm_ops_self), so that it
+ * starts no MPI runtime. GDN_MPI=1 forces MPI (a launcher not recognised), GDN_MPI=0 forbids
+ * it. When the world size is not a multiple of sp, every rank returns NULL; err holds the
+ * reason on rank 0 and is empty on the others (the message is printed once). From the first
+ * successful call on, GDN_DIE goes to gdn_comm_abort. */
 gdn_comm *gdn_comm_init(int *argc, char ***argv, int sp, char *err, size_t errlen);
 /* Completes pending sends, frees the grid and finalizes MPI. */
 void gdn_comm_finalize(gdn_comm *c);
 
-/* Prints "gdn: rank R: <message>" to stderr and ends every rank of the job (exit status 1). */
+/* Prints "gdn: rank R: <message>" (alone: "gdn: <message>") to stderr and ends every rank of
+ * the job (exit status 1). */
 void gdn_comm_abort(const gdn_comm *c, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 2, 3)));
 

@@ -78,7 +78,7 @@ void gdn_comm_abort(const gdn_comm *c, const char *fmt, ...) {
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
-    if (c) fprintf(stderr, "gdn: rank %d: %s\n", c->rank, msg);
+    if (c && c->size > 1) fprintf(stderr, "gdn: rank %d: %s\n", c->rank, msg);
     else fprintf(stderr, "gdn: %s\n", msg);
     fflush(stderr);
     fflush(stdout);
@@ -198,14 +198,54 @@ static void mpi_wait_sends(gdn_comm *c) {
     m->n_sends = 0;
 }
 
+static double timeout_from_env(void);
+
 static const gdn_comm_ops mpi_ops = {"mpi", mpi_all_reduce, mpi_all_gather, mpi_broadcast,
                                      mpi_send, mpi_recv, mpi_wait_sends};
 
 int gdn_comm_agree(gdn_comm *c, int flag) {
     int64_t v = flag ? c->rank : INT64_MAX;
-    mpi_all_reduce(c, GDN_WORLD, &v, 1, GDN_I64, GDN_MIN, "error and stop flags");
+    c->ops->all_reduce(c, GDN_WORLD, &v, 1, GDN_I64, GDN_MIN, "error and stop flags");
     c->bytes.all_reduce -= sizeof v; /* control traffic: not counted as data */
     return v == INT64_MAX ? -1 : (int)v;
+}
+
+/* Whether a parallel launcher started this process: the variables Open MPI's mpiexec, PMIx
+ * (srun --mpi=pmix, prterun), PMI-1/2 (srun --mpi=pmi2, MPICH's hydra) and MVAPICH set, or a
+ * Slurm step of several tasks (MPI_Init then joins it or explains why it cannot). */
+static int launched_by_mpi(void) {
+    const char *force = getenv("GDN_MPI");
+    if (force && *force) return strcmp(force, "0") != 0;
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
+                                       "PMI_FD", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return 1;
+    const char *tasks = getenv("SLURM_STEP_NUM_TASKS");
+    return tasks && atoi(tasks) > 1;
+}
+
+static void grid_error(int size, int sp, char *err, size_t errlen) {
+    if (size == 1)
+        snprintf(err, errlen,
+                 "sp = %d needs %d ranks (a multiple of %d), but this process runs alone: start it with "
+                 "mpiexec -n N or srun --mpi=pmix -n N", sp, sp, sp);
+    else
+        snprintf(err, errlen,
+                 "sp = %d does not divide the %d ranks of this job: the world is split into dp x sp; "
+                 "start a multiple of %d ranks or choose an sp that divides %d", sp, size, sp, size);
+}
+
+/* A world of one without MPI. */
+static gdn_comm *self_init(int sp, char *err, size_t errlen) {
+    if (sp != 1) {
+        grid_error(1, sp, err, errlen);
+        return NULL;
+    }
+    gdn_comm *c = GDN_CALLOC(1, sizeof *c);
+    c->size = c->local_size = c->dp = c->sp = 1;
+    c->ops = &gdn_comm_ops_self;
+    c->timeout_s = timeout_from_env();
+    return c;
 }
 
 static double timeout_from_env(void) {
@@ -224,6 +264,7 @@ gdn_comm *gdn_comm_init(int *argc, char ***argv, int sp, char *err, size_t errle
     err[0] = 0;
     int init = 0, provided = 0;
     MPI_Initialized(&init);
+    if (!init && !launched_by_mpi()) return self_init(sp, err, errlen);
     /* Only the main thread calls MPI; OpenMP threads compute between calls. */
     if (!init && MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
         snprintf(err, errlen, "MPI could not start (MPI_Init_thread failed)");
@@ -241,11 +282,7 @@ gdn_comm *gdn_comm_init(int *argc, char ***argv, int sp, char *err, size_t errle
     MPI_Comm_rank(m->world, &c->rank);
     MPI_Comm_size(m->world, &c->size);
     if (sp < 1 || c->size % sp != 0) {
-        if (c->rank == 0)
-            snprintf(err, errlen,
-                     "sp = %d does not divide the %d rank%s of this job: the world is split into "
-                     "dp x sp; start a multiple of %d ranks or choose an sp that divides %d",
-                     sp, c->size, c->size == 1 ? "" : "s", sp, c->size);
+        if (c->rank == 0) grid_error(c->size, sp, err, errlen);
         c->sp = 1; /* lets finalize free what exists */
         gdn_comm_finalize(c);
         return NULL;
@@ -262,19 +299,25 @@ gdn_comm *gdn_comm_init(int *argc, char ***argv, int sp, char *err, size_t errle
     MPI_Comm_set_errhandler(m->sp, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m->node, &c->local_rank);
     MPI_Comm_size(m->node, &c->local_size);
-    die_comm = c;
-    gdn_set_die_handler(die_to_abort);
+    if (!die_comm) { /* the first grid of the process reports fatal errors */
+        die_comm = c;
+        gdn_set_die_handler(die_to_abort);
+    }
     return c;
 }
 
 void gdn_comm_finalize(gdn_comm *c) {
     if (!c) return;
-    mpi_impl *m = impl_of(c);
-    if (m->n_sends) mpi_wait_sends(c);
     if (die_comm == c) {
         gdn_set_die_handler(NULL);
         die_comm = NULL;
     }
+    mpi_impl *m = impl_of(c);
+    if (!m) { /* a world of one without MPI */
+        free(c);
+        return;
+    }
+    if (m->n_sends) mpi_wait_sends(c);
     MPI_Comm *comms[] = {&m->dp, &m->sp, &m->node, &m->world};
     for (size_t i = 0; i < sizeof comms / sizeof comms[0]; i++)
         if (*comms[i] != MPI_COMM_NULL) MPI_Comm_free(comms[i]);
