@@ -98,14 +98,17 @@ static void check_mpi(const gdn_comm *c, int code, const char *op, const char *w
 
 /* Polls req until it completes; past the deadline, aborts naming the operation and peer (-1:
  * a collective). */
-static void mpi_wait(const gdn_comm *c, MPI_Request *req, const char *op, const char *what,
-                     gdn_group g, int peer) {
+static void mpi_wait(gdn_comm *c, MPI_Request *req, const char *op, const char *what, gdn_group g,
+                     int peer) {
     const double t0 = MPI_Wtime();
     const struct timespec nap = {0, 50000}; /* 50 us */
     for (long tries = 0;; tries++) {
         int done = 0;
         check_mpi(c, MPI_Test(req, &done, MPI_STATUS_IGNORE), op, what);
-        if (done) return;
+        if (done) {
+            c->wait_s += MPI_Wtime() - t0;
+            return;
+        }
         if (tries < 200) continue;
         nanosleep(&nap, NULL);
         if ((tries & 63) == 0 && MPI_Wtime() - t0 > c->timeout_s) {

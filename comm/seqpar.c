@@ -40,15 +40,13 @@ uint64_t gdn_seqpar_bytes(const gdn_config *cfg, int B, int sp, gdn_sp_exchange 
     const uint64_t H = (uint64_t)cfg->n_heads, K = (uint64_t)cfg->head_dim, V = (uint64_t)gdn_config_head_v(cfg);
     const uint64_t halo = (uint64_t)B * (uint64_t)(cfg->conv_width - 1) * H * (2 * K + V);
     const uint64_t state = (uint64_t)B * H * K * V, map = (uint64_t)B * H * K * (K + V);
-    uint64_t fwd, bwd;
-    if (mode == GDN_SP_PASS) {
-        fwd = halo + state; /* to the next rank */
-        bwd = halo + state; /* to the previous rank */
-    } else {
-        fwd = halo + map;   /* halo to the next rank, own map to the all-gather */
-        bwd = halo + state; /* halo gradient to the previous rank, own E to the all-gather */
-    }
-    return 4 * (uint64_t)cfg->n_layers * (fwd + (with_backward ? bwd : 0));
+    /* Point-to-point traffic goes forward to the next rank and backward to the previous one:
+     * only a middle rank (sp > 2) sends both ways; with sp = 2 the first rank sends the forward
+     * part, the second the backward part. */
+    const uint64_t p2p_fwd = mode == GDN_SP_PASS ? halo + state : halo, p2p_bwd = p2p_fwd;
+    const uint64_t gathered = mode == GDN_SP_PASS ? 0 : map + (with_backward ? state : 0);
+    uint64_t p2p = with_backward ? (sp > 2 ? p2p_fwd + p2p_bwd : p2p_fwd) : p2p_fwd;
+    return 4 * (uint64_t)cfg->n_layers * (p2p + gathered);
 }
 
 static float *alloc_f(size_t n) { return GDN_CALLOC(n ? n : 1, sizeof(float)); }

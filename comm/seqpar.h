@@ -41,8 +41,8 @@ void gdn_seqpar_free(gdn_seqpar *s);
 void gdn_seqpar_attach(gdn_seqpar *s, gdn_cpu_acts_f32 *a);
 
 /* Payload bytes one rank sends per forward + backward pass of a micro-batch, from the shapes:
- * the most any rank of the group sends (a middle rank for GDN_SP_PASS). Forward only when
- * with_backward is 0. */
+ * the most any rank of the group sends (a middle rank when sp > 2), all-gather contributions
+ * included. Forward only when with_backward is 0. */
 uint64_t gdn_seqpar_bytes(const gdn_config *cfg, int B, int sp, gdn_sp_exchange mode, int with_backward);
 
 #endif

@@ -463,15 +463,16 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
      * one node share its cores. */
     omp_set_num_threads(gdn_dist_threads(comm, rc->threads));
     openblas_set_num_threads(1);
-    if (open_run(&t, argc, argv)) {
-        close_run(&t);
-        return 1;
-    }
+    /* before anything slow: a signal during start-up stops the run after its first step */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    if (open_run(&t, argc, argv)) {
+        close_run(&t);
+        return 1;
+    }
 
     gdn_comm *c = comm;
     /* launchers hand ranks a pseudo-terminal even when their own output is a file: the live
@@ -480,6 +481,7 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
     const double t_start = now_s();
     const int64_t first_step = t.step;
     const gdn_comm_bytes bytes0 = c->bytes;
+    const double wait0 = c->wait_s;
     int status = 0;
     double last_val = NAN;
     while (t.step < rc->steps) {
@@ -563,6 +565,7 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
                 (double)(b->all_gather - bytes0.all_gather) / 1e6 / (double)steps,
                 (double)(b->send - bytes0.send) / 1e6 / (double)steps,
                 (double)(b->broadcast - bytes0.broadcast) / 1e6 / (double)steps);
+            say(&t, "rank 0 waited for other ranks %.1f%% of the time\n", 100.0 * (c->wait_s - wait0) / elapsed);
         }
     }
     close_run(&t);

@@ -8,6 +8,8 @@
 #  3. The same checkpoint resumed on 1 rank maps the data position; on 3 ranks it cannot and
 #     says why.
 #  4. A rank killed with SIGKILL mid-run ends the job within 30 s with a message naming it.
+#  5. SIGUSR1 to mpiexec, or to one rank only: every rank stops at the same step after one
+#     checkpoint, exit status 75 (requeue).
 # Usage: train_mpi.sh GDN "MPIEXEC -n"
 set -euo pipefail
 GDN=$1
@@ -124,4 +126,20 @@ took=$(( $(date +%s) - t0 ))
 grep -qE "rank $vrank with PID .*(signal 9|Killed)" "$dir/kill.log" ||
   { cat "$dir/kill.log"; fail "the message does not name the killed rank $vrank (PID $victim)"; }
 echo "killed rank $vrank: job ended in ${took}s with status $status: $(grep -m1 -E "rank $vrank with PID" "$dir/kill.log" | sed 's/^ *//')"
+# 5. SIGUSR1 to the launcher (forwarded to every rank), then to one rank only
+for target in launcher rank; do
+  out="$dir/usr1_$target"
+  "${MPIRUN[@]}" 2 "$GDN" train "${small[@]}" --steps 100000 --batch_size 4 --eval_every 0 \
+    --out "$out" > "$out.log" 2>&1 &
+  job=$!
+  for _ in $(seq 300); do [ -s "$out/metrics.jsonl" ] && break; sleep 0.1; done
+  [ -s "$out/metrics.jsonl" ] || { kill -9 $job; cat "$out.log"; fail "$target: the job never started"; }
+  if [ $target = launcher ]; then kill -USR1 $job; else kill -USR1 "$(pgrep -P $job | tail -1)"; fi
+  status=0
+  wait $job || status=$?
+  [ $status -eq 75 ] || { cat "$out.log"; fail "SIGUSR1 to the $target: exit status $status, expected 75"; }
+  k=$($PY -c "import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])['step'])" "$out/metrics.jsonl")
+  [ -f "$out/$(printf 'ckpt_%08d.h5' "$k")" ] || fail "SIGUSR1 to the $target: no checkpoint at the last step $k"
+  echo "SIGUSR1 to the $target: every rank stopped at step $k with a checkpoint, exit status 75"
+done
 echo "train_mpi: ok"
