@@ -74,7 +74,7 @@ static const preset presets[] = {
      "{\"d_model\":128,\"n_layers\":4,\"n_heads\":2,\"head_dim\":32,\"expand_v\":2,\"d_ff\":384,"
      "\"seq_len\":128,\"batch_size\":16,\"steps\":800,\"lr\":3e-3,\"lr_min\":3e-4,"
      "\"warmup_steps\":60,\"eval_every\":200,\"eval_batches\":8,\"ckpt_every\":400}",
-     "~0.8M parameters, byte-level; the quickstart (minutes on 2 CPU cores)"},
+     "~0.9M parameters, byte-level; the quickstart (minutes on 2 CPU cores)"},
     {"small",
      "{\"d_model\":384,\"n_layers\":6,\"n_heads\":3,\"head_dim\":64,\"expand_v\":2,\"d_ff\":1024,"
      "\"seq_len\":512,\"batch_size\":8,\"steps\":5000,\"lr\":1.5e-3,\"lr_min\":1.5e-4,"

@@ -384,6 +384,8 @@ static int open_run(trainer *t, int argc, char **argv) {
         io_jw_free(&w);
     }
     if (!failed) {
+        say(t, "backend: cpu%s\n",
+            !strcmp(rc->backend, "auto") ? " (auto; the cuda training step is not available yet)" : "");
         say(t, "gdn train:");
         for (int i = 1; i < argc; i++) say(t, " %s", argv[i]);
         say(t, "\nsettings:\n");
@@ -459,6 +461,13 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
     memset(&t, 0, sizeof t);
     t.rc = *rc;
     t.comm = comm;
+    if (!strcmp(rc->backend, "cuda")) {
+        if (comm->rank == 0)
+            fprintf(stderr, "gdn train: the cuda training backend is not available yet (the CUDA delta-rule "
+                            "kernels are: gdn op gated-delta --backend cuda, gdn bench --backend cuda); "
+                            "use --backend cpu\n");
+        return 2;
+    }
     /* One thread pool: OpenMP splits the work, OpenBLAS runs single-threaded inside it. Ranks on
      * one node share its cores. */
     omp_set_num_threads(gdn_dist_threads(comm, rc->threads));
