@@ -129,7 +129,8 @@ static void mpi_wait(gdn_comm *c, MPI_Request *req, const char *op, const char *
 static void mpi_all_reduce(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dtype t, gdn_redop op,
                            const char *what) {
     MPI_Op mop = op == GDN_MAX ? MPI_MAX : op == GDN_MIN ? MPI_MIN : MPI_SUM;
-    if (op == GDN_AVG && t == GDN_I64) GDN_DIE("all-reduce of %s: average of integers is not supported", what);
+    if (op == GDN_AVG && t == GDN_I64)
+        GDN_DIE("all-reduce of %s: average of integers is not supported", what);
     const size_t es = gdn_dtype_size(t);
     for (size_t off = 0; off < n; off += MAX_PIECE) {
         size_t m = n - off < MAX_PIECE ? n - off : MAX_PIECE;
@@ -152,8 +153,8 @@ static void mpi_all_gather(gdn_comm *c, gdn_group g, const void *send, void *rec
                            gdn_dtype t, const char *what) {
     if (n > (size_t)INT_MAX) GDN_DIE("all-gather of %s: %zu elements per rank is too many", what, n);
     MPI_Request req;
-    check_mpi(c, MPI_Iallgather(send, (int)n, mpi_type(t), recv, (int)n, mpi_type(t), group_comm(c, g), &req),
-              "all-gather", what);
+    check_mpi(c, MPI_Iallgather(send, (int)n, mpi_type(t), recv, (int)n, mpi_type(t), group_comm(c, g),
+                                &req), "all-gather", what);
     mpi_wait(c, &req, "all-gather", what, g, -1);
     c->bytes.all_gather += n * gdn_dtype_size(t);
 }
@@ -164,8 +165,8 @@ static void mpi_broadcast(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dty
     for (size_t off = 0; off < n; off += MAX_PIECE) {
         size_t m = n - off < MAX_PIECE ? n - off : MAX_PIECE;
         MPI_Request req;
-        check_mpi(c, MPI_Ibcast((char *)buf + off * es, (int)m, mpi_type(t), root, group_comm(c, g), &req),
-                  "broadcast", what);
+        check_mpi(c, MPI_Ibcast((char *)buf + off * es, (int)m, mpi_type(t), root, group_comm(c, g),
+                                &req), "broadcast", what);
         mpi_wait(c, &req, "broadcast", what, g, -1);
     }
     if (gdn_comm_group_rank(c, g) == root) c->bytes.broadcast += n * es;
@@ -201,7 +202,18 @@ static void mpi_wait_sends(gdn_comm *c) {
     m->n_sends = 0;
 }
 
-static double timeout_from_env(void);
+static double timeout_from_env(void) {
+    const char *s = getenv("GDN_COMM_TIMEOUT");
+    if (!s || !*s) return 600.0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (*end || !(v > 0)) {
+        fprintf(stderr, "gdn: GDN_COMM_TIMEOUT must be a positive number of seconds, got '%s'; "
+                        "using 600\n", s);
+        return 600.0;
+    }
+    return v;
+}
 
 static const gdn_comm_ops mpi_ops = {"mpi", mpi_all_reduce, mpi_all_gather, mpi_broadcast,
                                      mpi_send, mpi_recv, mpi_wait_sends};
@@ -251,18 +263,6 @@ static gdn_comm *self_init(int sp, char *err, size_t errlen) {
     return c;
 }
 
-static double timeout_from_env(void) {
-    const char *s = getenv("GDN_COMM_TIMEOUT");
-    if (!s || !*s) return 600.0;
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (*end || !(v > 0)) {
-        fprintf(stderr, "gdn: GDN_COMM_TIMEOUT must be a positive number of seconds, got '%s'; using 600\n", s);
-        return 600.0;
-    }
-    return v;
-}
-
 gdn_comm *gdn_comm_init(int *argc, char ***argv, int sp, char *err, size_t errlen) {
     err[0] = 0;
     int init = 0, provided = 0;
@@ -271,6 +271,12 @@ gdn_comm *gdn_comm_init(int *argc, char ***argv, int sp, char *err, size_t errle
     /* Only the main thread calls MPI; OpenMP threads compute between calls. */
     if (!init && MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
         snprintf(err, errlen, "MPI could not start (MPI_Init_thread failed)");
+        return NULL;
+    }
+    if (!init && provided < MPI_THREAD_FUNNELED) {
+        snprintf(err, errlen, "this MPI library cannot be used from a program with threads "
+                              "(MPI_THREAD_FUNNELED not provided)");
+        MPI_Finalize();
         return NULL;
     }
     gdn_comm *c = GDN_CALLOC(1, sizeof *c);

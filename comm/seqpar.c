@@ -37,7 +37,8 @@ const char *gdn_sp_exchange_name(gdn_sp_exchange mode) { return mode == GDN_SP_P
 
 uint64_t gdn_seqpar_bytes(const gdn_config *cfg, int B, int sp, gdn_sp_exchange mode, int with_backward) {
     if (sp <= 1) return 0;
-    const uint64_t H = (uint64_t)cfg->n_heads, K = (uint64_t)cfg->head_dim, V = (uint64_t)gdn_config_head_v(cfg);
+    const uint64_t H = (uint64_t)cfg->n_heads, K = (uint64_t)cfg->head_dim;
+    const uint64_t V = (uint64_t)gdn_config_head_v(cfg);
     const uint64_t halo = (uint64_t)B * (uint64_t)(cfg->conv_width - 1) * H * (2 * K + V);
     const uint64_t state = (uint64_t)B * H * K * V, map = (uint64_t)B * H * K * (K + V);
     /* Point-to-point traffic goes forward to the next rank and backward to the previous one:
@@ -51,7 +52,8 @@ uint64_t gdn_seqpar_bytes(const gdn_config *cfg, int B, int sp, gdn_sp_exchange 
 
 static float *alloc_f(size_t n) { return GDN_CALLOC(n ? n : 1, sizeof(float)); }
 
-gdn_seqpar *gdn_seqpar_create(gdn_comm *c, const gdn_config *cfg, int B, int T_seg, gdn_sp_exchange mode) {
+gdn_seqpar *gdn_seqpar_create(gdn_comm *c, const gdn_config *cfg, int B, int T_seg,
+                              gdn_sp_exchange mode) {
     if (T_seg < cfg->conv_width - 1)
         GDN_DIE("sequence parallelism needs at least conv_width - 1 = %d tokens per rank, got %d: use a "
                 "smaller sp or a longer seq_len", cfg->conv_width - 1, T_seg);
@@ -128,7 +130,8 @@ static void hook_fwd_halo(void *user, int l, float *const halo[3], const float *
     if (c->sp_rank + 1 < c->sp) {
         float *buf = s->send_halo + (size_t)l * s->n_halo;
         halo_pack(s, buf, tail);
-        gdn_send(c, GDN_SP, c->sp_rank + 1, buf, s->n_halo, GDN_F32, tag(l, TAG_HALO), "convolution halo");
+        gdn_send(c, GDN_SP, c->sp_rank + 1, buf, s->n_halo, GDN_F32, tag(l, TAG_HALO),
+                 "convolution halo");
     }
     if (c->sp_rank > 0) {
         gdn_recv(c, GDN_SP, c->sp_rank - 1, s->recv_halo, s->n_halo, GDN_F32, tag(l, TAG_HALO),
@@ -144,7 +147,8 @@ static void map_apply(const gdn_seqpar *s, const float *M, const float *x, int t
     const int K = s->K, V = s->V;
     for (int bh = 0; bh < s->B * s->H; bh++)
         cblas_sgemm(CblasRowMajor, transpose ? CblasTrans : CblasNoTrans, CblasNoTrans, K, V, K, 1.0f,
-                    M + (size_t)bh * K * K, K, x + (size_t)bh * K * V, V, 0.0f, y + (size_t)bh * K * V, V);
+                    M + (size_t)bh * K * K, K, x + (size_t)bh * K * V, V, 0.0f,
+                    y + (size_t)bh * K * V, V);
 }
 
 static void hook_fwd_state_in(void *user, int l, const gdn_cpu_delta_args_f32 *d, float *S_in) {
@@ -152,7 +156,8 @@ static void hook_fwd_state_in(void *user, int l, const gdn_cpu_delta_args_f32 *d
     gdn_comm *c = s->c;
     if (s->mode == GDN_SP_PASS) {
         if (c->sp_rank > 0)
-            gdn_recv(c, GDN_SP, c->sp_rank - 1, S_in, s->n_state, GDN_F32, tag(l, TAG_STATE), "delta-rule state");
+            gdn_recv(c, GDN_SP, c->sp_rank - 1, S_in, s->n_state, GDN_F32, tag(l, TAG_STATE),
+                     "delta-rule state");
         else
             memset(S_in, 0, s->n_state * sizeof(float));
         return;
@@ -210,7 +215,8 @@ static void hook_bwd_state_in(void *user, int l, const float *dS_in) {
     if (s->mode != GDN_SP_PASS || c->sp_rank == 0) return;
     float *buf = s->send_dstate + (size_t)l * s->n_state;
     memcpy(buf, dS_in, s->n_state * sizeof(float));
-    gdn_send(c, GDN_SP, c->sp_rank - 1, buf, s->n_state, GDN_F32, tag(l, TAG_DSTATE), "delta-rule state gradient");
+    gdn_send(c, GDN_SP, c->sp_rank - 1, buf, s->n_state, GDN_F32, tag(l, TAG_DSTATE),
+             "delta-rule state gradient");
 }
 
 static void hook_bwd_halo(void *user, int l, float *const dtail[3], const float *const dhalo[3]) {

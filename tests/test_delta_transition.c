@@ -87,7 +87,8 @@ static void apply_map(const problem *p, const double *M, const double *x, const 
             for (int j = 0; j < V; j++) {
                 double acc = c[(size_t)bh * K * V + (size_t)i * V + j];
                 for (int l = 0; l < K; l++)
-                    acc += (transpose ? Mb[(size_t)l * K + i] : Mb[(size_t)i * K + l]) * xb[(size_t)l * V + j];
+                    acc += (transpose ? Mb[(size_t)l * K + i] : Mb[(size_t)i * K + l]) *
+                           xb[(size_t)l * V + j];
                 y[(size_t)bh * K * V + (size_t)i * V + j] = acc;
             }
     }
@@ -192,7 +193,8 @@ static void test_transition_composes_recurrence(void **state) {
         errors_f64(&p, err);
         printf("  B=%d T=%3d H=%d K=%2d V=%2d C=%2d %s: ref fwd %.1e bwd %.1e | chunked H %.1e E %.1e "
                "fwd %.1e bwd %.1e\n",
-               sc->B, sc->T, sc->H, sc->K, sc->V, sc->chunk, sc->decay == DECAY_STRONG ? "strong" : sc->decay == DECAY_WEAK ? "weak  " : "mild  ", err[0],
+               sc->B, sc->T, sc->H, sc->K, sc->V, sc->chunk,
+               sc->decay == DECAY_STRONG ? "strong" : sc->decay == DECAY_WEAK ? "weak  " : "mild  ", err[0],
                err[1], err[2], err[3], err[4], err[5]);
         for (int i = 0; i < 6; i++) {
             assert_true(err[i] < 1e-12);
@@ -237,7 +239,8 @@ static void test_transition_segments_compose(void **state) {
     (void)state;
     const int T = 70, T1 = 29, T2 = T - T1;
     problem p = problem_make(1, T, 2, 8, 16, 16, DECAY_WEAK, 300);
-    problem a = problem_make(1, T1, 2, 8, 16, 16, DECAY_WEAK, 300), b = problem_make(1, T2, 2, 8, 16, 16, DECAY_WEAK, 300);
+    problem a = problem_make(1, T1, 2, 8, 16, 16, DECAY_WEAK, 300);
+    problem b = problem_make(1, T2, 2, 8, 16, 16, DECAY_WEAK, 300);
     const size_t H = 2, K = 8, V = 16;
     for (int t = 0; t < T; t++) { /* split p's rows into a and b */
         problem *dst = t < T1 ? &a : &b;

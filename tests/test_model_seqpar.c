@@ -55,7 +55,8 @@ static void map_apply(const exchange *x, const double *M, const double *in, int 
             for (int j = 0; j < V; j++) {
                 double acc = 0;
                 for (int l = 0; l < K; l++)
-                    acc += (transpose ? Mb[(size_t)l * K + i] : Mb[(size_t)i * K + l]) * xb[(size_t)l * V + j];
+                    acc += (transpose ? Mb[(size_t)l * K + i] : Mb[(size_t)i * K + l]) *
+                           xb[(size_t)l * V + j];
                 t[(size_t)i * V + j] = acc;
             }
         for (size_t e = 0; e < (size_t)K * V; e++) y[(size_t)bh * K * V + e] += t[e];
@@ -111,7 +112,8 @@ static void bwd_state_out(void *user, int l, const gdn_cpu_delta_args_f64 *d, do
         return;
     }
     x->E[u->seg][l] = malloc(x->n_state * sizeof(double));
-    gdn_delta_transition_adjoint_f64(d->shape, d->q, d->k, d->g, d->beta, d->scale, d->d_o, x->E[u->seg][l]);
+    gdn_delta_transition_adjoint_f64(d->shape, d->q, d->k, d->g, d->beta, d->scale, d->d_o,
+                                     x->E[u->seg][l]);
     double *g = calloc(x->n_state, sizeof *g), *next = malloc(x->n_state * sizeof *next);
     for (int j = x->n_seg - 1; j > u->seg; j--) {
         memcpy(next, x->E[j][l], x->n_state * sizeof *next);

@@ -121,10 +121,12 @@ static double evaluate(trainer *t) {
         io_dataset_val_batch(&t->data, i, B, t->comm->dp_rank, dp, t->window);
         split_window(t);
         int nv = 0;
-        acc[0] += gdn_cpu_forward_f32(t->acts, &t->table, t->params, t->inputs, t->targets, 0.0f, &nv, NULL, NULL);
+        acc[0] += gdn_cpu_forward_f32(t->acts, &t->table, t->params, t->inputs, t->targets, 0.0f, &nv,
+                                      NULL, NULL);
         acc[1] += nv;
     }
-    if (t->comm->size > 1) gdn_all_reduce(t->comm, GDN_WORLD, acc, 2, GDN_F64, GDN_SUM, "validation loss");
+    if (t->comm->size > 1)
+        gdn_all_reduce(t->comm, GDN_WORLD, acc, 2, GDN_F64, GDN_SUM, "validation loss");
     return acc[0] / acc[1];
 }
 
@@ -321,11 +323,12 @@ static void print_grid(const trainer *t) {
     }
     gdn_sp_exchange mode = GDN_SP_PASS;
     gdn_sp_exchange_parse(rc->sp_exchange, &mode);
-    double grad_mb = c->size > 1 ? (double)t->table.total * 4.0 / 1e6 : 0.0;
+    double grad_mb = (double)t->table.total * 4.0 / 1e6;
     double sp_mb = (double)gdn_seqpar_bytes(&rc->model, rc->batch_size, c->sp, mode, 1) * t->accum / 1e6;
-    say(t, "distributed: %d ranks = dp %d x sp %d (%d per node, %d CPU thread%s each)", c->size, c->dp, c->sp,
-        c->local_size, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
-    if (c->sp > 1) say(t, "; %d tokens per rank of each sequence, sp_exchange %s", t->T_seg, rc->sp_exchange);
+    say(t, "distributed: %d ranks = dp %d x sp %d (%d per node, %d CPU thread%s each)", c->size, c->dp,
+        c->sp, c->local_size, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
+    if (c->sp > 1)
+        say(t, "; %d tokens per rank of each sequence, sp_exchange %s", t->T_seg, rc->sp_exchange);
     say(t, "\ncommunication per step and rank: gradient all-reduce %.3f MB (payload; a ring moves "
         "2(n-1)/n of it each way)", grad_mb);
     if (c->sp > 1) say(t, ", sequence parallelism %.3f MB at most", sp_mb);
@@ -344,7 +347,8 @@ static int open_run(trainer *t, int argc, char **argv) {
     if (agree_ok(t, failed, "to create the run directory")) return -1;
     io_dataset_opts opts = {.seq_len = rc->seq_len, .seed = (uint64_t)rc->seed,
                             .val_tokens = (size_t)rc->val_tokens, .val_fraction = 0.0};
-    failed = io_dataset_open_files(&t->data, rc->data, NULL, rc->model.vocab_size, &opts, err, sizeof err) != 0;
+    failed = io_dataset_open_files(&t->data, rc->data, NULL, rc->model.vocab_size, &opts, err,
+                                   sizeof err) != 0;
     if (failed) complain(t, "%s", err);
     if (agree_ok(t, failed, "to open the data")) return -1;
     gdn_param_table_build(&t->table, &rc->model);
@@ -390,9 +394,9 @@ static int open_run(trainer *t, int argc, char **argv) {
         for (int i = 1; i < argc; i++) say(t, " %s", argv[i]);
         say(t, "\nsettings:\n");
         if (c->rank == 0) gdn_run_config_print(rc, stdout);
-        say(t, "model: %.3fM parameters (%zu tensors), %d x %d tokens per micro-batch and rank, %d micro-batch%s "
-            "per step\n", (double)n / 1e6, (size_t)t->table.n, rc->batch_size, rc->seq_len, t->accum,
-            t->accum == 1 ? "" : "es");
+        say(t, "model: %.3fM parameters (%zu tensors), %d x %d tokens per micro-batch and data-parallel "
+            "rank, %d micro-batch%s per step\n", (double)n / 1e6, (size_t)t->table.n, rc->batch_size,
+            rc->seq_len, t->accum, t->accum == 1 ? "" : "es");
         say(t, "data: %s: %zu training tokens, %llu validation windows; %d CPU threads\n", rc->data,
             t->data.train.n_tokens, (unsigned long long)t->data.n_val_windows, omp_get_max_threads());
         print_grid(t);
@@ -574,7 +578,8 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
                 (double)(b->all_gather - bytes0.all_gather) / 1e6 / (double)steps,
                 (double)(b->send - bytes0.send) / 1e6 / (double)steps,
                 (double)(b->broadcast - bytes0.broadcast) / 1e6 / (double)steps);
-            say(&t, "rank 0 waited for other ranks %.1f%% of the time\n", 100.0 * (c->wait_s - wait0) / elapsed);
+            say(&t, "rank 0 waited for other ranks %.1f%% of the time\n",
+                100.0 * (c->wait_s - wait0) / elapsed);
         }
     }
     close_run(&t);

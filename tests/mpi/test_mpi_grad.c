@@ -127,8 +127,10 @@ static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table 
     const float gs = 1.0f / (float)(Bg * T);
     int *tokens = malloc((size_t)Bg * T * sizeof(int)), *targets = malloc((size_t)Bg * T * sizeof(int));
     int *tok = malloc((size_t)b * Ts * sizeof(int)), *tgt = malloc((size_t)b * Ts * sizeof(int));
-    float *g_ref = malloc(n * sizeof(float)), *lo = malloc(n * sizeof(float)), *hi = malloc(n * sizeof(float));
-    gdn_cpu_acts_f32 *whole = gdn_cpu_acts_create_f32(t, Bg, T), *mine = gdn_cpu_acts_create_f32(t, b, Ts);
+    float *g_ref = malloc(n * sizeof(float)), *lo = malloc(n * sizeof(float));
+    float *hi = malloc(n * sizeof(float));
+    gdn_cpu_acts_f32 *whole = gdn_cpu_acts_create_f32(t, Bg, T);
+    gdn_cpu_acts_f32 *mine = gdn_cpu_acts_create_f32(t, b, Ts);
     gdn_seqpar *s = NULL;
     if (sp > 1) {
         s = gdn_seqpar_create(c, cfg, b, Ts, mode);
@@ -162,8 +164,10 @@ static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table 
         for (int i = 0; i < t->n; i++) {
             const gdn_param *p = &t->p[i];
             double gn = 0;
-            for (size_t j = 0; j < p->numel; j++) gn += (double)g_ref[p->offset + j] * g_ref[p->offset + j];
-            check(sqrt(gn) > 1e-8, "%s has no reference gradient: the comparison would prove nothing", p->name);
+            for (size_t j = 0; j < p->numel; j++)
+                gn += (double)g_ref[p->offset + j] * g_ref[p->offset + j];
+            check(sqrt(gn) > 1e-8, "%s has no reference gradient: the comparison would prove nothing",
+                  p->name);
             double e = rel_err(g + p->offset, g_ref + p->offset, p->numel);
             check(e < TOL, "dp %d x sp %d %s step %d: gradient of %s relative error %.2e", dp, sp,
                   gdn_sp_exchange_name(mode), k, p->name, e);
@@ -177,7 +181,8 @@ static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table 
         memcpy(hi, g, n * sizeof(float));
         gdn_all_reduce(c, GDN_WORLD, lo, n, GDN_F32, GDN_MIN, "gradient minima");
         gdn_all_reduce(c, GDN_WORLD, hi, n, GDN_F32, GDN_MAX, "gradient maxima");
-        check(!memcmp(lo, hi, n * sizeof(float)), "dp %d x sp %d: the ranks hold different gradients", dp, sp);
+        check(!memcmp(lo, hi, n * sizeof(float)), "dp %d x sp %d: the ranks hold different gradients",
+              dp, sp);
         /* forward only, as validation runs it */
         double ev = gdn_cpu_forward_f32(mine, t, P, tok, tgt, 0.0f, &nv, NULL, NULL) * gs;
         gdn_all_reduce(c, GDN_WORLD, &ev, 1, GDN_F64, GDN_SUM, "validation loss");

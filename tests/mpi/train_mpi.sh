@@ -19,6 +19,15 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 PY=/usr/bin/python3
+# the processes whose parent is $1 (the ranks mpiexec started), from /proc (no procps needed)
+children_of() {
+  local s st ppid
+  for s in /proc/[0-9]*/stat; do
+    st=$(cat "$s" 2>/dev/null) || continue
+    read -r _ ppid _ <<< "${st##*) }" # after "pid (command) ": state, ppid, ...
+    if [ "$ppid" = "$1" ]; then echo "${st%% *}"; fi
+  done | sort -n
+}
 small=(--preset tiny --data "$SRC/data/kjv.txt.gz" --d_model 64 --n_layers 2 --d_ff 128 --seq_len 64
        --warmup_steps 5 --eval_every 25 --seed 5)
 
@@ -107,7 +116,7 @@ echo "2-rank checkpoint: resumed on 1 rank at global sample 80; refused on 3 ran
 job=$!
 for _ in $(seq 300); do [ -s "$dir/kill/metrics.jsonl" ] && break; sleep 0.1; done
 [ -s "$dir/kill/metrics.jsonl" ] || { kill -9 $job; cat "$dir/kill.log"; fail "the 2-rank job never started training"; }
-ranks=($(pgrep -P $job))
+ranks=($(children_of $job))
 [ ${#ranks[@]} -eq 2 ] || { kill -9 $job; fail "expected 2 rank processes under mpiexec, found ${#ranks[@]}"; }
 victim=${ranks[1]}
 # the launcher reports the rank (the PID it prints may be 0 once the process is gone)
@@ -134,7 +143,7 @@ for target in launcher rank; do
   job=$!
   for _ in $(seq 300); do [ -s "$out/metrics.jsonl" ] && break; sleep 0.1; done
   [ -s "$out/metrics.jsonl" ] || { kill -9 $job; cat "$out.log"; fail "$target: the job never started"; }
-  if [ $target = launcher ]; then kill -USR1 $job; else kill -USR1 "$(pgrep -P $job | tail -1)"; fi
+  if [ $target = launcher ]; then kill -USR1 $job; else kill -USR1 "$(children_of $job | tail -1)"; fi
   status=0
   wait $job || status=$?
   [ $status -eq 75 ] || { cat "$out.log"; fail "SIGUSR1 to the $target: exit status $status, expected 75"; }
