@@ -14,6 +14,7 @@
 #include "train/run_config.h"
 #ifdef GDN_HAVE_CUDA
 #include "model/cuda/delta_cuda.h"
+#include "model/cuda/model_cuda.h"
 #endif
 
 
@@ -112,6 +113,35 @@ static void bench_delta_cuda(const gdn_delta_shape *s, int repeats, int json) {
 }
 #endif
 
+#ifdef GDN_HAVE_CUDA
+/* Whole training steps on the GPU (bf16), with the memory the model takes. */
+static void bench_step_cuda(const gdn_run_config *rc, int repeats, int json) {
+    gdn_param_table t;
+    gdn_param_table_build(&t, &rc->model);
+    float *p = GDN_MALLOC(t.total * sizeof(float));
+    gdn_params_init(p, &t, 1);
+    gdn_cuda_step_bench b;
+    gdn_cuda_model_bench(&t, p, gdn_param_matmul_count(&t), rc->batch_size, rc->seq_len, GDN_CUDA_BF16, 3,
+                         repeats, &b);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    if (json)
+        printf("{\"bench\":\"step\",\"backend\":\"cuda\",\"precision\":\"bf16\",\"params\":%zu,\"B\":%d,"
+               "\"T\":%d,\"step_ms\":%.3f,\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"opt_ms\":%.3f,\"tokens_per_s\":%.1f,"
+               "\"mfu\":%.4f,\"model_gib\":%.3f,\"device_used_gib\":%.3f}\n",
+               t.total, rc->batch_size, rc->seq_len, b.step_ms, b.fwd_ms, b.bwd_ms, b.opt_ms, b.tokens_per_s, b.mfu,
+               (double)(b.param_bytes + b.act_bytes) / gib, (double)b.device_used / gib);
+    else
+        printf("training step cuda bf16  %.1fM params, B%d x T%d: %.2f ms (fwd %.2f, bwd %.2f, optim %.2f), "
+               "%.0f tokens/s, MFU %.1f%% (6 x %.1fM matmul params x tokens/s / 701 TFLOP/s); "
+               "model %.2f GiB, device in use %.2f GiB  [median of %d]\n%s",
+               (double)t.total / 1e6, rc->batch_size, rc->seq_len, b.step_ms, b.fwd_ms, b.bwd_ms, b.opt_ms,
+               b.tokens_per_s, 100.0 * b.mfu, (double)b.matmul_params / 1e6,
+               (double)(b.param_bytes + b.act_bytes) / gib, (double)b.device_used / gib, repeats, b.breakdown);
+    free(p);
+    gdn_param_table_free(&t);
+}
+#endif
+
 /* Whole CPU training steps (forward, backward, AdamW) of a configuration. */
 static void bench_step_cpu(const gdn_run_config *rc, int repeats, int json) {
     gdn_param_table t;
@@ -155,7 +185,8 @@ static void bench_usage(FILE *f) {
             "                 [--repeats N] [--json] [training settings for --what step, e.g. --preset tiny]\n\n"
             "delta: the gated delta rule forward and forward+backward. Default shapes: cpu B1,T2048,H4,D64;\n"
             "       cuda the DESIGN 11 shapes B4,T4096,H16,D128; B2,T16384,H16,D128; B1,T8192,H96,D128.\n"
-            "step:  whole training steps (forward, backward, AdamW) of a configuration (default: tiny).\n");
+            "step:  whole training steps (forward, backward, AdamW) of a configuration (default: tiny);\n"
+            "       --preset gdn512m is the 512M model of DESIGN 11 (B16 x T2048).\n");
 }
 
 int gdn_cmd_bench(int argc, char **argv) {
@@ -212,11 +243,6 @@ int gdn_cmd_bench(int argc, char **argv) {
         }
     }
     if (do_step) {
-        if (cuda) {
-            fprintf(stderr, "gdn bench: whole training steps on the cuda backend are not implemented yet\n");
-            free(rest);
-            return 1;
-        }
         static gdn_run_config rc;
         char err[1024];
         int has_preset = 0;
@@ -229,7 +255,11 @@ int gdn_cmd_bench(int argc, char **argv) {
             free(rest);
             return r < 0 ? 2 : 0;
         }
-        bench_step_cpu(&rc, repeats, json);
+#ifdef GDN_HAVE_CUDA
+        if (cuda) bench_step_cuda(&rc, repeats, json);
+        else
+#endif
+            bench_step_cpu(&rc, repeats, json);
     }
     free(rest);
     return 0;

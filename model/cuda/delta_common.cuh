@@ -1,0 +1,401 @@
+/* Shared pieces of the gated-delta-rule kernels: the argument block, the workspace layout, and
+ * warp-level building blocks (asynchronous tile copies, the tensor-core product of shared-memory
+ * tiles, fragment bookkeeping).
+ *
+ * Tiles live in shared memory as the storage type E (__nv_bfloat16 or float), rows padded by
+ * 16 bytes so that ldmatrix and the fp32 loads hit distinct banks. A warp computes a block of
+ * 16x8 output tiles held in the mma.sync accumulator layout: element e of a tile sits at
+ * row lane/4 + 8*(e/2), column 2*(lane%4) + e%2. The bf16 path runs mma.sync m16n8k16 (fp32
+ * accumulate); the fp32 path computes the same fragments with fp32 FMA, so every kernel is
+ * written once for both precisions. */
+#ifndef GDN_DELTA_COMMON_CUH
+#define GDN_DELTA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "model/cuda/cuda_check.h"
+#include "model/cuda/delta_cuda.h"
+
+#define GDN_CHUNK 64
+typedef __nv_bfloat16 bf16;
+
+/* Everything a kernel needs, passed by value. Element pointers are E* (bf16 or float). */
+typedef struct {
+    int B, T, H, K, V, NT; /* NT = number of chunks per sequence */
+    int c0, c1;            /* chunk range of a forward launch (the forward runs in two halves) */
+    float scale;
+    const void *q, *k, *v;  /* [B,T,H,K] / [B,T,H,V] */
+    const float *g, *beta;  /* [B,T,H] */
+    const float *h0;        /* [B,H,K,V] or NULL */
+    void *o;                /* [B,T,H,V] */
+    float *ht;              /* [B,H,K,V] or NULL */
+    const void *d_o;        /* [B,T,H,V] */
+    const float *dht;       /* [B,H,K,V] or NULL */
+    void *dq, *dk, *dv;     /* [B,T,H,K] / [B,T,H,V] */
+    float *dg, *dbeta;      /* [B,T,H] */
+    float *dh0;             /* [B,H,K,V] or NULL */
+    /* workspace; "rows" tensors are chunk-padded: [B*H, NT*64, D] */
+    float *G;        /* [B*H, NT*64] in-chunk cumulative log decay */
+    void *Tm;        /* [B*H, NT, 64, 64] (I+A)^-1 */
+    void *W, *U;     /* [B*H, NT*64, K] / [.., V] */
+    void *Vn;        /* [B*H, NT*64, V] v_new */
+    void *h;         /* [B*H, NT, K, V] state entering each chunk */
+    void *dVl;       /* [B*H, NT*64, V] intra-chunk part of dv_new */
+    void *dVn;       /* [B*H, NT*64, V] dv_new */
+    void *dh;        /* [B*H, NT, K, V] gradient of the state leaving each chunk */
+    void *Dm;        /* [B*H, NT, 64, 64] D^T: Dm[j][i] = s (dO_i . Vn_j) exp(G_i - G_j), i >= j */
+    float *dG1;      /* [B*H, NT*64] intra-chunk output term of dG */
+    float *carry;    /* [B*H, K, V] fp32 state between the two halves of the forward state pass */
+} gdn_delta_args;
+
+/* Byte offsets of the workspace tensors. */
+typedef struct {
+    size_t G, Tm, W, U, Vn, h, dVl, dVn, dh, Dm, dG1, carry, total;
+} gdn_delta_ws;
+
+static inline size_t gdn_ws_round(size_t x) { return (x + 255) & ~(size_t)255; }
+
+static inline gdn_delta_ws gdn_delta_ws_layout(const gdn_delta_shape *s, size_t es) {
+    gdn_delta_ws w;
+    const size_t NT = (size_t)(s->T + GDN_CHUNK - 1) / GDN_CHUNK;
+    const size_t BH = (size_t)s->B * s->H, rows = BH * NT * GDN_CHUNK;
+    const size_t K = (size_t)s->K, V = (size_t)s->V;
+    size_t off = 0;
+#define GDN_WS_TAKE(field, bytes) \
+    w.field = off;                \
+    off += gdn_ws_round(bytes)
+    GDN_WS_TAKE(G, rows * 4);
+    GDN_WS_TAKE(Tm, rows * GDN_CHUNK * es);
+    GDN_WS_TAKE(W, rows * K * es);
+    GDN_WS_TAKE(U, rows * V * es);
+    GDN_WS_TAKE(Vn, rows * V * es);
+    GDN_WS_TAKE(h, BH * NT * K * V * es);
+    GDN_WS_TAKE(dVl, rows * V * es);
+    GDN_WS_TAKE(dVn, rows * V * es);
+    GDN_WS_TAKE(dh, BH * NT * K * V * es);
+    GDN_WS_TAKE(Dm, rows * GDN_CHUNK * es);
+    GDN_WS_TAKE(dG1, rows * 4);
+    GDN_WS_TAKE(carry, BH * K * V * 4);
+#undef GDN_WS_TAKE
+    w.total = off;
+    return w;
+}
+
+/* ---- element conversions ------------------------------------------------------------------ */
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
+template <typename E> __device__ __forceinline__ E from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 from_f<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+/* Two adjacent elements (even column, so 4- or 8-byte aligned). */
+__device__ __forceinline__ void store2(float *p, float a, float b) {
+    *reinterpret_cast<float2 *>(p) = make_float2(a, b);
+}
+__device__ __forceinline__ void store2(bf16 *p, float a, float b) {
+    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(a, b);
+}
+
+/* Padded row length (elements) of a shared tile with n columns: +16 bytes. */
+template <typename E> __host__ __device__ constexpr int pad_ld(int n) {
+    return n + 16 / (int)sizeof(E);
+}
+/* Bytes of a rows x cols shared tile. */
+template <typename E> __host__ __device__ constexpr size_t tile_bytes(int rows, int cols) {
+    return (size_t)rows * pad_ld<E>(cols) * sizeof(E);
+}
+
+/* ---- asynchronous copies -------------------------------------------------------------------- */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    const int n = valid ? 16 : 0; /* 0 source bytes: the 16 destination bytes are zero-filled */
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* Wait until at most n (0..7) groups of this thread are pending. */
+__device__ __forceinline__ void cp_async_wait_dyn(int n) {
+    switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    default: cp_async_wait<7>(); break;
+    }
+}
+
+/* Copy a rows x cols tile from global memory (row stride ldg elements) into shared memory (row
+ * stride lds); rows >= valid_rows are zero-filled. cols*sizeof(E)/16 must be a power of two
+ * (every tile here is 32..256 columns), so the row/column split is a shift, not a division.
+ * The whole block takes part; the caller commits and waits. */
+template <typename E>
+__device__ __forceinline__ void tile_load_async(E *s, int lds, const E *g, long ldg, int rows,
+                                                int cols, int valid_rows) {
+    constexpr int vec = 16 / (int)sizeof(E);
+    const int cpr = cols / vec, sh = __ffs(cpr) - 1;
+    const int total = rows << sh;
+    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+        const int r = idx >> sh, cc = (idx & (cpr - 1)) * vec;
+        const bool ok = r < valid_rows;
+        cp_async16(s + r * lds + cc, ok ? (const void *)(g + r * ldg + cc) : (const void *)g, ok);
+    }
+}
+
+/* tile_load_async with the tile shape and the block size known at compile time (the hot loads
+ * of the state passes): per thread one base address, then fixed strides. */
+template <typename E, int ROWS, int COLS, int NTH>
+__device__ __forceinline__ void tile_load_async_t(E *s, int lds, const E *g, long ldg, int valid_rows) {
+    constexpr int vec = 16 / (int)sizeof(E), cpr = COLS / vec, total = ROWS * cpr;
+    static_assert(NTH % cpr == 0 && total % NTH == 0, "tile and block shapes must divide");
+    constexpr int rstep = NTH / cpr;
+    const int r0 = threadIdx.x / cpr, cc = (threadIdx.x % cpr) * vec;
+    const E *gp = g + r0 * ldg + cc;
+    E *sp = s + r0 * lds + cc;
+#pragma unroll
+    for (int i = 0; i < total / NTH; ++i) {
+        const bool ok = r0 + i * rstep < valid_rows;
+        cp_async16(sp + i * rstep * lds, ok ? (const void *)(gp + i * rstep * ldg) : (const void *)g, ok);
+    }
+}
+
+/* Copy a rows x cols shared tile to global memory with 16-byte stores; rows >= valid_rows are
+ * skipped. Same column constraint as tile_load_async. */
+template <typename E>
+__device__ __forceinline__ void tile_store(E *g, long ldg, const E *s, int lds, int rows,
+                                           int cols, int valid_rows) {
+    constexpr int vec = 16 / (int)sizeof(E);
+    const int cpr = cols / vec, sh = __ffs(cpr) - 1;
+    const int total = rows << sh;
+    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+        const int r = idx >> sh, cc = (idx & (cpr - 1)) * vec;
+        if (r < valid_rows)
+            *reinterpret_cast<uint4 *>(g + r * ldg + cc) =
+                *reinterpret_cast<const uint4 *>(s + r * lds + cc);
+    }
+}
+
+/* ---- fragments ---------------------------------------------------------------------------- */
+__device__ __forceinline__ int frag_r(int e) { return ((threadIdx.x & 31) >> 2) + ((e >> 1) << 3); }
+__device__ __forceinline__ int frag_c(int e) { return ((threadIdx.x & 3) << 1) + (e & 1); }
+
+template <int MT, int NT> __device__ __forceinline__ void acc_zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+}
+
+/* Sum over the 4 lanes that share a fragment row / over the 8 lanes that share a column. */
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    x += __shfl_xor_sync(0xffffffffu, x, 2);
+    return x;
+}
+__device__ __forceinline__ float col_sum8(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 4);
+    x += __shfl_xor_sync(0xffffffffu, x, 8);
+    x += __shfl_xor_sync(0xffffffffu, x, 16);
+    return x;
+}
+
+/* ---- the warp tile product -------------------------------------------------------------------
+ * acc[MT][NT] (a 16*MT x 8*NT block) += A * B over kdim (a multiple of 16), operands in shared
+ * memory. A(m,k) is A[m*lda + k] (OP_MK) or A[k*lda + m] (OP_KM); B(k,n) is B[k*ldb + n] (OP_KN)
+ * or B[n*ldb + k] (OP_NK). Pointers address element (0,0) of the warp's block. */
+enum { OP_MK = 0, OP_KM = 1 };
+enum { OP_KN = 0, OP_NK = 1 };
+
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                         unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int MT, int NT, int AL, int BL>
+__device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const bf16 *A, int lda,
+                                         const bf16 *B, int ldb, int kdim) {
+    static_assert(NT % 2 == 0, "n tiles come in pairs (ldmatrix x4)");
+    const int lane = threadIdx.x & 31;
+    /* per-lane row/column offsets of the ldmatrix addresses */
+    const int a_off = (AL == OP_MK) ? (lane & 15) * lda + (lane >> 4) * 8
+                                    : ((lane & 7) + (lane >> 4) * 8) * lda + ((lane >> 3) & 1) * 8;
+    const int b_off = (BL == OP_NK) ? ((lane & 7) + (lane >> 4) * 8) * ldb + ((lane >> 3) & 1) * 8
+                                    : ((lane & 7) + ((lane >> 3) & 1) * 8) * ldb + (lane >> 4) * 8;
+    for (int kk = 0; kk < kdim; kk += 16) {
+        unsigned a[MT][4], b[NT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            if (AL == OP_MK) ldsm_x4(a[mt], A + a_off + mt * 16 * lda + kk);
+            else ldsm_x4_t(a[mt], A + a_off + kk * lda + mt * 16);
+        }
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+            unsigned r[4];
+            if (BL == OP_NK) ldsm_x4(r, B + b_off + np * 16 * ldb + kk);
+            else ldsm_x4_t(r, B + b_off + kk * ldb + np * 16);
+            b[2 * np][0] = r[0];
+            b[2 * np][1] = r[1];
+            b[2 * np + 1][0] = r[2];
+            b[2 * np + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
+    }
+}
+
+/* fp32: the same fragments by FMA (full fp32 accuracy; tf32 would not meet 1e-4). */
+template <int MT, int NT, int AL, int BL>
+__device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const float *A, int lda,
+                                         const float *B, int ldb, int kdim) {
+    const int lane = threadIdx.x & 31, gr = lane >> 2, qc = (lane & 3) * 2;
+#pragma unroll 2
+    for (int k = 0; k < kdim; ++k) {
+        float a[MT][2], b[NT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            const int r = mt * 16 + gr;
+            a[mt][0] = (AL == OP_MK) ? A[r * lda + k] : A[k * lda + r];
+            a[mt][1] = (AL == OP_MK) ? A[(r + 8) * lda + k] : A[k * lda + r + 8];
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int c = nt * 8 + qc;
+            b[nt][0] = (BL == OP_KN) ? B[k * ldb + c] : B[c * ldb + k];
+            b[nt][1] = (BL == OP_KN) ? B[k * ldb + c + 1] : B[(c + 1) * ldb + k];
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                acc[mt][nt][0] = fmaf(a[mt][0], b[nt][0], acc[mt][nt][0]);
+                acc[mt][nt][1] = fmaf(a[mt][0], b[nt][1], acc[mt][nt][1]);
+                acc[mt][nt][2] = fmaf(a[mt][1], b[nt][0], acc[mt][nt][2]);
+                acc[mt][nt][3] = fmaf(a[mt][1], b[nt][1], acc[mt][nt][3]);
+            }
+    }
+}
+
+/* tf32 tensor-core product of fp32 shared tiles, for the merges of the triangular inverse in
+ * bf16 mode: acc[NT] (16 x 8*NT) += A (16 x kdim, A[m*lda+k]) * B (kdim x 8*NT, B[k*ldb+n]),
+ * kdim a multiple of 8. m16n8k8 fragments: a0 (g,q) a1 (g+8,q) a2 (g,q+4) a3 (g+8,q+4),
+ * b0 (q,g) b1 (q+4,g). */
+__device__ __forceinline__ unsigned f2tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+template <int NT>
+__device__ __forceinline__ void warp_mma_tf32(float (&acc)[NT][4], const float *A, int lda,
+                                              const float *B, int ldb, int kdim) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    for (int k0 = 0; k0 < kdim; k0 += 8) {
+        const unsigned a0 = f2tf32(A[g * lda + k0 + q]), a1 = f2tf32(A[(g + 8) * lda + k0 + q]);
+        const unsigned a2 = f2tf32(A[g * lda + k0 + q + 4]), a3 = f2tf32(A[(g + 8) * lda + k0 + q + 4]);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const unsigned b0 = f2tf32(B[(k0 + q) * ldb + nt * 8 + g]);
+            const unsigned b1 = f2tf32(B[(k0 + q + 4) * ldb + nt * 8 + g]);
+            asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                "{%8,%9}, {%0,%1,%2,%3};\n"
+                : "+f"(acc[nt][0]), "+f"(acc[nt][1]), "+f"(acc[nt][2]), "+f"(acc[nt][3])
+                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+        }
+    }
+}
+
+/* Write a warp's state fragments (rows row0 + 16*mt.., columns col0 + 8*nt..) into a shared
+ * tile as E: the state passes keep the fp32 state in registers and this copy feeds the mma. */
+template <typename E, int MT, int NT, int LD>
+__device__ __forceinline__ void state_to_smem(E *sS, const float (&S)[MT][NT][4], int row0,
+                                              int col0) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+                const int r = row0 + mt * 16 + frag_r(2 * p), col = col0 + nt * 8 + frag_c(0);
+                store2(sS + r * LD + col, S[mt][nt][2 * p], S[mt][nt][2 * p + 1]);
+            }
+}
+
+/* ---- indexing ------------------------------------------------------------------------------ */
+/* Element offset of token row (b, t) of head h in a [B,T,H,D] tensor. */
+__device__ __forceinline__ long tok_off(const gdn_delta_args &a, int b, int t, int h, int D) {
+    return (((long)b * a.T + t) * a.H + h) * D;
+}
+/* Element offset of row r of chunk c of head bh in a chunk-padded [B*H, NT*64, D] tensor. */
+__device__ __forceinline__ long row_off(const gdn_delta_args &a, int bh, int c, int r, int D) {
+    return (((long)bh * a.NT + c) * GDN_CHUNK + r) * D;
+}
+
+/* ---- host side: kernel launch helpers shared by the .cu files ------------------------------- */
+/* Launchers of the forward phases, reused by the backward (recompute). */
+void gdn_delta_launch_intra(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st);
+/* share: the state pass runs beside another kernel, so it sizes itself for half a
+ * multiprocessor. dv_local mode: 1 = dVl, 2 = D^T and the intra gate term. */
+void gdn_delta_launch_state_fwd(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st, int share);
+void gdn_delta_launch_output(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st);
+void gdn_delta_launch_dv_local(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st, int mode);
+void gdn_delta_launch_state_bwd(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st, int share);
+void gdn_delta_launch_grad(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st);
+
+/* The state passes come in V-tile widths BV = 32, 64, 128 (BV/8 warps, 32 columns per warp);
+ * the host picks the one that spreads the warps most evenly over the multiprocessors (ties go
+ * to the wider tile: fewer re-reads of the per-chunk K/W/Q tiles) and the deepest ring that
+ * still lets the chosen number of blocks share a multiprocessor. */
+typedef struct {
+    int bv;
+    const void *kernel;
+    size_t (*smem)(int slots);
+} gdn_state_variant;
+typedef struct {
+    int bv, slots;
+} gdn_state_choice;
+gdn_state_choice gdn_pick_state_variant(const gdn_state_variant *v, int n, int BH, int V,
+                                        int min_slots, int max_slots, int share);
+/* Third state-pass width: 128 columns (16 warps) only where the state rows fit in registers. */
+#define GDN_BV3(K) ((K) <= 128 ? 128 : 64)
+
+/* Fills the argument block's shape and workspace pointers. */
+void gdn_delta_args_init(gdn_delta_args *a, const gdn_delta_shape *s, gdn_cuda_precision p,
+                         float scale, void *workspace);
+
+/* Raises a kernel's dynamic shared-memory limit and carveout, and checks it fits. */
+void gdn_cuda_set_smem(const void *kernel, size_t bytes, const char *name);
+
+/* Small helpers shared by the host files (delta_hostio.cu). */
+size_t gdn_delta_elem_size(gdn_cuda_precision p);          /* 2 (bf16) or 4 (fp32) */
+void *gdn_delta_alloc_poisoned(size_t n, size_t es);        /* cudaMalloc, filled with NaN bits */
+void gdn_delta_free_all(void **ptrs, int n);                /* cudaFree of the non-NULL ones */
+void gdn_delta_to_bf16(bf16 *dst, const float *src, size_t n); /* device conversion, default stream */
+
+#endif

@@ -1,0 +1,133 @@
+/* The gated delta rule on NVIDIA GPUs (sm_90): chunked forward and backward (DESIGN 4.2-4.4).
+ *
+ * Same math, layouts and NULL conventions as gdn_delta_fwd_f32 / gdn_delta_bwd_f32 in
+ * model/cpu/ops_cpu_decl.h:
+ *   q, k: [B,T,H,K]; v, o: [B,T,H,V]; g, beta: [B,T,H]; states h0, ht, dht, dh0: [B,H,K,V].
+ * The GPU path always uses chunk 64 internally (the result does not depend on the chunk size up
+ * to rounding), so s->chunk is ignored. K and V must be 64, 128 or 256; T and B*H are free.
+ *
+ * Precisions:
+ *   GDN_CUDA_FP32: every tensor and every product in fp32 (relative error vs fp64 ~1e-6).
+ *   GDN_CUDA_BF16: q, k, v, o and dq, dk, dv, d_o stored as bf16 (__nv_bfloat16); products take
+ *                  bf16 operands and accumulate in fp32; g, beta, dg, dbeta, the states, the gate
+ *                  cumulative sums and the triangular inverse stay fp32 (relative error ~5e-3).
+ * In both precisions g, beta, dg, dbeta, h0, ht, dht, dh0 are float arrays.
+ *
+ * Every CUDA call is checked; on failure the process prints file:line and the CUDA error string
+ * and exits with status 1. */
+#ifndef GDN_DELTA_CUDA_H
+#define GDN_DELTA_CUDA_H
+
+#include <stddef.h>
+
+#include "model/cpu/ops_cpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { GDN_CUDA_FP32 = 0, GDN_CUDA_BF16 = 1 } gdn_cuda_precision;
+
+/* Number of CUDA devices usable by this process (0 when there is no driver or no GPU). */
+int gdn_cuda_device_count(void);
+
+/* Dies with a message naming the offending field when the shape is not supported. */
+void gdn_cuda_delta_check_shape(const gdn_delta_shape *s);
+
+/* Bytes of device scratch memory that gdn_cuda_delta_fwd / _bwd need for this shape. */
+size_t gdn_cuda_delta_workspace_bytes(const gdn_delta_shape *s, gdn_cuda_precision p);
+
+/* ---- device-pointer launchers (asynchronous on `stream`, a cudaStream_t or NULL) ------------
+ * q, k, v, o, d_o, dq, dk, dv point to float (FP32) or __nv_bfloat16 (BF16) device arrays.
+ * workspace: gdn_cuda_delta_workspace_bytes() bytes of device memory, not shared between
+ * concurrent calls. Outputs are overwritten; h0, ht, dht, dh0 may be NULL.
+ * Internally the calls fork part of their work onto a second (high-priority) stream of the
+ * current device and join it back into `stream` before returning, so ordering against other
+ * work on `stream` is as for a single kernel; calls for one device should come from one host
+ * thread at a time. */
+void gdn_cuda_delta_fwd(const gdn_delta_shape *s, gdn_cuda_precision p,
+                        const void *q,       /* [B,T,H,K] */
+                        const void *k,       /* [B,T,H,K] */
+                        const void *v,       /* [B,T,H,V] */
+                        const float *g,      /* [B,T,H] */
+                        const float *beta,   /* [B,T,H] */
+                        float scale,
+                        const float *h0,     /* [B,H,K,V] or NULL */
+                        void *o,             /* [B,T,H,V] */
+                        float *ht,           /* [B,H,K,V] or NULL */
+                        void *workspace, void *stream);
+
+/* Backward of gdn_cuda_delta_fwd; recomputes the forward intermediates it needs. */
+void gdn_cuda_delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p,
+                        const void *q,       /* [B,T,H,K] */
+                        const void *k,       /* [B,T,H,K] */
+                        const void *v,       /* [B,T,H,V] */
+                        const float *g,      /* [B,T,H] */
+                        const float *beta,   /* [B,T,H] */
+                        float scale,
+                        const float *h0,     /* [B,H,K,V] or NULL */
+                        const void *d_o,     /* [B,T,H,V] */
+                        const float *dht,    /* [B,H,K,V] or NULL */
+                        void *dq,            /* [B,T,H,K] */
+                        void *dk,            /* [B,T,H,K] */
+                        void *dv,            /* [B,T,H,V] */
+                        float *dg,           /* [B,T,H] */
+                        float *dbeta,        /* [B,T,H] */
+                        float *dh0,          /* [B,H,K,V] or NULL */
+                        void *workspace, void *stream);
+
+/* The same backward when `workspace` still holds the intermediates of a gdn_cuda_delta_fwd call
+ * on the same shape, precision and inputs (q, k, v, g, beta, h0), made since with this
+ * workspace: it skips recomputing them (about a third of the backward's time) at the price of
+ * keeping the workspace alive between the two calls. */
+void gdn_cuda_delta_bwd_saved(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
+                              const void *k, const void *v, const float *g, const float *beta,
+                              float scale, const float *h0, const void *d_o, const float *dht,
+                              void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
+                              void *workspace, void *stream);
+
+/* ---- host convenience: HOST float arrays in and out, exactly the CPU semantics --------------
+ * Copies the inputs to the device (rounding q, k, v, d_o to bf16 in BF16 mode), runs, copies the
+ * results back (widening bf16 to float). Synchronous. For tests and the `gdn op` command. */
+void gdn_cuda_delta_fwd_host(const gdn_delta_shape *s, gdn_cuda_precision p, const float *q,
+                             const float *k, const float *v, const float *g, const float *beta,
+                             float scale, const float *h0, float *o, float *ht);
+void gdn_cuda_delta_bwd_host(const gdn_delta_shape *s, gdn_cuda_precision p, const float *q,
+                             const float *k, const float *v, const float *g, const float *beta,
+                             float scale, const float *h0, const float *d_o, const float *dht,
+                             float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dh0);
+
+/* ---- timing ---------------------------------------------------------------------------------
+ * Times forward and forward+backward at shape s on random inputs (with h0 and dht), with CUDA
+ * events: `warmup` untimed runs, then the median of `repeats` timed runs. Also times each
+ * kernel phase on its own (median) so the slowest one can be found. The backward runs the
+ * reverse state pass on a second stream beside the recomputed forward state pass and the D^T
+ * kernel (they are independent), so its time is less than the sum of its phases. */
+enum {
+    GDN_CUDA_PHASE_INTRA,      /* gate cumsum, A, T = (I+A)^-1, W, U (per chunk) */
+    GDN_CUDA_PHASE_STATE_FWD,  /* sequential state pass: h per chunk, v_new */
+    GDN_CUDA_PHASE_OUTPUT,     /* o (per chunk) */
+    GDN_CUDA_PHASE_DV_LOCAL,   /* intra-chunk part of dv_new (per chunk) */
+    GDN_CUDA_PHASE_STATE_BWD,  /* reverse state pass: dh per chunk, dv_new, dh0 */
+    GDN_CUDA_PHASE_DT,         /* D^T and the intra-chunk gate term (per chunk; overlaps the
+                                  reverse state pass) */
+    GDN_CUDA_PHASE_GRAD,       /* dq, dk, dv, dbeta, dg incl. the WY backward (per chunk) */
+    GDN_CUDA_PHASES
+};
+typedef struct {
+    double fwd_ms;                    /* forward */
+    double fwdbwd_ms;                 /* forward followed by backward (which recomputes) */
+    double fwdbwd_saved_ms;           /* forward then gdn_cuda_delta_bwd_saved */
+    double phase_ms[GDN_CUDA_PHASES]; /* each kernel alone */
+} gdn_cuda_delta_timing;
+
+/* Returns the name of a phase (for tables). */
+const char *gdn_cuda_delta_phase_name(int phase);
+void gdn_cuda_delta_time(const gdn_delta_shape *s, gdn_cuda_precision p, int warmup, int repeats,
+                         gdn_cuda_delta_timing *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,564 @@
+/* Forward kernels of the chunked gated delta rule (DESIGN 4.2, 4.4):
+ *   k_intra     per (chunk, head): gate cumsum G, A, T = (I+A)^-1, W, U
+ *   k_state_fwd per (V tile, head), sequential over chunks: h (state entering each chunk), v_new
+ *   k_output    per (chunk, head): o = s [diag(gamma) Q S + (Q K^T o Gam, lower) v_new]
+ * Each works on a chunk range [c0, c1) so that the host can pipeline two halves of the
+ * sequence. The backward reuses the first two to recompute what it needs. */
+#include "model/cuda/delta_common.cuh"
+
+/* ================================ intra-chunk: G, A, T, W, U ================================ */
+
+/* T = (I + A)^-1 for a strictly lower triangular 64x64 A (fp32, row stride 68), in place:
+ * the 16x16 diagonal blocks by forward substitution, then block row I of the inverse from
+ * T_IJ = -T_II sum_{J<=k<I} A_Ik T_kJ. X is 16x68 scratch. 128 threads. */
+__device__ void tri_inverse64(float *sA, float *sX) {
+    const int tid = threadIdx.x;
+    const int LD = 68;
+    const int base = (tid >> 4) << 4, cc = tid & 15;
+    float x[16];
+    if (tid < 64) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            float s0 = (i == cc) ? 1.f : 0.f, s1 = 0.f;
+            const float *arow = sA + (base + i) * LD + base;
+#pragma unroll
+            for (int j = 0; j < i; j += 2) {
+                s0 -= arow[j] * x[j];
+                if (j + 1 < i) s1 -= arow[j + 1] * x[j + 1];
+            }
+            x[i] = s0 + s1;
+        }
+    }
+    __syncthreads(); /* everyone has read its diagonal block of A */
+    if (tid < 64) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) sA[(base + i) * LD + base + cc] = x[i];
+    }
+    /* the strictly upper part of the inverse is zero */
+    for (int idx = tid; idx < 64 * 64; idx += blockDim.x) {
+        const int r = idx >> 6, c = idx & 63;
+        if ((c >> 4) > (r >> 4)) sA[r * LD + c] = 0.f;
+    }
+    __syncthreads();
+    for (int I = 1; I < 4; ++I) {
+        /* X_IJ = sum_{k=16J}^{16I-1} A[16I+r][k] T[k][16J+cc] */
+        for (int idx = tid; idx < I * 256; idx += blockDim.x) {
+            const int J = idx >> 8, r = (idx >> 4) & 15, cc = idx & 15;
+            const float *arow = sA + (16 * I + r) * LD;
+            float s0 = 0.f, s1 = 0.f;
+            for (int k = 16 * J; k < 16 * I; k += 2) {
+                s0 += arow[k] * sA[k * LD + 16 * J + cc];
+                s1 += arow[k + 1] * sA[(k + 1) * LD + 16 * J + cc];
+            }
+            sX[r * LD + 16 * J + cc] = s0 + s1;
+        }
+        __syncthreads();
+        /* T_IJ = -T_II X_IJ (T_II lower triangular) */
+        for (int idx = tid; idx < I * 256; idx += blockDim.x) {
+            const int J = idx >> 8, r = (idx >> 4) & 15, cc = idx & 15;
+            const float *trow = sA + (16 * I + r) * LD + 16 * I;
+            float s = 0.f;
+            for (int m = 0; m <= r; ++m) s += trow[m] * sX[m * LD + 16 * J + cc];
+            sA[(16 * I + r) * LD + 16 * J + cc] = -s;
+        }
+        __syncthreads();
+    }
+}
+
+/* bf16 mode: the same inverse with the merges on tensor cores (tf32; T is rounded to bf16 for
+ * the W/U products anyway). Diagonal 16x16 blocks by substitution (fp32, one warp each), then
+ * the 32x32 blocks T10, T32 and finally the lower-left 32x32 block, each as
+ * T_BA = -T_BB (A_BA T_AA). Scratch X: 32 x 68 floats. */
+__device__ void tri_inverse64_tc(float *sA, float *sX) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int LD = 68, g = lane >> 2, q = lane & 3;
+    const bool worker = warp < 4; /* warps 4.. only join the barriers */
+    if (worker) {
+        const int base = warp * 16, cc = lane & 15;
+        float x[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            float s0 = (i == cc) ? 1.f : 0.f, s1 = 0.f;
+            const float *arow = sA + (base + i) * LD + base;
+#pragma unroll
+            for (int j = 0; j < i; j += 2) {
+                s0 -= arow[j] * x[j];
+                if (j + 1 < i) s1 -= arow[j + 1] * x[j + 1];
+            }
+            x[i] = s0 + s1;
+        }
+        __syncwarp();
+        if (lane < 16) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) sA[(base + i) * LD + base + cc] = x[i];
+        }
+    }
+    for (int idx = tid; idx < 64 * 64; idx += blockDim.x) {
+        const int r = idx >> 6, c = idx & 63;
+        if ((c >> 4) > (r >> 4)) sA[r * LD + c] = 0.f;
+    }
+    __syncthreads();
+    /* 32x32 blocks: warps 0,1 build T10 (8 columns each), warps 2,3 build T32 */
+    {
+        const int ab = ((warp >> 1) & 1) * 2, bb = ab + 1, n0 = (warp & 1) * 8;
+        float R[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+        if (worker) {
+            float P[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+            warp_mma_tf32<1>(P, sA + 16 * bb * LD + 16 * ab, LD, sA + 16 * ab * LD + 16 * ab + n0, LD, 16);
+            float *scr = sX + warp * 16 * 24;
+            scr[g * 24 + 2 * q] = P[0][0];
+            scr[g * 24 + 2 * q + 1] = P[0][1];
+            scr[(g + 8) * 24 + 2 * q] = P[0][2];
+            scr[(g + 8) * 24 + 2 * q + 1] = P[0][3];
+            __syncwarp();
+            warp_mma_tf32<1>(R, sA + 16 * bb * LD + 16 * bb, LD, scr, 24, 16);
+        }
+        __syncthreads(); /* the partner warp is done reading A_ba */
+        if (worker) {
+            float *t = sA + (16 * bb + g) * LD + 16 * ab + n0 + 2 * q;
+            t[0] = -R[0][0];
+            t[1] = -R[0][1];
+            t[8 * LD] = -R[0][2];
+            t[8 * LD + 1] = -R[0][3];
+        }
+    }
+    __syncthreads();
+    /* lower-left 32x32: X = A_BA T_AA, T_BA = -T_BB X; warp = 16x16 quadrant */
+    {
+        const int mr = (warp & 1) * 16, nc = ((warp >> 1) & 1) * 16;
+        if (worker) {
+            float X[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+            warp_mma_tf32<2>(X, sA + (32 + mr) * LD, LD, sA + nc, LD, 32);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                float *x = sX + (mr + g) * 40 + nc + nt * 8 + 2 * q;
+                x[0] = X[nt][0];
+                x[1] = X[nt][1];
+                x[8 * 40] = X[nt][2];
+                x[8 * 40 + 1] = X[nt][3];
+            }
+        }
+        __syncthreads();
+        if (worker) {
+            float R[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+            warp_mma_tf32<2>(R, sA + (32 + mr) * LD + 32, LD, sX + nc, 40, 32);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                float *t = sA + (32 + mr + g) * LD + nc + nt * 8 + 2 * q;
+                t[0] = -R[nt][0];
+                t[1] = -R[nt][1];
+                t[8 * LD] = -R[nt][2];
+                t[8 * LD + 1] = -R[nt][3];
+            }
+        }
+    }
+    __syncthreads();
+}
+
+/* Shared memory of k_intra: K and V tiles, A/T (fp32), then T diag(beta) and
+ * T diag(beta gamma) as E (the inverse's scratch lives in the first of those), 4 vectors. */
+template <typename E> static size_t intra_smem(int K, int V) {
+    return tile_bytes<E>(64, K) + tile_bytes<E>(64, V) + 64 * 68 * 4 + 2 * tile_bytes<E>(64, 64) +
+           4 * 64 * 4;
+}
+
+template <typename E> __global__ void __launch_bounds__(256, 3) k_intra(const gdn_delta_args a) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int K = a.K, V = a.V;
+    const int LDK = pad_ld<E>(K), LDV = pad_ld<E>(V), LDT = pad_ld<E>(64), LDA = 68;
+    static_assert(2 * 64 * (64 + 16 / sizeof(E)) * sizeof(E) >= 32 * 68 * 4, "inverse scratch");
+    E *sK = reinterpret_cast<E *>(smem);
+    E *sV = sK + 64 * LDK;
+    float *sA = reinterpret_cast<float *>(sV + 64 * LDV);
+    E *sTb = reinterpret_cast<E *>(sA + 64 * LDA);
+    E *sTbg = sTb + 64 * LDT;
+    float *sX = reinterpret_cast<float *>(sTb); /* inverse scratch, dead before sTb is written */
+    float *sG = reinterpret_cast<float *>(sTbg + 64 * LDT);
+    float *sB = sG + 64, *sFb = sB + 64, *sFbg = sFb + 64;
+
+    const int c = a.c0 + blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int t0 = c * GDN_CHUNK, L = min(GDN_CHUNK, a.T - t0);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 3, n0 = (warp >> 2) * 32;
+
+    tile_load_async(sK, LDK, (const E *)a.k + tok_off(a, b, t0, h, K), (long)a.H * K, 64, K, L);
+    tile_load_async(sV, LDV, (const E *)a.v + tok_off(a, b, t0, h, V), (long)a.H * V, 64, V, L);
+    cp_async_commit();
+
+    /* inclusive cumsum of g inside the chunk (rows past the end have g = 0, beta = 0) */
+    if (tid < 64) {
+        float gv = 0.f, bv = 0.f;
+        if (tid < L) {
+            const long idx = ((long)b * a.T + t0 + tid) * a.H + h;
+            gv = a.g[idx];
+            bv = a.beta[idx];
+        }
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float y = __shfl_up_sync(0xffffffffu, gv, o);
+            if (lane >= o) gv += y;
+        }
+        sG[tid] = gv;
+        sB[tid] = bv;
+    }
+    __syncthreads();
+    if (tid >= 32 && tid < 64) sG[tid] += sG[31];
+    __syncthreads();
+    if (tid < 64) {
+        a.G[((long)bh * a.NT + c) * GDN_CHUNK + tid] = sG[tid];
+        sFb[tid] = sB[tid];
+        sFbg[tid] = sB[tid] * expf(sG[tid]);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    /* A = strictly_lower(diag(beta) K K^T o Gam); exp only of G_i - G_j with i > j */
+    {
+        float acc[1][4][4];
+        acc_zero(acc);
+        warp_mma<1, 4, OP_MK, OP_NK>(acc, sK + wm * 16 * LDK, LDK, sK + n0 * LDK, LDK, K);
+        const int i0 = wm * 16 + frag_r(0);
+        const float gi0 = sG[i0], gi1 = sG[i0 + 8], bi0 = sB[i0], bi1 = sB[i0 + 8];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = i0 + (e >> 1) * 8, j = n0 + nt * 8 + frag_c(e);
+                const float gi = e < 2 ? gi0 : gi1, bi = e < 2 ? bi0 : bi1;
+                sA[i * LDA + j] = (i > j) ? bi * acc[0][nt][e] * expf(gi - sG[j]) : 0.f;
+            }
+    }
+    __syncthreads();
+    if (sizeof(E) == 2) tri_inverse64_tc(sA, sX);
+    else tri_inverse64(sA, sX);
+
+    /* T to the workspace (for the backward); T diag(beta) and T diag(beta gamma) as E */
+    E *Tg = (E *)a.Tm + ((long)bh * a.NT + c) * 64 * 64;
+    for (int idx = tid; idx < 64 * 32; idx += blockDim.x) {
+        const int r = idx >> 5, col = (idx & 31) * 2;
+        const float x0 = sA[r * LDA + col], x1 = sA[r * LDA + col + 1];
+        store2(Tg + r * 64 + col, x0, x1);
+        store2(sTb + r * LDT + col, x0 * sFb[col], x1 * sFb[col + 1]);
+        store2(sTbg + r * LDT + col, x0 * sFbg[col], x1 * sFbg[col + 1]);
+    }
+    __syncthreads();
+
+    /* W = (T diag(beta gamma)) K, U = (T diag(beta)) V */
+    E *Wg = (E *)a.W + row_off(a, bh, c, 0, K);
+    for (int nb = 0; nb < K; nb += 64) {
+        float acc[1][4][4];
+        acc_zero(acc);
+        warp_mma<1, 4, OP_MK, OP_KN>(acc, sTbg + wm * 16 * LDT, LDT, sK + nb + n0, LDK, 64);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+                const int i = wm * 16 + frag_r(2 * p), j = nb + n0 + nt * 8 + frag_c(0);
+                store2(Wg + (long)i * K + j, acc[0][nt][2 * p], acc[0][nt][2 * p + 1]);
+            }
+    }
+    E *Ug = (E *)a.U + row_off(a, bh, c, 0, V);
+    for (int nb = 0; nb < V; nb += 64) {
+        float acc[1][4][4];
+        acc_zero(acc);
+        warp_mma<1, 4, OP_MK, OP_KN>(acc, sTb + wm * 16 * LDT, LDT, sV + nb + n0, LDV, 64);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+                const int i = wm * 16 + frag_r(2 * p), j = nb + n0 + nt * 8 + frag_c(0);
+                store2(Ug + (long)i * V + j, acc[0][nt][2 * p], acc[0][nt][2 * p + 1]);
+            }
+    }
+}
+
+/* ===================== sequential state pass: h per chunk, v_new, ht ========================
+ * Block = (V tile of BV columns, head) with BV/8 warps: warp (wm, wn) = (warp % 4, warp / 4)
+ * owns state rows wm*K/4 .. and columns wn*32 .. (fp32 registers); a bf16/fp32 copy of the state
+ * in shared memory feeds W S. Per chunk the W and K tiles stream through a ring of `slots`
+ * shared buffers filled by cp.async ahead of use (tile 2c = W_c with U_c and G_c, tile 2c+1 =
+ * K_c); U and G go to one of nsb = ceil(slots/2) small buffers. */
+template <typename E, int K, int BV> static size_t state_fwd_smem(int slots) {
+    const int nsb = (slots + 1) / 2;
+    return (size_t)slots * tile_bytes<E>(64, K) + nsb * (tile_bytes<E>(64, BV) + 64 * 4) +
+           tile_bytes<E>(K, BV) + tile_bytes<E>(64, BV);
+}
+
+/* Issue the cp.async group of tile `tile` into ring slot `slot` (a W tile also brings U and G
+ * into small buffer `sb`); past the last chunk the group is empty, which keeps the count of
+ * pending groups uniform. */
+template <typename E, int K, int BV>
+__device__ __forceinline__ void state_fwd_issue(const gdn_delta_args &a, int tile, E *dst, E *u,
+                                                float *gsb, int bh, int b, int h, int v0) {
+    constexpr int LDT = pad_ld<E>(K), LDU = pad_ld<E>(BV);
+    const int c = a.c0 + (tile >> 1);
+    if (c < a.c1) {
+        if ((tile & 1) == 0) {
+            tile_load_async_t<E, 64, K, BV * 4>(dst, LDT, (const E *)a.W + row_off(a, bh, c, 0, K), K, 64);
+            tile_load_async_t<E, 64, BV, BV * 4>(u, LDU, (const E *)a.U + row_off(a, bh, c, 0, a.V) + v0, a.V, 64);
+            tile_load_async(gsb, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
+        } else {
+            const int L = min(GDN_CHUNK, a.T - c * GDN_CHUNK);
+            tile_load_async_t<E, 64, K, BV * 4>(dst, LDT, (const E *)a.k + tok_off(a, b, c * GDN_CHUNK, h, K),
+                                                (long)a.H * K, L);
+        }
+    }
+    cp_async_commit();
+}
+
+template <typename E, int K, int BV>
+__global__ void __launch_bounds__(BV * 4) k_state_fwd(const gdn_delta_args a, int slots) {
+    constexpr int MT = K / 64, NTV = 4;
+    constexpr int LDT = pad_ld<E>(K), LDU = pad_ld<E>(BV);
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int nsb = (slots + 1) / 2;
+    E *ring = reinterpret_cast<E *>(smem);
+    E *sU = ring + slots * 64 * LDT;
+    E *sS = sU + nsb * 64 * LDU;
+    E *sVn = sS + K * LDU;
+    float *sG = reinterpret_cast<float *>(sVn + 64 * LDU);
+
+    const int bh = blockIdx.y, b = bh / a.H, h = bh % a.H, v0 = blockIdx.x * BV;
+    const int warp = threadIdx.x >> 5, wm = warp & 3, c0 = (warp >> 2) * 32, srow = wm * (K / 4);
+    const int NT = a.NT;
+    E *Vng = (E *)a.Vn;
+    E *hg = (E *)a.h;
+
+    float S[MT][NTV][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = srow + mt * 16 + frag_r(e), col = v0 + c0 + nt * 8 + frag_c(e);
+                const float *init = a.c0 > 0 ? a.carry : a.h0; /* second half: carried state */
+                S[mt][nt][e] = init ? init[((long)bh * K + r) * a.V + col] : 0.f;
+            }
+    state_to_smem<E, MT, NTV, LDU>(sS, S, srow, c0);
+    /* ring bookkeeping without divisions: `cur` = slot of the tile consumed in this phase,
+     * `prev` = slot of the previous one (refilled now), sb_in / sb_out = small buffers of the
+     * next W tile to issue / of the current chunk */
+    int sb_in = 0;
+    for (int i = 0; i < slots; ++i) {
+        state_fwd_issue<E, K, BV>(a, i, ring + i * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * 64, bh, b, h, v0);
+        if ((i & 1) == 0 && ++sb_in == nsb) sb_in = 0;
+    }
+    int cur = 0, prev = slots - 1, sb_out = 0;
+    E *vng = Vng + row_off(a, bh, 0, 0, a.V) + v0;
+    E *hgc = hg + (long)bh * NT * K * a.V + v0;
+
+    /* One tile per phase: before phase u, wait for tile u, then refill the slot that tile u-1
+     * (consumed by every warp before this barrier) held with tile u-1+slots. */
+    for (int c = a.c0; c < a.c1; ++c) {
+        cp_async_wait_dyn(slots - 2); /* W_c, U_c, G_c have landed */
+        __syncthreads();
+        if (c > a.c0) {
+            const int t = 2 * (c - a.c0) - 1 + slots;
+            state_fwd_issue<E, K, BV>(a, t, ring + prev * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * 64, bh, b, h, v0);
+            if ((t & 1) == 0 && ++sb_in == nsb) sb_in = 0;
+        }
+        tile_store(hgc + (long)c * K * a.V, a.V, sS, LDU, K, BV, K);
+
+        /* v_new = U - W S; the K^T product takes diag(exp(G_last - G)) v_new */
+        const E *sW = ring + cur * 64 * LDT;
+        const E *u = sU + sb_out * 64 * LDU;
+        const float *gG = sG + sb_out * 64;
+        if (++sb_out == nsb) sb_out = 0;
+        prev = cur;
+        if (++cur == slots) cur = 0;
+        float acc[1][NTV][4];
+        acc_zero(acc);
+        warp_mma<1, NTV, OP_MK, OP_KN>(acc, sW + wm * 16 * LDT, LDT, sS + c0, LDU, K);
+        const float Glast = gG[63]; /* padded rows have g = 0: G_63 = G of the last real row */
+        const float gammaC = expf(Glast);
+        const int i0 = wm * 16 + frag_r(0);
+        const float r0 = expf(Glast - gG[i0]), r1 = expf(Glast - gG[i0 + 8]);
+        E *vnc = vng + (long)c * GDN_CHUNK * a.V;
+#pragma unroll
+        for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+                const int i = i0 + 8 * p, j = c0 + nt * 8 + frag_c(0);
+                const float vn0 = to_f(u[i * LDU + j]) - acc[0][nt][2 * p];
+                const float vn1 = to_f(u[i * LDU + j + 1]) - acc[0][nt][2 * p + 1];
+                store2(vnc + i * a.V + j, vn0, vn1);
+                const float r = p ? r1 : r0;
+                store2(sVn + i * LDU + j, vn0 * r, vn1 * r);
+            }
+        cp_async_wait_dyn(slots - 2); /* K_c has landed */
+        __syncthreads();
+        {
+            const int t = 2 * (c - a.c0) + slots;
+            state_fwd_issue<E, K, BV>(a, t, ring + prev * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * 64, bh, b, h, v0);
+            if ((t & 1) == 0 && ++sb_in == nsb) sb_in = 0;
+        }
+
+        /* S = gamma_C S + K^T diag(r) v_new */
+        const E *sKc = ring + cur * 64 * LDT;
+        prev = cur;
+        if (++cur == slots) cur = 0;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) S[mt][nt][e] *= gammaC;
+        warp_mma<MT, NTV, OP_KM, OP_KN>(S, sKc + srow, LDT, sVn + c0, LDU, 64);
+        state_to_smem<E, MT, NTV, LDU>(sS, S, srow, c0);
+    }
+    cp_async_wait<0>();
+    float *fin = a.c1 < NT ? a.carry : a.ht; /* first half: hand the state to the second */
+    if (fin) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = srow + mt * 16 + frag_r(e), col = v0 + c0 + nt * 8 + frag_c(e);
+                    fin[((long)bh * K + r) * a.V + col] = S[mt][nt][e];
+                }
+    }
+}
+
+/* ================================ output: o per chunk ======================================= */
+template <typename E> static size_t output_smem(int K) {
+    const size_t ks = tile_bytes<E>(64, K) > tile_bytes<E>(K, 64) ? tile_bytes<E>(64, K)
+                                                                   : tile_bytes<E>(K, 64);
+    return tile_bytes<E>(64, K) + ks + 2 * tile_bytes<E>(64, 64) + 64 * 4;
+}
+
+/* 8 warps: warp (wm, wn) computes rows wm*16.. and columns wn*32.. of each 64x64 product. */
+template <typename E> __global__ void __launch_bounds__(256, 2) k_output(const gdn_delta_args a) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int K = a.K, V = a.V;
+    const int LDK = pad_ld<E>(K), LDP = pad_ld<E>(64);
+    const size_t ks = tile_bytes<E>(64, K) > tile_bytes<E>(K, 64) ? tile_bytes<E>(64, K)
+                                                                   : tile_bytes<E>(K, 64);
+    E *sQ = reinterpret_cast<E *>(smem);
+    E *sKS = sQ + 64 * LDK; /* K tile, then S tiles */
+    E *sP = reinterpret_cast<E *>(reinterpret_cast<unsigned char *>(sKS) + ks);
+    E *sVn = sP + 64 * LDP;
+    float *sG = reinterpret_cast<float *>(sVn + 64 * LDP);
+
+    const int c = a.c0 + blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int t0 = c * GDN_CHUNK, L = min(GDN_CHUNK, a.T - t0);
+    const int warp = threadIdx.x >> 5, wm = warp & 3, n0 = (warp >> 2) * 32;
+    const int i0 = wm * 16 + frag_r(0);
+
+    tile_load_async(sQ, LDK, (const E *)a.q + tok_off(a, b, t0, h, K), (long)a.H * K, 64, K, L);
+    tile_load_async(sKS, LDK, (const E *)a.k + tok_off(a, b, t0, h, K), (long)a.H * K, 64, K, L);
+    tile_load_async(sG, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    /* P = lower_incl(Q K^T o Gam) */
+    const float gi0 = sG[i0], gi1 = sG[i0 + 8];
+    {
+        float acc[1][4][4];
+        acc_zero(acc);
+        warp_mma<1, 4, OP_MK, OP_NK>(acc, sQ + wm * 16 * LDK, LDK, sKS + n0 * LDK, LDK, K);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+                const int i = i0 + 8 * p, j = n0 + nt * 8 + frag_c(0);
+                const float gi = p ? gi1 : gi0;
+                const float p0 = (j <= i) ? acc[0][nt][2 * p] * expf(gi - sG[j]) : 0.f;
+                const float p1 = (j + 1 <= i) ? acc[0][nt][2 * p + 1] * expf(gi - sG[j + 1]) : 0.f;
+                store2(sP + i * LDP + j, p0, p1);
+            }
+    }
+    __syncthreads();
+
+    const E *hg = (const E *)a.h + ((long)bh * a.NT + c) * K * V;
+    const E *vng = (const E *)a.Vn + row_off(a, bh, c, 0, V);
+    E *og = (E *)a.o + tok_off(a, b, t0, h, V);
+    const float gam0 = expf(gi0), gam1 = expf(gi1);
+    for (int v0 = 0; v0 < V; v0 += 64) {
+        tile_load_async(sKS, LDP, hg + v0, V, K, 64, K);
+        tile_load_async(sVn, LDP, vng + v0, V, 64, 64, 64);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        float acc[1][4][4];
+        acc_zero(acc);
+        warp_mma<1, 4, OP_MK, OP_KN>(acc, sQ + wm * 16 * LDK, LDK, sKS + n0, LDP, K);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            acc[0][nt][0] *= gam0;
+            acc[0][nt][1] *= gam0;
+            acc[0][nt][2] *= gam1;
+            acc[0][nt][3] *= gam1;
+        }
+        warp_mma<1, 4, OP_MK, OP_KN>(acc, sP + wm * 16 * LDP, LDP, sVn + n0, LDP, 64);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+                const int i = i0 + 8 * p, j = v0 + n0 + nt * 8 + frag_c(0);
+                if (i < L)
+                    store2(og + (long)i * a.H * V + j, a.scale * acc[0][nt][2 * p],
+                           a.scale * acc[0][nt][2 * p + 1]);
+            }
+        __syncthreads();
+    }
+}
+
+/* ====================================== launchers =========================================== */
+template <typename E> static void launch_intra_t(const gdn_delta_args *a, cudaStream_t st) {
+    const size_t sm = intra_smem<E>(a->K, a->V);
+    gdn_cuda_set_smem((const void *)k_intra<E>, sm, "k_intra");
+    k_intra<E><<<dim3(a->c1 - a->c0, a->B * a->H), 256, sm, st>>>(*a);
+    GDN_CUDA_CHECK_LAUNCH();
+}
+
+template <typename E, int K, int BV>
+static void launch_state_fwd_bv(const gdn_delta_args *a, int slots, cudaStream_t st) {
+    const size_t sm = state_fwd_smem<E, K, BV>(slots);
+    gdn_cuda_set_smem((const void *)k_state_fwd<E, K, BV>, sm, "k_state_fwd");
+    k_state_fwd<E, K, BV><<<dim3(a->V / BV, a->B * a->H), BV * 4, sm, st>>>(*a, slots);
+    GDN_CUDA_CHECK_LAUNCH();
+}
+
+template <typename E, int K> static void launch_state_fwd_t(const gdn_delta_args *a, cudaStream_t st, int share) {
+    gdn_state_variant v[3] = {
+        {32, (const void *)k_state_fwd<E, K, 32>, state_fwd_smem<E, K, 32>},
+        {64, (const void *)k_state_fwd<E, K, 64>, state_fwd_smem<E, K, 64>},
+        {128, (const void *)k_state_fwd<E, K, GDN_BV3(K)>, state_fwd_smem<E, K, GDN_BV3(K)>},
+    };
+    /* 128 columns need 16 warps; with K = 256 their registers would spill */
+    const int nv = (a->V >= 128 && K <= 128) ? 3 : 2;
+    const gdn_state_choice ch = gdn_pick_state_variant(v, nv, a->B * a->H, a->V, 2, 6, share);
+    if (ch.bv == 32) launch_state_fwd_bv<E, K, 32>(a, ch.slots, st);
+    else if (ch.bv == 64) launch_state_fwd_bv<E, K, 64>(a, ch.slots, st);
+    else launch_state_fwd_bv<E, K, GDN_BV3(K)>(a, ch.slots, st);
+}
+
+template <typename E> static void launch_output_t(const gdn_delta_args *a, cudaStream_t st) {
+    const size_t sm = output_smem<E>(a->K);
+    gdn_cuda_set_smem((const void *)k_output<E>, sm, "k_output");
+    k_output<E><<<dim3(a->c1 - a->c0, a->B * a->H), 256, sm, st>>>(*a);
+    GDN_CUDA_CHECK_LAUNCH();
+}
+
+void gdn_delta_launch_intra(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st) {
+    if (p == GDN_CUDA_BF16) launch_intra_t<bf16>(a, st);
+    else launch_intra_t<float>(a, st);
+}
+
+void gdn_delta_launch_state_fwd(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st, int share) {
+    const int bf = p == GDN_CUDA_BF16;
+    switch (a->K) {
+    case 64: bf ? launch_state_fwd_t<bf16, 64>(a, st, share) : launch_state_fwd_t<float, 64>(a, st, share); break;
+    case 128: bf ? launch_state_fwd_t<bf16, 128>(a, st, share) : launch_state_fwd_t<float, 128>(a, st, share); break;
+    case 256: bf ? launch_state_fwd_t<bf16, 256>(a, st, share) : launch_state_fwd_t<float, 256>(a, st, share); break;
+    default: GDN_CUDA_DIE("gated delta rule: K=%d is not 64, 128 or 256", a->K);
+    }
+}
+
+void gdn_delta_launch_output(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st) {
+    if (p == GDN_CUDA_BF16) launch_output_t<bf16>(a, st);
+    else launch_output_t<float>(a, st);
+}

@@ -1,0 +1,275 @@
+/* Host side of the CUDA gated delta rule: device queries, shape checks, the workspace, the
+ * state-pass variant choice, and the launch sequences of the forward and the backward. */
+#include <string.h>
+
+#include "model/cuda/delta_common.cuh"
+
+/* ---- small utilities ------------------------------------------------------------------------ */
+int gdn_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no driver / no device: not an error for the caller */
+        return 0;
+    }
+    return n;
+}
+
+void gdn_cuda_set_smem(const void *kernel, size_t bytes, const char *name) {
+    int dev = 0, limit = 0;
+    GDN_CUDA_CHECK(cudaGetDevice(&dev));
+    GDN_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (bytes > (size_t)limit)
+        GDN_CUDA_DIE("%s needs %zu bytes of shared memory per block, the device allows %d", name,
+                     bytes, limit);
+    GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    /* all of the unified L1/shared array as shared memory, so that the backward's concurrent
+     * kernels (two state passes, or a state pass and a per-chunk kernel) fit on one
+     * multiprocessor together; the kernels stage their data in shared memory, not in L1 */
+    GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
+}
+
+gdn_state_choice gdn_pick_state_variant(const gdn_state_variant *v, int n, int BH, int V,
+                                        int min_slots, int max_slots, int share) {
+    int dev = 0, sms = 0, smem_sm = 0, smem_blk = 0;
+    GDN_CUDA_CHECK(cudaGetDevice(&dev));
+    GDN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    GDN_CUDA_CHECK(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    GDN_CUDA_CHECK(cudaDeviceGetAttribute(&smem_blk, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    /* beside a concurrent kernel: plan for half of each multiprocessor */
+    const int regs_sm = share ? 32768 : 65536, warps_sm = share ? 32 : 64;
+    if (share) smem_sm /= 2;
+    if (smem_blk > smem_sm) smem_blk = smem_sm - 1024;
+    gdn_state_choice best = {0, 0};
+    long best_cost = -1;
+    const size_t reserve = 1024; /* per-block shared memory the runtime keeps */
+    for (int i = 0; i < n; ++i) {
+        if (v[i].bv > V) continue;
+        struct cudaFuncAttributes fa;
+        GDN_CUDA_CHECK(cudaFuncGetAttributes(&fa, v[i].kernel));
+        const int threads = v[i].bv * 4, warps = threads / 32;
+        const long blocks = (long)BH * (V / v[i].bv);
+        const size_t sm_min = v[i].smem(min_slots);
+        if (sm_min > (size_t)smem_blk) continue;
+        const int regs_warp = ((fa.numRegs * 32 + 255) / 256) * 256;
+        int bps = (int)((size_t)smem_sm / (sm_min + reserve));
+        bps = bps < regs_sm / (regs_warp * warps) ? bps : regs_sm / (regs_warp * warps);
+        bps = bps < warps_sm / warps ? bps : warps_sm / warps;
+        if (bps < 1) continue;
+        const long need = (blocks + sms - 1) / sms;
+        const int use = need < bps ? (int)need : bps;
+        const long waves = (blocks + (long)sms * use - 1) / ((long)sms * use);
+        const long cost = waves * use * warps;
+        if (best_cost < 0 || cost < best_cost || (cost == best_cost && v[i].bv > best.bv)) {
+            best_cost = cost;
+            best.bv = v[i].bv;
+            best.slots = min_slots;
+            for (int s = max_slots; s > min_slots; --s) {
+                const size_t sm = v[i].smem(s);
+                if (sm <= (size_t)smem_blk && (sm + reserve) * use <= (size_t)smem_sm) {
+                    best.slots = s;
+                    break;
+                }
+            }
+        }
+    }
+    if (best_cost < 0) {
+        /* too big to share a multiprocessor (fp32, K = 256): run it on whole ones */
+        if (share) return gdn_pick_state_variant(v, n, BH, V, min_slots, max_slots, 0);
+        GDN_CUDA_DIE("gated delta rule: no state-pass variant fits this device");
+    }
+    return best;
+}
+
+void gdn_cuda_delta_check_shape(const gdn_delta_shape *s) {
+    if (!s) GDN_CUDA_DIE("gated delta rule (cuda): shape is NULL");
+    if (s->B < 1 || s->T < 0 || s->H < 1)
+        GDN_CUDA_DIE("gated delta rule (cuda): bad shape B=%d T=%d H=%d (need B,H >= 1, T >= 0)",
+                     s->B, s->T, s->H);
+    if (s->K != 64 && s->K != 128 && s->K != 256)
+        GDN_CUDA_DIE("gated delta rule (cuda): key head dim K=%d is not supported; use 64, 128 or 256",
+                     s->K);
+    if (s->V != 64 && s->V != 128 && s->V != 256)
+        GDN_CUDA_DIE("gated delta rule (cuda): value head dim V=%d is not supported; use 64, 128 or 256",
+                     s->V);
+    if ((long)s->B * s->H > 65535)
+        GDN_CUDA_DIE("gated delta rule (cuda): B*H=%ld exceeds the grid limit 65535; split the batch",
+                     (long)s->B * s->H);
+}
+
+size_t gdn_delta_elem_size(gdn_cuda_precision p) { return p == GDN_CUDA_BF16 ? 2 : 4; }
+
+size_t gdn_cuda_delta_workspace_bytes(const gdn_delta_shape *s, gdn_cuda_precision p) {
+    gdn_cuda_delta_check_shape(s);
+    return gdn_delta_ws_layout(s, gdn_delta_elem_size(p)).total;
+}
+
+void gdn_delta_args_init(gdn_delta_args *a, const gdn_delta_shape *s, gdn_cuda_precision p,
+                         float scale, void *workspace) {
+    memset(a, 0, sizeof(*a));
+    a->B = s->B;
+    a->T = s->T;
+    a->H = s->H;
+    a->K = s->K;
+    a->V = s->V;
+    a->NT = (s->T + GDN_CHUNK - 1) / GDN_CHUNK;
+    a->c0 = 0;
+    a->c1 = a->NT;
+    a->scale = scale;
+    const gdn_delta_ws w = gdn_delta_ws_layout(s, gdn_delta_elem_size(p));
+    unsigned char *base = (unsigned char *)workspace;
+    a->G = (float *)(base + w.G);
+    a->Tm = base + w.Tm;
+    a->W = base + w.W;
+    a->U = base + w.U;
+    a->Vn = base + w.Vn;
+    a->h = base + w.h;
+    a->dVl = base + w.dVl;
+    a->dVn = base + w.dVn;
+    a->dh = base + w.dh;
+    a->Dm = base + w.Dm;
+    a->dG1 = (float *)(base + w.dG1);
+    a->carry = (float *)(base + w.carry);
+}
+
+/* ---- device-pointer launchers --------------------------------------------------------------- */
+/* The second stream and its events (fork/join of the forward's and backward's concurrent
+ * kernels), one set per device, made on first use
+ * and kept for the life of the process (the calls on one device are not meant to run
+ * concurrently from several host threads). */
+#define GDN_MAX_DEVICES 64
+static void side_stream(cudaStream_t *aux, cudaEvent_t *ev /* [4] */) {
+    static cudaStream_t streams[GDN_MAX_DEVICES];
+    static cudaEvent_t events[GDN_MAX_DEVICES][4];
+    int dev = 0;
+    GDN_CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= GDN_MAX_DEVICES) GDN_CUDA_DIE("device index %d out of range", dev);
+    if (!streams[dev]) {
+        /* high priority: its blocks (a long sequential pass) get placed before the per-chunk
+         * kernels queued beside it take every multiprocessor */
+        int lo = 0, hi = 0;
+        GDN_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+        GDN_CUDA_CHECK(cudaStreamCreateWithPriority(&streams[dev], cudaStreamNonBlocking, hi));
+        for (int i = 0; i < 4; ++i)
+            GDN_CUDA_CHECK(cudaEventCreateWithFlags(&events[dev][i], cudaEventDisableTiming));
+    }
+    *aux = streams[dev];
+    for (int i = 0; i < 4; ++i) ev[i] = events[dev][i];
+}
+
+void gdn_cuda_delta_fwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
+                        const void *k, const void *v, const float *g, const float *beta,
+                        float scale, const float *h0, void *o, float *ht, void *workspace,
+                        void *stream) {
+    gdn_cuda_delta_check_shape(s);
+    gdn_delta_args a;
+    gdn_delta_args_init(&a, s, p, scale, workspace);
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.g = g;
+    a.beta = beta;
+    a.h0 = h0;
+    a.o = o;
+    a.ht = ht;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (s->T == 0) { /* no tokens: the state passes through */
+        const size_t nst = (size_t)s->B * s->H * s->K * s->V * sizeof(float);
+        if (ht && h0) GDN_CUDA_CHECK(cudaMemcpyAsync(ht, h0, nst, cudaMemcpyDeviceToDevice, st));
+        else if (ht) GDN_CUDA_CHECK(cudaMemsetAsync(ht, 0, nst, st));
+        return;
+    }
+    if (a.NT < 2) {
+        gdn_delta_launch_intra(&a, p, st);
+        gdn_delta_launch_state_fwd(&a, p, st, 0);
+        gdn_delta_launch_output(&a, p, st);
+        return;
+    }
+    /* Two halves of the chunks, pipelined: the state pass over the first half (on the second
+     * stream) runs beside the intra kernel of the second half, and the second half's state pass
+     * beside the first half's output; the state crosses the split in fp32 (workspace carry). */
+    cudaStream_t aux;
+    cudaEvent_t ev[4];
+    side_stream(&aux, ev);
+    gdn_delta_args lo = a, hi = a;
+    lo.c1 = hi.c0 = a.NT / 2;
+    gdn_delta_launch_intra(&lo, p, st);
+    GDN_CUDA_CHECK(cudaEventRecord(ev[0], st));
+    GDN_CUDA_CHECK(cudaStreamWaitEvent(aux, ev[0], 0));
+    gdn_delta_launch_state_fwd(&lo, p, aux, 1);
+    GDN_CUDA_CHECK(cudaEventRecord(ev[2], aux));
+    gdn_delta_launch_intra(&hi, p, st);
+    GDN_CUDA_CHECK(cudaEventRecord(ev[1], st));
+    GDN_CUDA_CHECK(cudaStreamWaitEvent(aux, ev[1], 0));
+    gdn_delta_launch_state_fwd(&hi, p, aux, 1);
+    GDN_CUDA_CHECK(cudaEventRecord(ev[3], aux));
+    GDN_CUDA_CHECK(cudaStreamWaitEvent(st, ev[2], 0));
+    gdn_delta_launch_output(&lo, p, st);
+    GDN_CUDA_CHECK(cudaStreamWaitEvent(st, ev[3], 0));
+    gdn_delta_launch_output(&hi, p, st);
+}
+
+static void delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
+                      const void *k, const void *v, const float *g, const float *beta, float scale,
+                      const float *h0, const void *d_o, const float *dht, void *dq, void *dk,
+                      void *dv, float *dg, float *dbeta, float *dh0, void *workspace, void *stream,
+                      int recompute) {
+    gdn_cuda_delta_check_shape(s);
+    gdn_delta_args a;
+    gdn_delta_args_init(&a, s, p, scale, workspace);
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.g = g;
+    a.beta = beta;
+    a.h0 = h0;
+    a.d_o = d_o;
+    a.dht = dht;
+    a.dq = dq;
+    a.dk = dk;
+    a.dv = dv;
+    a.dg = dg;
+    a.dbeta = dbeta;
+    a.dh0 = dh0;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (s->T == 0) {
+        const size_t nst = (size_t)s->B * s->H * s->K * s->V * sizeof(float);
+        if (dh0 && dht) GDN_CUDA_CHECK(cudaMemcpyAsync(dh0, dht, nst, cudaMemcpyDeviceToDevice, st));
+        else if (dh0) GDN_CUDA_CHECK(cudaMemsetAsync(dh0, 0, nst, st));
+        return;
+    }
+    /* The reverse state pass needs only G, W (intra) and dVl; it runs on a second stream beside
+     * the recomputed forward state pass (h, v_new) and the D^T kernel, which need neither. */
+    cudaStream_t aux;
+    cudaEvent_t ev[4];
+    side_stream(&aux, ev);
+    cudaEvent_t fork = ev[0], join = ev[1];
+    if (recompute) gdn_delta_launch_intra(&a, p, st); /* G, T, W, U */
+    gdn_delta_launch_dv_local(&a, p, st, 1);          /* dVl */
+    GDN_CUDA_CHECK(cudaEventRecord(fork, st));
+    GDN_CUDA_CHECK(cudaStreamWaitEvent(aux, fork, 0));
+    gdn_delta_launch_state_bwd(&a, p, aux, 1);          /* dh, dv_new, dh0 */
+    GDN_CUDA_CHECK(cudaEventRecord(join, aux));
+    if (recompute) gdn_delta_launch_state_fwd(&a, p, st, 1); /* h, v_new (ht not needed) */
+    gdn_delta_launch_dv_local(&a, p, st, 2);                 /* D^T, intra gate term */
+    GDN_CUDA_CHECK(cudaStreamWaitEvent(st, join, 0));
+    gdn_delta_launch_grad(&a, p, st);
+}
+
+void gdn_cuda_delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
+                        const void *k, const void *v, const float *g, const float *beta,
+                        float scale, const float *h0, const void *d_o, const float *dht,
+                        void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
+                        void *workspace, void *stream) {
+    delta_bwd(s, p, q, k, v, g, beta, scale, h0, d_o, dht, dq, dk, dv, dg, dbeta, dh0, workspace,
+              stream, 1);
+}
+
+void gdn_cuda_delta_bwd_saved(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
+                              const void *k, const void *v, const float *g, const float *beta,
+                              float scale, const float *h0, const void *d_o, const float *dht,
+                              void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
+                              void *workspace, void *stream) {
+    delta_bwd(s, p, q, k, v, g, beta, scale, h0, d_o, dht, dq, dk, dv, dg, dbeta, dh0, workspace,
+              stream, 0);
+}

@@ -1,0 +1,91 @@
+/* The GDN language model on one NVIDIA GPU: forward (+ loss), hand-written backward and AdamW,
+ * mirroring the CPU model (model/cpu/model_cpu.h) block for block.
+ *
+ * Device memory: one allocation holds the fp32 parameters, gradients and AdamW moments (each a
+ * flat buffer with the offsets of the parameter table) and, in BF16 mode, the bf16 copy of the
+ * parameters that the GEMMs read (refreshed by every upload and AdamW step); a second one holds
+ * the saved activations and every scratch buffer for B x T tokens.
+ *
+ * Precision (DESIGN 4.4): GDN_CUDA_FP32 runs every tensor in fp32 (for tests); GDN_CUDA_BF16
+ * stores activations and matrix inputs in bf16 with fp32 accumulation, and keeps the residual
+ * stream, norm statistics, gates, delta-rule states, parameters, gradients and moments in fp32.
+ *
+ * Every op here reduces in a fixed order (no float atomics), so a step is bitwise repeatable
+ * whenever the delta-rule kernels are. Every CUDA / cuBLAS failure prints file:line and exits with status 1. No carried state across
+ * sequence boundaries (each sequence starts from a zero state and zero convolution history). */
+#ifndef GDN_MODEL_CUDA_H
+#define GDN_MODEL_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/cuda/ops_cuda.h"
+#include "model/params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gdn_cuda_model gdn_cuda_model;
+
+/* A model for the table's configuration and micro-batches of B x T tokens on the current device.
+ * Parameters start at zero: upload them. The table must outlive the model. */
+gdn_cuda_model *gdn_cuda_model_create(const gdn_param_table *t, int B, int T, gdn_cuda_precision p);
+void gdn_cuda_model_free(gdn_cuda_model *m);
+
+/* Host <-> device copies of the flat fp32 buffers [t->total]. Upload: adam_m / adam_v may be NULL
+ * (zeros). Download: any pointer may be NULL (skipped). Synchronous. */
+void gdn_cuda_model_upload(gdn_cuda_model *m, const float *params, const float *adam_m, const float *adam_v);
+void gdn_cuda_model_download(gdn_cuda_model *m, float *params, float *adam_m, float *adam_v);
+void gdn_cuda_model_download_grads(gdn_cuda_model *m, float *grads);
+/* Sets the gradients to zero (before the first micro-batch of a step). */
+void gdn_cuda_model_zero_grads(gdn_cuda_model *m);
+
+/* Forward over HOST tokens [B,T] with next-token targets [B,T] (target < 0: ignored; targets may
+ * be NULL to only compute logits). Returns the SUM of the token losses and sets *n_valid (may be
+ * NULL). grad_scale != 0 prepares the backward pass: d(loss_sum * grad_scale)/dlogits is kept.
+ * Dies naming the position when a token or target is outside the vocabulary. Synchronous. */
+double gdn_cuda_model_forward(gdn_cuda_model *m, const int *tokens, const int *targets, float grad_scale,
+                              int *n_valid);
+/* Logits [B,T,vocab] of the last forward run with grad_scale = 0, widened to fp32, to the host. */
+void gdn_cuda_model_download_logits(gdn_cuda_model *m, float *logits);
+/* Backward of the last forward (run with grad_scale != 0): ACCUMULATES into the device gradients.
+ * Asynchronous. */
+void gdn_cuda_model_backward(gdn_cuda_model *m);
+
+/* Clips the gradients to grad_clip in global L2 norm (when grad_clip > 0) and applies one AdamW
+ * update (train/optim.c semantics; step is 1-based; norms, A_log and dt_bias get no weight decay).
+ * Returns the gradient norm before clipping. Synchronous. */
+double gdn_cuda_model_adamw_step(gdn_cuda_model *m, const gdn_cuda_adamw_hparams *h, int64_t step,
+                                 double grad_clip);
+
+/* Device bytes of the two allocations (parameters and optimizer state; activations and scratch). */
+void gdn_cuda_model_memory(const gdn_cuda_model *m, size_t *param_bytes, size_t *act_bytes);
+
+/* ---- training-step benchmark (for `gdn bench --backend cuda --what step`) -------------------- */
+typedef struct {
+    double step_ms;          /* median of whole steps: zero grads, forward + loss, backward, AdamW */
+    double fwd_ms, bwd_ms, opt_ms; /* medians of the parts (CUDA events) */
+    double delta_ms;         /* the delta-rule kernels alone at the layer shape, fwd + bwd, x layers */
+    double tokens_per_s;     /* B*T / step */
+    double mfu;              /* 6 x matmul params x tokens/s / 701e12 (DESIGN 11) */
+    size_t matmul_params;
+    size_t param_bytes, act_bytes; /* the model's two allocations */
+    size_t device_used, device_total; /* cudaMemGetInfo after the steps */
+    double first_loss, last_loss; /* mean token loss of the first and last timed step */
+    double gemm_ms;          /* cuBLAS time of one step (events around each launch) */
+    char breakdown[1024];    /* table: milliseconds per kind of work in forward, backward, optim */
+} gdn_cuda_step_bench;
+/* Builds a model from the host parameters [t->total] (e.g. gdn_params_init), trains `warmup` +
+ * `repeats` steps (AdamW, clip 1) on fixed pseudo-random tokens and times the repeats; then times
+ * the delta-rule kernels alone at the layer shape. matmul_params: gdn_param_matmul_count(t), for
+ * the MFU. */
+void gdn_cuda_model_bench(const gdn_param_table *t, const float *params, size_t matmul_params, int B,
+                          int T, gdn_cuda_precision p, int warmup, int repeats,
+                          gdn_cuda_step_bench *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

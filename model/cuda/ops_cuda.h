@@ -1,0 +1,262 @@
+/* The model's operators on NVIDIA GPUs, all but the gated delta rule (model/cuda/delta_cuda.h):
+ * embedding, linear layers (cuBLAS), norms, short convolution, activations and gates, fused
+ * softmax cross-entropy, AdamW, gradient norm and clipping.
+ *
+ * Same math and the same overwrite/accumulate rules as the CPU contract in
+ * model/cpu/ops_cpu_decl.h, on DEVICE pointers, asynchronous on `stream` (a cudaStream_t, or
+ * NULL for the default stream). Differences from the CPU contract are named at each op.
+ *
+ * Element types. A tensor documented as `act` is float in GDN_CUDA_FP32 mode and __nv_bfloat16
+ * in GDN_CUDA_BF16 mode (activations and matrix-product inputs, DESIGN 4.4); everything typed
+ * float is fp32 in both modes (the residual stream, norm statistics, gates, every parameter and
+ * parameter gradient). Arithmetic is fp32 throughout; sums over many terms that must not depend
+ * on the launch (parameter gradients, the gradient norm, the loss) are reduced in a fixed order,
+ * so every op gives bitwise the same result run after run.
+ *
+ * Workspaces: ops that reduce over rows take `ws`, device scratch of the size the matching
+ * *_workspace() function returns; it must not be shared with an op running concurrently. */
+#ifndef GDN_OPS_CUDA_H
+#define GDN_OPS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/cuda/delta_cuda.h" /* gdn_cuda_precision */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- element conversion ---------------------------------------------------------------------- */
+/* Bytes of one `act` element: 4 (FP32) or 2 (BF16). */
+size_t gdn_cuda_act_bytes(gdn_cuda_precision p);
+/* dst[n] (act) = src[n] (float), rounded to nearest even in BF16 mode. */
+void gdn_cuda_to_act(gdn_cuda_precision p, void *dst, const float *src, size_t n, void *stream);
+/* dst[n] (float) = src[n] (act). */
+void gdn_cuda_from_act(gdn_cuda_precision p, float *dst, const void *src, size_t n, void *stream);
+/* dst[n] = value (e.g. NaN to poison an output before a test). */
+void gdn_cuda_fill_f32(float *dst, float value, size_t n, void *stream);
+
+/* ---- linear layers: y = x W^T with W [out, in] (cuBLAS, fp32 accumulation) ------------------
+ * x, W and dy share the input type `in` (act): fp32 GEMMs in FP32 mode (no TF32), bf16 tensor-core
+ * GEMMs in BF16 mode. Outputs y and dx have the type `out_p` (FP32: float, BF16: bf16) chosen per
+ * call, so a GEMM can write straight into an fp32 buffer. `beta` 0 overwrites y / dx, 1 adds to
+ * them (a residual connection, or a sum of several products). dW is always float and += . */
+typedef struct gdn_cuda_blas gdn_cuda_blas;
+gdn_cuda_blas *gdn_cuda_blas_create(void *stream);
+void gdn_cuda_blas_free(gdn_cuda_blas *b);
+void gdn_cuda_linear_fwd(gdn_cuda_blas *b, gdn_cuda_precision in, gdn_cuda_precision out_p,
+                         void *y,        /* [N,O] out_p */
+                         const void *x,  /* [N,I] in */
+                         const void *W,  /* [O,I] in */
+                         int N, int I, int O, float beta);
+/* dx = dy W (+ beta dx). */
+void gdn_cuda_linear_bwd_dx(gdn_cuda_blas *b, gdn_cuda_precision in, gdn_cuda_precision out_p,
+                            void *dx,       /* [N,I] out_p */
+                            const void *dy, /* [N,O] in */
+                            const void *W,  /* [O,I] in */
+                            int N, int I, int O, float beta);
+/* dW += dy^T x. */
+void gdn_cuda_linear_bwd_dw(gdn_cuda_blas *b, gdn_cuda_precision in,
+                            float *dW,      /* [O,I] */
+                            const void *dy, /* [N,O] in */
+                            const void *x,  /* [N,I] in */
+                            int N, int I, int O);
+
+/* ---- embedding ------------------------------------------------------------------------------- */
+/* out[n, :] = table[tokens[n], :]; token ids must be in [0, vocab) (checked by the caller). */
+void gdn_cuda_embed_fwd(float *out,          /* [N,D] */
+                        const int *tokens,   /* [N] */
+                        const float *table,  /* [vocab,D] */
+                        int N, int D, void *stream);
+/* HOST helper for the backward: groups the positions by token, positions ascending within a
+ * group (a stable counting sort). perm [N]: positions; seg_start [N+1]: group g is
+ * perm[seg_start[g] .. seg_start[g+1]); seg_token [N]: the token of group g. Returns the number
+ * of groups. Dies naming the position when a token is outside [0, vocab). */
+int gdn_cuda_embed_plan(const int *tokens, int N, int vocab, int *perm, int *seg_start,
+                        int *seg_token);
+/* dtable[tokens[n], :] += dout[n, :], from the plan above (in device memory). Each row of dtable
+ * is owned by one group and summed in ascending n, so the result is the CPU's, bit for bit. */
+void gdn_cuda_embed_bwd(float *dtable,        /* [vocab,D] */
+                        const int *perm,      /* [N] */
+                        const int *seg_start, /* [n_seg+1] */
+                        const int *seg_token, /* [n_seg] */
+                        int n_seg, const float *dout /* [N,D] */, int D, void *stream);
+
+/* ---- norms ----------------------------------------------------------------------------------- */
+/* Bytes of workspace for the backward of a row norm with N rows of length D. */
+size_t gdn_cuda_norm_workspace(int N, int D);
+/* RMSNorm: y = x rstd w, rstd = 1/sqrt(mean(x^2) + eps). */
+void gdn_cuda_rmsnorm_fwd(gdn_cuda_precision p,
+                          void *y,          /* [N,D] act */
+                          float *rstd,      /* [N] */
+                          const float *x,   /* [N,D] */
+                          const float *w,   /* [D] */
+                          int N, int D, float eps, void *stream);
+/* dx = RMSNorm backward, written (accumulate 0) or added (accumulate 1) to dx; when dx_act is
+ * not NULL it also receives the final dx as act (the residual gradient, ready for a GEMM).
+ * dw += (fixed-order sum over rows). */
+void gdn_cuda_rmsnorm_bwd(gdn_cuda_precision p,
+                          float *dx,        /* [N,D] */
+                          int accumulate,
+                          void *dx_act,     /* [N,D] act, or NULL */
+                          float *dw,        /* [D] */
+                          const float *dy,  /* [N,D] */
+                          const float *x,   /* [N,D] */
+                          const float *w,   /* [D] */
+                          const float *rstd,/* [N] */
+                          int N, int D, void *ws, void *stream);
+/* Per-row L2 norm: y = x r, r = 1/sqrt(sum(x^2) + 1e-6). */
+void gdn_cuda_l2norm_fwd(gdn_cuda_precision p,
+                         void *y,           /* [N,D] act */
+                         float *r,          /* [N] */
+                         const void *x,     /* [N,D] act */
+                         int N, int D, void *stream);
+void gdn_cuda_l2norm_bwd(gdn_cuda_precision p,
+                         void *dx,          /* [N,D] act */
+                         const void *dy,    /* [N,D] act */
+                         const void *y,     /* [N,D] act */
+                         const float *r,    /* [N] */
+                         int N, int D, void *stream);
+/* Gated output norm: y = x rstd w silu(z) (N = tokens*heads rows, D = head_dim_v). */
+void gdn_cuda_gated_rmsnorm_fwd(gdn_cuda_precision p,
+                                void *y,        /* [N,D] act */
+                                float *rstd,    /* [N] */
+                                const void *x,  /* [N,D] act */
+                                const void *z,  /* [N,D] act */
+                                const float *w, /* [D] */
+                                int N, int D, float eps, void *stream);
+/* dx, dz overwritten; dw += . */
+void gdn_cuda_gated_rmsnorm_bwd(gdn_cuda_precision p,
+                                void *dx,          /* [N,D] act */
+                                void *dz,          /* [N,D] act */
+                                float *dw,         /* [D] */
+                                const float *dy,   /* [N,D] */
+                                const void *x,     /* [N,D] act */
+                                const void *z,     /* [N,D] act */
+                                const float *w,    /* [D] */
+                                const float *rstd, /* [N] */
+                                int N, int D, void *ws, void *stream);
+
+/* ---- short convolution (depthwise, causal, width W <= 8, no bias, no halo: zeros before t=0) --- */
+size_t gdn_cuda_conv_workspace(int B, int T, int C, int W);
+void gdn_cuda_conv_fwd(gdn_cuda_precision p,
+                       void *y,         /* [B,T,C] act */
+                       const void *x,   /* [B,T,C] act */
+                       const float *w,  /* [C,W] */
+                       int B, int T, int C, int W, void *stream);
+/* dx overwritten, dw += . */
+void gdn_cuda_conv_bwd(gdn_cuda_precision p,
+                       void *dx,        /* [B,T,C] act */
+                       float *dw,       /* [C,W] */
+                       const void *dy,  /* [B,T,C] act */
+                       const void *x,   /* [B,T,C] act */
+                       const float *w,  /* [C,W] */
+                       int B, int T, int C, int W, void *ws, void *stream);
+
+/* ---- elementwise ----------------------------------------------------------------------------- */
+/* y = silu(x); y may alias x. */
+void gdn_cuda_silu_fwd(gdn_cuda_precision p, void *y /* [n] act */, const void *x /* [n] act */,
+                       size_t n, void *stream);
+/* dx = dy silu'(x); dx may alias dy. */
+void gdn_cuda_silu_bwd(gdn_cuda_precision p, void *dx /* [n] act */, const void *dy /* [n] act */,
+                       const void *x /* [n] act */, size_t n, void *stream);
+/* h = silu(a) b. */
+void gdn_cuda_swiglu_fwd(gdn_cuda_precision p, void *h /* [n] act */, const void *a /* [n] act */,
+                         const void *b /* [n] act */, size_t n, void *stream);
+/* da, db from dh (fp32: the output of a GEMM). */
+void gdn_cuda_swiglu_bwd(gdn_cuda_precision p, void *da /* [n] act */, void *db /* [n] act */,
+                         const float *dh /* [n] */, const void *a /* [n] act */,
+                         const void *b /* [n] act */, size_t n, void *stream);
+/* g = -exp(A_log[h]) softplus(a + dt_bias[h]). */
+void gdn_cuda_decay_gate_fwd(float *g,             /* [N,H] */
+                             const float *a,       /* [N,H] */
+                             const float *A_log,   /* [H] */
+                             const float *dt_bias, /* [H] */
+                             int N, int H, void *stream);
+size_t gdn_cuda_decay_gate_workspace(int N, int H);
+/* da overwritten; dA_log, ddt_bias += . */
+void gdn_cuda_decay_gate_bwd(gdn_cuda_precision p,
+                             void *da,             /* [N,H] act */
+                             float *dA_log,        /* [H] */
+                             float *ddt_bias,      /* [H] */
+                             const float *dg,      /* [N,H] */
+                             const float *a,       /* [N,H] */
+                             const float *A_log,   /* [H] */
+                             const float *dt_bias, /* [H] */
+                             int N, int H, void *ws, void *stream);
+/* beta = scale sigmoid(b). */
+void gdn_cuda_beta_fwd(float *beta /* [n] */, const float *b /* [n] */, float scale, size_t n,
+                       void *stream);
+void gdn_cuda_beta_bwd(gdn_cuda_precision p, void *db /* [n] act */, const float *dbeta /* [n] */,
+                       const float *beta /* [n] */, float scale, size_t n, void *stream);
+
+/* ---- loss ------------------------------------------------------------------------------------ */
+size_t gdn_cuda_cross_entropy_workspace(int N);
+/* Fused softmax + cross-entropy, one pass per row. targets[n] < 0 marks an ignored row; every
+ * target must be < V (checked by the caller). Writes the SUM of -log p[target] over valid rows
+ * to *loss_sum and their count to *n_valid (both device pointers). When dlogits is not NULL it
+ * receives (softmax - onehot) * grad_scale (0 on ignored rows); it may alias logits. */
+void gdn_cuda_cross_entropy(gdn_cuda_precision p,
+                            void *dlogits,       /* [N,V] act, or NULL */
+                            const void *logits,  /* [N,V] act */
+                            const int *targets,  /* [N] */
+                            int N, int V, float grad_scale,
+                            double *loss_sum,    /* [1] */
+                            int *n_valid,        /* [1] */
+                            void *ws, void *stream);
+
+/* ---- optimizer ------------------------------------------------------------------------------- */
+size_t gdn_cuda_grad_norm_workspace(size_t n);
+/* *out = sqrt(sum g^2), partial sums in double over fixed blocks, added in a fixed order. */
+void gdn_cuda_grad_norm(double *out /* [1] device */, const float *g /* [n] */, size_t n, void *ws,
+                        void *stream);
+/* g *= scale. */
+void gdn_cuda_grad_scale(float *g /* [n] */, size_t n, float scale, void *stream);
+
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+} gdn_cuda_adamw_hparams;
+
+/* AdamW exactly as train/optim.c's gdn_adamw_update (fp32 moments, bias correction, decoupled
+ * decay), over the whole flat buffer in one launch. step is 1-based. The gradient is first
+ * multiplied by clip / *gnorm when clip > 0 and *gnorm > clip (gnorm: a device pointer, may be
+ * NULL for no clipping), as gdn_grad_scale would.
+ * The buffer is cut into runs (e.g. one per tensor): run r covers [run_end[r-1], run_end[r])
+ * (run_end[-1] = 0, run_end[n_runs-1] = n) and decays when run_decay[r] != 0. When p_act is not
+ * NULL it receives the updated parameters rounded to bf16, run r's elements starting at
+ * p_act[run_act[r]] (so each tensor of the copy can start on an aligned address for the GEMMs).
+ * run_end, run_decay, run_act: DEVICE arrays of n_runs entries. */
+void gdn_cuda_adamw(float *params,            /* [n] */
+                    const float *grads,       /* [n] */
+                    float *m, float *v,       /* [n] */
+                    void *p_act,              /* bf16, or NULL */
+                    size_t n, const uint64_t *run_end, const int *run_decay, const uint64_t *run_act,
+                    int n_runs, const gdn_cuda_adamw_hparams *h, int64_t step, const double *gnorm,
+                    double clip, void *stream);
+
+/* ---- head packing for the delta rule ----------------------------------------------------------
+ * The delta-rule kernels take head dims K, V in {64, 128, 256}. Other shapes run on packed heads:
+ * every head h becomes S sub-heads h*S + s; a head's row of D elements is zero-padded to Dp and,
+ * for values, split into S pieces of Ds columns (piece s holds columns s*Ds .. s*Ds+Ds-1).
+ * Zero padding is exact: padded key/query columns add nothing to k^T k, S^T q or the state,
+ * and the state's value columns evolve independently, so splitting V is exact too.
+ * split 0: dst[n, h*S+s, i] = src[n, h, i] for every s (queries, keys, gates; Ds = D).
+ * split 1: dst[n, h*S+s, i] = src[n, h, s*Ds + i]   (values).
+ * Padding (i >= Ds, or past D) is written as 0. Gates use p = GDN_CUDA_FP32 with D = Dp = 1. */
+void gdn_cuda_heads_pack(gdn_cuda_precision p,
+                         void *dst,        /* [N, H*S, Dp] act */
+                         const void *src,  /* [N, H, D] act */
+                         int N, int H, int D, int S, int Ds, int Dp, int split, void *stream);
+/* The inverse, for outputs and gradients. split 1: dst[n, h, j] = src[n, h*S + j/Ds, j%Ds].
+ * split 0: dst[n, h, i] = sum over s (in order) of src[n, h*S+s, i] (the gradient of a copy). */
+void gdn_cuda_heads_unpack(gdn_cuda_precision p,
+                           void *dst,       /* [N, H, D] act */
+                           const void *src, /* [N, H*S, Dp] act */
+                           int N, int H, int D, int S, int Ds, int Dp, int split, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,424 @@
+/* The whole model on the GPU (model/cuda/model_cuda.h) against the CPU model.
+ *
+ * 1. Gradients: loss, logits and every parameter gradient of the CUDA model against the fp64 CPU
+ *    model on small configurations that cover the three delta-rule paths (head dims padded,
+ *    direct, value heads split), tied and untied heads, beta = 2 sigmoid. Norm-wise relative
+ *    error per tensor: fp32 < 1e-4, bf16 < 2e-2. A second GPU pass must give bitwise the same
+ *    gradients.
+ * 2. Training: 200 AdamW steps of the `tiny` preset's shape (B16 x T128, byte-level KJV text,
+ *    the preset's schedule, clip 1) on the CPU (fp32) and the GPU (fp32 and bf16) from the same
+ *    weights and batches. The mean loss of the last 10 steps must be within 2% of the CPU's.
+ *    The curves go to $OUT/loss_curves.csv (OUT unset: the current directory).
+ * 3. `--bench [D,L,H,K,EV,F,VOCAB,B,T]`: training-step benchmark (default: the 512M model of
+ *    DESIGN 11 at B16 x T2048, bf16).
+ * `--grads` runs part 1 only (small and quick: for compute-sanitizer). `--cpu-curve-out FILE`
+ * trains the CPU run of part 2 only and writes its curve (no GPU needed); `--cpu-curve-in FILE`
+ * reads it instead of training on the CPU (the CPU path is bitwise thread-count independent).
+ *
+ * Plain C (the GPU machine has no CMocka). Exit 0: pass, 1: fail, 77: no CUDA device (skip). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zlib.h>
+
+#include "model/cpu/model_cpu.h"
+#include "model/cuda/model_cuda.h"
+#include "model/params.h"
+#include "tests/ref/fd.h"
+#include "train/optim.h"
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) { fprintf(stderr, "out of memory\n"); exit(1); }
+    return p;
+}
+
+/* gdn_params_init, then every tensor scaled by U(0.8, 1.2) so that norm weights are not all 1. */
+static float *init_params(const gdn_param_table *t, uint64_t seed) {
+    float *p = xmalloc(t->total * sizeof(float));
+    gdn_params_init(p, t, seed);
+    double *u = xmalloc(t->total * sizeof(double));
+    fd_fill_uniform(u, t->total, 0.8, 1.2, seed + 7);
+    for (size_t i = 0; i < t->total; i++) p[i] = (float)(p[i] * u[i]);
+    free(u);
+    return p;
+}
+
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest even */
+    u &= 0xFFFF0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* ---- 1. gradients ------------------------------------------------------------------------------ */
+static int delta_repeatable[2]; /* measured in main, per precision, to explain a failed repeat */
+
+/* The fp64 CPU model: logits [N,vocab] (targets NULL), then loss and gradients [total]. */
+static double cpu_reference(const gdn_param_table *t, const double *p64, int B, int T, const int *tok, const int *tgt,
+                            double *logits, double *g64, int *nv) {
+    const int N = B * T;
+    gdn_cpu_acts_f64 *a = gdn_cpu_acts_create_f64(t, B, T);
+    gdn_cpu_forward_f64(a, t, p64, tok, NULL, 0.0, nv, NULL, NULL);
+    memcpy(logits, gdn_cpu_logits_f64(a), (size_t)N * t->cfg.vocab_size * sizeof(double));
+    memset(g64, 0, t->total * sizeof(double));
+    const double loss = gdn_cpu_forward_f64(a, t, p64, tok, tgt, 1.0 / N, nv, NULL, NULL);
+    gdn_cpu_backward_f64(a, t, p64, g64);
+    gdn_cpu_acts_free_f64(a);
+    return loss;
+}
+
+/* Whether the delta-rule backward alone gives the same bits twice (host wrappers, random inputs). */
+static int delta_bwd_repeatable(gdn_cuda_precision p) {
+    const gdn_delta_shape s = {2, 150, 2, 64, 64, 64};
+    const size_t nqk = (size_t)s.B * s.T * s.H * s.K, ng = (size_t)s.B * s.T * s.H;
+    double *r = xmalloc(6 * nqk * sizeof(double));
+    fd_fill_uniform(r, 6 * nqk, -1, 1, 5);
+    float *in = xmalloc(6 * nqk * sizeof(float)), *o1 = xmalloc(5 * nqk * sizeof(float)), *o2 = xmalloc(5 * nqk * sizeof(float));
+    for (size_t i = 0; i < 6 * nqk; i++) in[i] = (float)r[i] * 0.3f;
+    float *q = in, *k = in + nqk, *v = in + 2 * nqk, *d_o = in + 3 * nqk, *g = in + 4 * nqk, *beta = in + 5 * nqk;
+    for (size_t i = 0; i < ng; i++) {
+        g[i] = -0.1f * fabsf(g[i]);
+        beta[i] = 0.5f + beta[i];
+    }
+    for (int run = 0; run < 2; run++) {
+        float *o = run ? o2 : o1;
+        memset(o, 0, 5 * nqk * sizeof(float));
+        gdn_cuda_delta_bwd_host(&s, p, q, k, v, g, beta, 0.125f, NULL, d_o, NULL, o, o + nqk, o + 2 * nqk, o + 3 * nqk,
+                                o + 4 * nqk, NULL);
+    }
+    const int same = memcmp(o1, o2, 5 * nqk * sizeof(float)) == 0;
+    free(r); free(in); free(o1); free(o2);
+    return same;
+}
+
+typedef struct {
+    const char *what;
+    gdn_config c;
+    int B, T;
+} grad_case;
+
+static int grad_check(const grad_case *gc) {
+    gdn_param_table t;
+    gdn_param_table_build(&t, &gc->c);
+    const int B = gc->B, T = gc->T, N = B * T, Vv = gc->c.vocab_size;
+    float *p32 = init_params(&t, 11);
+    double *p64 = xmalloc(t.total * sizeof(double)), *g64 = calloc(t.total, sizeof(double));
+    if (!g64) { fprintf(stderr, "out of memory\n"); exit(1); }
+    for (size_t i = 0; i < t.total; i++) p64[i] = p32[i];
+    int *tok = xmalloc((size_t)N * sizeof(int)), *tgt = xmalloc((size_t)N * sizeof(int));
+    double *u = xmalloc((size_t)N * sizeof(double));
+    fd_fill_uniform(u, (size_t)N, 0, Vv, 99);
+    for (int i = 0; i < N; i++) tok[i] = (int)u[i] < Vv ? (int)u[i] : Vv - 1;
+    for (int i = 0; i < N; i++) tgt[i] = i % 13 == 5 ? -1 : tok[(i + 1) % N];
+
+    double *logits_ref = xmalloc((size_t)N * Vv * sizeof(double));
+
+    int fails = 0;
+    float *g = xmalloc(t.total * sizeof(float)), *g2 = xmalloc(t.total * sizeof(float));
+    float *logits = xmalloc((size_t)N * Vv * sizeof(float));
+    for (int pi = 0; pi < 2; pi++) {
+        const gdn_cuda_precision p = pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32;
+        const double tol = pi ? 2e-2 : 1e-4;
+        /* fp64 CPU reference on the weights the GPU multiplies with: in bf16 mode every matrix
+         * that feeds a GEMM is read as bf16 (the embedding too when the LM head is tied to it;
+         * an untied embedding is only looked up, in fp32). */
+        for (size_t i = 0; i < t.total; i++) p64[i] = p32[i];
+        if (pi)
+            for (int i = 0; i < t.n; i++) {
+                const gdn_param *q = &t.p[i];
+                if (q->ndim != 2 || (q->offset == t.embed && !gc->c.tie_embeddings)) continue;
+                for (size_t j = 0; j < q->numel; j++) p64[q->offset + j] = bf16_round(p32[q->offset + j]);
+            }
+        int nv_ref = 0;
+        const double loss_ref = cpu_reference(&t, p64, B, T, tok, tgt, logits_ref, g64, &nv_ref);
+        gdn_cuda_model *m = gdn_cuda_model_create(&t, B, T, p);
+        gdn_cuda_model_upload(m, p32, NULL, NULL);
+        gdn_cuda_model_forward(m, tok, NULL, 0.0f, NULL);
+        gdn_cuda_model_download_logits(m, logits);
+        const double e_logits = fd_rel_err_f32(logits, logits_ref, (size_t)N * Vv);
+        double loss[2];
+        int nv = -1;
+        for (int run = 0; run < 2; run++) {
+            gdn_cuda_model_zero_grads(m);
+            loss[run] = gdn_cuda_model_forward(m, tok, tgt, 1.0f / N, &nv);
+            gdn_cuda_model_backward(m);
+            gdn_cuda_model_download_grads(m, run ? g2 : g);
+        }
+        gdn_cuda_model_free(m);
+        const double e_loss = fabs(loss[0] - loss_ref) / fabs(loss_ref);
+        const int same = memcmp(g, g2, t.total * sizeof(float)) == 0 && loss[0] == loss[1];
+        if (!same) {
+            int nd = 0;
+            printf("    %s second pass differs: loss %s;", pi ? "bf16" : "fp32", loss[0] == loss[1] ? "same" : "differs");
+            for (int i = 0; i < t.n; i++)
+                if (memcmp(g + t.p[i].offset, g2 + t.p[i].offset, t.p[i].numel * sizeof(float)) && nd++ < 4)
+                    printf(" %s", t.p[i].name);
+            printf(" (%d tensors differ)%s\n", nd,
+                   delta_repeatable[pi] ? "" : "; the delta-rule backward alone is not repeatable either");
+        }
+        double worst = 0;
+        const char *worst_name = "";
+        int bad = 0;
+        for (int i = 0; i < t.n; i++) {
+            const gdn_param *q = &t.p[i];
+            const double e = fd_rel_err_f32(g + q->offset, g64 + q->offset, q->numel);
+            if (!(e < tol)) {
+                printf("    FAIL %s %s: gradient relative error %.2e\n", pi ? "bf16" : "fp32", q->name, e);
+                bad++;
+            }
+            if (!(e <= worst)) {
+                worst = e;
+                worst_name = q->name;
+            }
+        }
+        const int ok = !bad && e_loss < tol && e_logits < tol && nv == nv_ref && same;
+        printf("%-4s %-44s loss %.1e logits %.1e grads: %d tensors, worst %.1e (%s)%s %s\n", pi ? "bf16" : "fp32",
+               gc->what, e_loss, e_logits, t.n, worst, worst_name, same ? ", bitwise repeatable" : ", NOT REPEATABLE",
+               ok ? "ok" : "FAIL");
+        fails += !ok;
+    }
+    free(p32); free(p64); free(g64); free(tok); free(tgt); free(u); free(logits_ref); free(g); free(g2); free(logits);
+    gdn_param_table_free(&t);
+    return fails;
+}
+
+/* ---- 2. training curves ---------------------------------------------------------------------------- */
+/* The first bytes of the KJV text, byte-level tokens. */
+static unsigned char *load_text(size_t *n) {
+    const char *paths[] = {"data/kjv.txt.gz", "../data/kjv.txt.gz", "../../data/kjv.txt.gz", "../../../data/kjv.txt.gz"};
+    gzFile f = NULL;
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0] && !f; i++) f = gzopen(paths[i], "rb");
+    if (!f) {
+        const char *src = getenv("GDN_SOURCE_DIR");
+        char path[4096];
+        if (src) {
+            snprintf(path, sizeof path, "%s/data/kjv.txt.gz", src);
+            f = gzopen(path, "rb");
+        }
+    }
+    if (!f) { fprintf(stderr, "test_gpu_model: cannot open data/kjv.txt.gz (run from the source tree or set GDN_SOURCE_DIR)\n"); exit(1); }
+    const size_t cap = 2u << 20;
+    unsigned char *buf = xmalloc(cap);
+    const int got = gzread(f, buf, (unsigned)cap);
+    gzclose(f);
+    if (got < 100000) { fprintf(stderr, "test_gpu_model: data/kjv.txt.gz is too short\n"); exit(1); }
+    *n = (size_t)got;
+    return buf;
+}
+
+/* Batch of step s: B windows of T+1 bytes at pseudo-random offsets (the same for every run). */
+static void make_batch(const unsigned char *text, size_t n_text, int s, int B, int T, int *tok, int *tgt) {
+    uint64_t st = 0x9E3779B97F4A7C15ULL * (uint64_t)(s + 1);
+    for (int b = 0; b < B; b++) {
+        st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+        const size_t off = (size_t)((st >> 17) % (n_text - (size_t)T - 1));
+        for (int t = 0; t < T; t++) {
+            tok[b * T + t] = text[off + t];
+            tgt[b * T + t] = text[off + t + 1];
+        }
+    }
+}
+
+#define CURVE_STEPS 200
+
+/* The CPU's curve: loss and gradient norm per step, from a file written by --cpu-curve-out (the
+ * CPU path is bitwise independent of the thread count, so it can be computed once elsewhere).
+ * Returns 0 when the file has CURVE_STEPS rows. */
+static int read_cpu_curve(const char *path, double *loss, double *gnorm) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int n = 0, step;
+    double l, g;
+    while (n < CURVE_STEPS && fscanf(f, "%d,%lf,%lf", &step, &l, &g) == 3 && step == n + 1) {
+        loss[n] = l;
+        gnorm[n] = g;
+        n++;
+    }
+    fclose(f);
+    return n == CURVE_STEPS ? 0 : -1;
+}
+
+/* cpu_in: a file from --cpu-curve-out, or NULL to train on the CPU here. cpu_out: write the CPU
+ * curve there and stop (no GPU needed). */
+static int train_curves(const char *cpu_in, const char *cpu_out) {
+    gdn_config c = {.vocab_size = 256, .d_model = 128, .n_layers = 4, .n_heads = 2, .head_dim = 32, .expand_v = 2,
+                    .d_ff = 384, .conv_width = 4, .chunk_size = 64, .tie_embeddings = 0, .allow_neg_eigval = 0,
+                    .norm_eps = 1e-6};
+    const int B = 16, T = 128, N = B * T;
+    const int64_t total_steps = 800, warmup = 60;
+    const double lr = 3e-3, lr_min = 3e-4, clip = 1.0;
+    gdn_param_table t;
+    gdn_param_table_build(&t, &c);
+    size_t n_text = 0;
+    unsigned char *text = load_text(&n_text);
+    float *p0 = xmalloc(t.total * sizeof(float));
+    gdn_params_init(p0, &t, 1);
+    int *tok = xmalloc((size_t)N * sizeof(int)), *tgt = xmalloc((size_t)N * sizeof(int));
+    double curve[3][CURVE_STEPS], gnorms[3][CURVE_STEPS];
+
+    /* CPU fp32: the trainer's step (train/trainer.c) */
+    const int have_cpu = cpu_in && read_cpu_curve(cpu_in, curve[0], gnorms[0]) == 0;
+    if (cpu_in) printf("cpu curve: %s %s\n", have_cpu ? "read from" : "not readable, computing instead of", cpu_in);
+    float *arena = calloc(4 * t.total, sizeof(float));
+    if (!arena) { fprintf(stderr, "out of memory\n"); exit(1); }
+    float *P = arena, *G = arena + t.total, *M = arena + 2 * t.total, *V = arena + 3 * t.total;
+    memcpy(P, p0, t.total * sizeof(float));
+    gdn_cpu_acts_f32 *a = gdn_cpu_acts_create_f32(&t, B, T);
+    for (int s = 0; s < CURVE_STEPS && !have_cpu; s++) {
+        make_batch(text, n_text, s, B, T, tok, tgt);
+        memset(G, 0, t.total * sizeof(float));
+        int nv = 0;
+        const double loss = gdn_cpu_forward_f32(a, &t, P, tok, tgt, 1.0f / N, &nv, NULL, NULL);
+        gdn_cpu_backward_f32(a, &t, P, G);
+        const double gn = gdn_grad_norm(G, t.total);
+        if (gn > clip) gdn_grad_scale(G, t.total, (float)(clip / gn));
+        gdn_adamw_hparams h = {gdn_lr_at(s, total_steps, warmup, lr, lr_min), 0.9, 0.95, 1e-8, 0.1};
+        gdn_adamw_update(&t, P, G, M, V, &h, s + 1);
+        curve[0][s] = loss / nv;
+        gnorms[0][s] = gn;
+    }
+    gdn_cpu_acts_free_f32(a);
+    if (cpu_out) {
+        FILE *f = fopen(cpu_out, "w");
+        if (!f) { fprintf(stderr, "test_gpu_model: cannot write %s\n", cpu_out); exit(1); }
+        for (int s = 0; s < CURVE_STEPS; s++) fprintf(f, "%d,%.17g,%.17g\n", s + 1, curve[0][s], gnorms[0][s]);
+        fclose(f);
+        printf("cpu curve written to %s (loss %.4f -> %.4f)\n", cpu_out, curve[0][0], curve[0][CURVE_STEPS - 1]);
+        free(text); free(p0); free(tok); free(tgt); free(arena);
+        gdn_param_table_free(&t);
+        return 0;
+    }
+
+    for (int pi = 0; pi < 2; pi++) {
+        gdn_cuda_model *m = gdn_cuda_model_create(&t, B, T, pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32);
+        gdn_cuda_model_upload(m, p0, NULL, NULL);
+        for (int s = 0; s < CURVE_STEPS; s++) {
+            make_batch(text, n_text, s, B, T, tok, tgt);
+            gdn_cuda_model_zero_grads(m);
+            int nv = 0;
+            const double loss = gdn_cuda_model_forward(m, tok, tgt, 1.0f / N, &nv);
+            gdn_cuda_model_backward(m);
+            gdn_cuda_adamw_hparams h = {gdn_lr_at(s, total_steps, warmup, lr, lr_min), 0.9, 0.95, 1e-8, 0.1};
+            gnorms[1 + pi][s] = gdn_cuda_model_adamw_step(m, &h, s + 1, clip);
+            curve[1 + pi][s] = loss / nv;
+        }
+        gdn_cuda_model_free(m);
+    }
+
+    const char *out = getenv("OUT");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/loss_curves.csv", out && out[0] ? out : ".");
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "step,cpu_fp32,cuda_fp32,cuda_bf16,gnorm_cpu,gnorm_cuda_fp32,gnorm_cuda_bf16\n");
+        for (int s = 0; s < CURVE_STEPS; s++)
+            fprintf(f, "%d,%.6f,%.6f,%.6f,%.5f,%.5f,%.5f\n", s + 1, curve[0][s], curve[1][s], curve[2][s], gnorms[0][s],
+                    gnorms[1][s], gnorms[2][s]);
+        fclose(f);
+    } else {
+        fprintf(stderr, "test_gpu_model: cannot write %s\n", path);
+    }
+    double tail[3] = {0, 0, 0}, maxdiff[3] = {0, 0, 0};
+    for (int r = 0; r < 3; r++)
+        for (int s = 0; s < CURVE_STEPS; s++) {
+            if (s >= CURVE_STEPS - 10) tail[r] += curve[r][s] / 10;
+            const double d = fabs(curve[r][s] - curve[0][s]) / curve[0][s];
+            if (!(d <= maxdiff[r])) maxdiff[r] = d;
+        }
+    printf("\ntraining, tiny shape (B%d T%d, %.2fM params), %d steps, curves in %s\n", B, T, t.total / 1e6, CURVE_STEPS,
+           path);
+    printf("  step:        1       50      100      150      200   last-10 mean\n");
+    const char *names[3] = {"cpu fp32 ", "cuda fp32", "cuda bf16"};
+    int fails = 0;
+    for (int r = 0; r < 3; r++) {
+        printf("  %s %8.4f %8.4f %8.4f %8.4f %8.4f   %8.4f", names[r], curve[r][0], curve[r][49], curve[r][99],
+               curve[r][149], curve[r][199], tail[r]);
+        if (r) {
+            const double rel = fabs(tail[r] - tail[0]) / tail[0];
+            const int ok = rel < 0.02;
+            printf("  (vs cpu: %.2f%% at the end, at most %.2f%% on any step) %s", 100 * rel, 100 * maxdiff[r],
+                   ok ? "ok" : "FAIL");
+            fails += !ok;
+        }
+        printf("\n");
+    }
+    if (!(tail[0] < curve[0][0] - 1.0)) {
+        printf("  FAIL: the CPU loss did not fall (%.3f -> %.3f)\n", curve[0][0], tail[0]);
+        fails++;
+    }
+    free(text); free(p0); free(tok); free(tgt); free(arena);
+    gdn_param_table_free(&t);
+    return fails;
+}
+
+/* ---- 3. benchmark ------------------------------------------------------------------------------------- */
+static int bench(const char *spec) {
+    int D = 1024, L = 21, H = 6, K = 256, EV = 2, F = 2816, Vv = 32000, B = 16, T = 2048;
+    if (spec && sscanf(spec, "%d,%d,%d,%d,%d,%d,%d,%d,%d", &D, &L, &H, &K, &EV, &F, &Vv, &B, &T) != 9) {
+        fprintf(stderr, "--bench expects D,L,H,K,EV,F,VOCAB,B,T\n");
+        return 2;
+    }
+    gdn_config c = {.vocab_size = Vv, .d_model = D, .n_layers = L, .n_heads = H, .head_dim = K, .expand_v = EV,
+                    .d_ff = F, .conv_width = 4, .chunk_size = 64, .tie_embeddings = 0, .allow_neg_eigval = 0,
+                    .norm_eps = 1e-6};
+    gdn_param_table t;
+    gdn_param_table_build(&t, &c);
+    float *p = xmalloc(t.total * sizeof(float));
+    gdn_params_init(p, &t, 1);
+    gdn_cuda_step_bench r;
+    gdn_cuda_model_bench(&t, p, gdn_param_matmul_count(&t), B, T, GDN_CUDA_BF16, 2, 5, &r);
+    const double gib = 1073741824.0;
+    printf("\ntraining step, cuda bf16: %.1fM params (%.1fM in matmuls), D%d L%d H%d K%d V%d F%d vocab %d, B%d x T%d\n",
+           t.total / 1e6, r.matmul_params / 1e6, D, L, H, K, K * EV, F, Vv, B, T);
+    printf("  step %.1f ms (forward+loss %.1f, backward %.1f, clip+AdamW %.1f) -> %.0f tokens/s, MFU %.1f%%\n",
+           r.step_ms, r.fwd_ms, r.bwd_ms, r.opt_ms, r.tokens_per_s, 100 * r.mfu);
+    printf("  delta-rule kernels alone (fwd + bwd, all layers): %.1f ms; cuBLAS %.1f ms (%.0f TFLOP/s)\n", r.delta_ms,
+           r.gemm_ms, 6.0 * (double)r.matmul_params * B * T / (r.gemm_ms * 1e-3) / 1e12);
+    printf("  one step with events around every launch (ms):\n%s", r.breakdown);
+    printf("  memory: params+grads+moments+bf16 copy %.2f GiB, activations+scratch %.2f GiB; device in use %.2f of %.2f GiB\n",
+           r.param_bytes / gib, r.act_bytes / gib, r.device_used / gib, r.device_total / gib);
+    printf("  mean token loss: first timed step %.4f, last %.4f\n", r.first_loss, r.last_loss);
+    free(p);
+    gdn_param_table_free(&t);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *cpu_in = NULL;
+    for (int i = 1; i + 1 < argc; i++) {
+        if (!strcmp(argv[i], "--cpu-curve-out")) return train_curves(NULL, argv[i + 1]);
+        if (!strcmp(argv[i], "--cpu-curve-in")) cpu_in = argv[i + 1];
+    }
+    if (gdn_cuda_device_count() == 0) {
+        printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--bench")) return bench(argc > 2 ? argv[2] : NULL);
+    const gdn_config base = {.vocab_size = 50, .d_model = 64, .n_layers = 2, .n_heads = 2, .head_dim = 32,
+                             .expand_v = 2, .d_ff = 96, .conv_width = 4, .chunk_size = 64, .tie_embeddings = 0,
+                             .allow_neg_eigval = 0, .norm_eps = 1e-6};
+    grad_case cases[3];
+    cases[0] = (grad_case){"K32 V64 (heads padded), 2 layers, B2 T45", base, 2, 45};
+    cases[1] = (grad_case){"K64 V128 (direct), tied, beta 2sig, B2 T70", base, 2, 70};
+    cases[1].c.vocab_size = 40; cases[1].c.d_model = 48; cases[1].c.n_layers = 1; cases[1].c.head_dim = 64;
+    cases[1].c.d_ff = 80; cases[1].c.tie_embeddings = 1; cases[1].c.allow_neg_eigval = 1;
+    cases[2] = (grad_case){"K64 V512 (value heads split), B1 T33", base, 1, 33};
+    cases[2].c.vocab_size = 30; cases[2].c.d_model = 32; cases[2].c.n_layers = 1; cases[2].c.n_heads = 1;
+    cases[2].c.head_dim = 64; cases[2].c.expand_v = 8; cases[2].c.d_ff = 40;
+    int fails = 0;
+    delta_repeatable[0] = delta_bwd_repeatable(GDN_CUDA_FP32);
+    delta_repeatable[1] = delta_bwd_repeatable(GDN_CUDA_BF16);
+    printf("delta-rule backward alone, same inputs twice: fp32 %s, bf16 %s\n",
+           delta_repeatable[0] ? "bitwise equal" : "DIFFERENT", delta_repeatable[1] ? "bitwise equal" : "DIFFERENT");
+    printf("whole-model loss, logits and gradients vs the fp64 CPU model (fp32 < 1e-4, bf16 < 2e-2)\n");
+    for (int i = 0; i < 3; i++) fails += grad_check(&cases[i]);
+    if (!(argc > 1 && !strcmp(argv[1], "--grads"))) fails += train_curves(cpu_in, NULL);
+    printf("%s: %d failures\n", fails ? "FAIL" : "PASS", fails);
+    return fails ? 1 : 0;
+}

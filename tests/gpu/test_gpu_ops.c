@@ -1,0 +1,583 @@
+/* Every CUDA op of model/cuda/ops_cuda.h against the fp64 CPU op (gdn_*_f64) on random inputs,
+ * in both precisions, at odd sizes. Relative error ||gpu - ref|| / ||ref|| must stay under 1e-5
+ * in fp32 mode and 1e-2 in bf16 mode. In bf16 mode the inputs are rounded to bf16 first and the
+ * reference sees the rounded values, so the error measured is the op's own. Device outputs are
+ * NaN-poisoned before each call, so an element the kernel skips fails the comparison. Ops that
+ * reduce (parameter gradients, loss, gradient norm) are also run twice and must agree bit for bit.
+ *
+ * Plain C (the GPU machine has no CMocka). Exit 0: pass, 1: fail, 77: no CUDA device (skip). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "model/cpu/ops_cpu.h"
+#include "model/cuda/ops_cuda.h"
+#include "model/params.h"
+#include "tests/ref/fd.h"
+#include "train/optim.h"
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static gdn_cuda_precision P; /* precision under test */
+static int BF;               /* P == GDN_CUDA_BF16 */
+static double TOL;
+static int FAILS;
+static unsigned long long SEED = 1;
+
+/* ---- host buffers ---------------------------------------------------------------------------- */
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) { fprintf(stderr, "out of memory\n"); exit(1); }
+    return p;
+}
+static double *rnd(size_t n, double lo, double hi) {
+    double *x = xmalloc(n * sizeof *x);
+    fd_fill_uniform(x, n, lo, hi, SEED++);
+    return x;
+}
+static double *zeros(size_t n) {
+    double *x = calloc(n ? n : 1, sizeof *x);
+    if (!x) { fprintf(stderr, "out of memory\n"); exit(1); }
+    return x;
+}
+static double *copy_d(const double *x, size_t n) {
+    double *y = xmalloc(n * sizeof *y);
+    memcpy(y, x, n * sizeof *y);
+    return y;
+}
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest even */
+    u &= 0xFFFF0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* ---- device buffers (freed together after each op test) -------------------------------------- */
+static void *owned[256];
+static int n_owned;
+static void *dmalloc(size_t bytes) {
+    void *d;
+    CK(cudaMalloc(&d, bytes ? bytes : 1));
+    if (n_owned == 256) { fprintf(stderr, "too many device buffers\n"); exit(1); }
+    owned[n_owned++] = d;
+    return d;
+}
+static void dfree_all(void) {
+    for (int i = 0; i < n_owned; i++) CK(cudaFree(owned[i]));
+    n_owned = 0;
+}
+
+/* fp32 device copy of x; x is rounded to float in place (the reference sees the device values). */
+static float *up_f32(double *x, size_t n) {
+    float *f = xmalloc(n * sizeof *f);
+    for (size_t i = 0; i < n; i++) x[i] = f[i] = (float)x[i];
+    float *d = dmalloc(n * sizeof *f);
+    CK(cudaMemcpy(d, f, n * sizeof *f, cudaMemcpyHostToDevice));
+    free(f);
+    return d;
+}
+/* act device copy of x; x is rounded to float (bf16 in BF16 mode) in place. */
+static void *up_act(double *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = BF ? bf16_round((float)x[i]) : (float)x[i];
+    float *tmp = up_f32(x, n);
+    void *d = dmalloc(n * gdn_cuda_act_bytes(P));
+    gdn_cuda_to_act(P, d, tmp, n, NULL);
+    return d;
+}
+static float *nan_f32(size_t n) {
+    float *d = dmalloc(n * sizeof(float));
+    gdn_cuda_fill_f32(d, NAN, n, NULL);
+    return d;
+}
+static void *nan_act(size_t n) {
+    float *tmp = nan_f32(n);
+    void *d = dmalloc(n * gdn_cuda_act_bytes(P));
+    gdn_cuda_to_act(P, d, tmp, n, NULL);
+    return d;
+}
+static float *down_f32(const float *d, size_t n) {
+    float *h = xmalloc(n * sizeof *h);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h, d, n * sizeof *h, cudaMemcpyDeviceToHost));
+    return h;
+}
+static float *down_act(const void *d, size_t n) {
+    float *tmp = dmalloc(n * sizeof(float));
+    gdn_cuda_from_act(P, tmp, d, n, NULL);
+    return down_f32(tmp, n);
+}
+
+/* ---- comparison -------------------------------------------------------------------------------- */
+static void report(const char *op, const char *what, double err, int ok) {
+    printf("%-4s %-34s %-8s %.1e %s\n", BF ? "bf16" : "fp32", op, what, err, ok ? "ok" : "FAIL");
+    if (!ok) FAILS++;
+}
+/* got is freed. */
+static void cmp(const char *op, const char *what, float *got, const double *ref, size_t n) {
+    const double e = fd_rel_err_f32(got, ref, n);
+    report(op, what, e, e < TOL); /* NaN fails */
+    free(got);
+}
+/* Bitwise equality of two device fp32 buffers (a second run of a reducing op). */
+static void same_bits(const char *op, const char *what, const float *a, const float *b, size_t n) {
+    float *ha = down_f32(a, n), *hb = down_f32(b, n);
+    const int ok = memcmp(ha, hb, n * sizeof(float)) == 0;
+    printf("%-4s %-34s %-8s %s %s\n", BF ? "bf16" : "fp32", op, what, "bitwise", ok ? "ok" : "FAIL");
+    if (!ok) FAILS++;
+    free(ha);
+    free(hb);
+}
+static float *dcopy_f32(const float *d, size_t n) {
+    float *c = dmalloc(n * sizeof(float));
+    CK(cudaMemcpy(c, d, n * sizeof(float), cudaMemcpyDeviceToDevice));
+    return c;
+}
+
+/* ---- linear --------------------------------------------------------------------------------------- */
+static void test_linear(gdn_cuda_blas *bl, int N, int I, int O) {
+    char op[64];
+    snprintf(op, sizeof op, "linear N%d I%d O%d", N, I, O);
+    double *x = rnd((size_t)N * I, -1, 1), *W = rnd((size_t)O * I, -1, 1), *dy = rnd((size_t)N * O, -1, 1);
+    double *y0 = rnd((size_t)N * O, -1, 1), *dW0 = rnd((size_t)O * I, -1, 1);
+    void *xd = up_act(x, (size_t)N * I), *Wd = up_act(W, (size_t)O * I), *dyd = up_act(dy, (size_t)N * O);
+    float *y0d = up_f32(y0, (size_t)N * O), *dWd = up_f32(dW0, (size_t)O * I);
+    double *y = zeros((size_t)N * O), *dx = zeros((size_t)N * I), *dW = copy_d(dW0, (size_t)O * I);
+    gdn_linear_fwd_f64(y, x, W, N, I, O);
+    gdn_linear_bwd_f64(dx, dW, dy, x, W, N, I, O);
+
+    void *ya = nan_act((size_t)N * O);
+    gdn_cuda_linear_fwd(bl, P, P, ya, xd, Wd, N, I, O, 0.0f);
+    cmp(op, "y act", down_act(ya, (size_t)N * O), y, (size_t)N * O);
+    gdn_cuda_linear_fwd(bl, P, GDN_CUDA_FP32, y0d, xd, Wd, N, I, O, 1.0f);
+    for (size_t i = 0; i < (size_t)N * O; i++) y[i] += y0[i];
+    cmp(op, "y+=f32", down_f32(y0d, (size_t)N * O), y, (size_t)N * O);
+    float *dxf = nan_f32((size_t)N * I);
+    gdn_cuda_linear_bwd_dx(bl, P, GDN_CUDA_FP32, dxf, dyd, Wd, N, I, O, 0.0f);
+    cmp(op, "dx f32", down_f32(dxf, (size_t)N * I), dx, (size_t)N * I);
+    void *dxa = nan_act((size_t)N * I);
+    gdn_cuda_linear_bwd_dx(bl, P, P, dxa, dyd, Wd, N, I, O, 0.0f);
+    cmp(op, "dx act", down_act(dxa, (size_t)N * I), dx, (size_t)N * I);
+    gdn_cuda_linear_bwd_dw(bl, P, dWd, dyd, xd, N, I, O);
+    cmp(op, "dW+=", down_f32(dWd, (size_t)O * I), dW, (size_t)O * I);
+    free(x); free(W); free(dy); free(y0); free(dW0); free(y); free(dx); free(dW);
+    dfree_all();
+}
+
+/* ---- embedding -------------------------------------------------------------------------------------- */
+static void test_embed(int N, int vocab, int D) {
+    char op[64];
+    snprintf(op, sizeof op, "embed N%d vocab%d D%d", N, vocab, D);
+    int *tok = xmalloc((size_t)N * sizeof(int));
+    double *u = rnd((size_t)N, 0, vocab);
+    for (int i = 0; i < N; i++) tok[i] = (int)u[i] < vocab ? (int)u[i] : vocab - 1;
+    double *table = rnd((size_t)vocab * D, -1, 1), *dout = rnd((size_t)N * D, -1, 1);
+    double *dt0 = rnd((size_t)vocab * D, -1, 1);
+    float *tabd = up_f32(table, (size_t)vocab * D), *doutd = up_f32(dout, (size_t)N * D);
+    float *dtd = up_f32(dt0, (size_t)vocab * D);
+    double *out = zeros((size_t)N * D), *dt = copy_d(dt0, (size_t)vocab * D);
+    gdn_embed_fwd_f64(out, tok, table, N, D);
+    gdn_embed_bwd_f64(dt, tok, dout, N, D);
+
+    int *tokd = dmalloc((size_t)N * sizeof(int));
+    CK(cudaMemcpy(tokd, tok, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+    float *outd = nan_f32((size_t)N * D);
+    gdn_cuda_embed_fwd(outd, tokd, tabd, N, D, NULL);
+    cmp(op, "out", down_f32(outd, (size_t)N * D), out, (size_t)N * D);
+
+    int *perm = xmalloc((size_t)N * sizeof(int)), *ss = xmalloc(((size_t)N + 1) * sizeof(int));
+    int *st = xmalloc((size_t)N * sizeof(int));
+    const int nseg = gdn_cuda_embed_plan(tok, N, vocab, perm, ss, st);
+    int *permd = dmalloc((size_t)N * sizeof(int)), *ssd = dmalloc(((size_t)N + 1) * sizeof(int));
+    int *std_ = dmalloc((size_t)N * sizeof(int));
+    CK(cudaMemcpy(permd, perm, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ssd, ss, ((size_t)nseg + 1) * sizeof(int), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(std_, st, (size_t)nseg * sizeof(int), cudaMemcpyHostToDevice));
+    float *dt2 = dcopy_f32(dtd, (size_t)vocab * D);
+    gdn_cuda_embed_bwd(dtd, permd, ssd, std_, nseg, doutd, D, NULL);
+    gdn_cuda_embed_bwd(dt2, permd, ssd, std_, nseg, doutd, D, NULL);
+    same_bits(op, "dtable", dtd, dt2, (size_t)vocab * D);
+    cmp(op, "dtable+=", down_f32(dtd, (size_t)vocab * D), dt, (size_t)vocab * D);
+    free(tok); free(u); free(table); free(dout); free(dt0); free(out); free(dt); free(perm); free(ss); free(st);
+    dfree_all();
+}
+
+/* ---- norms -------------------------------------------------------------------------------------------- */
+static void test_rmsnorm(int N, int D) {
+    char op[64];
+    snprintf(op, sizeof op, "rmsnorm N%d D%d", N, D);
+    const size_t n = (size_t)N * D;
+    double *x = rnd(n, -2, 2), *w = rnd((size_t)D, 0.5, 1.5), *dy = rnd(n, -1, 1), *dw0 = rnd((size_t)D, -1, 1);
+    double *dx0 = rnd(n, -1, 1);
+    float *xd = up_f32(x, n), *wd = up_f32(w, (size_t)D), *dyd = up_f32(dy, n), *dwd = up_f32(dw0, (size_t)D);
+    float *dx0d = up_f32(dx0, n);
+    double *y = zeros(n), *rstd = zeros((size_t)N), *dx = zeros(n), *dw = copy_d(dw0, (size_t)D);
+    gdn_rmsnorm_fwd_f64(y, rstd, x, w, N, D, 1e-6);
+    void *yd = nan_act(n);
+    float *rd = nan_f32((size_t)N);
+    gdn_cuda_rmsnorm_fwd(P, yd, rd, xd, wd, N, D, 1e-6f, NULL);
+    cmp(op, "y", down_act(yd, n), y, n);
+    cmp(op, "rstd", down_f32(rd, (size_t)N), rstd, (size_t)N);
+    float *rstdd = up_f32(rstd, (size_t)N); /* the backward reads the saved (float) rstd */
+    gdn_rmsnorm_bwd_f64(dx, dw, dy, x, w, rstd, N, D);
+    void *ws = dmalloc(gdn_cuda_norm_workspace(N, D));
+    float *dxd = nan_f32(n), *dw2 = dcopy_f32(dwd, (size_t)D);
+    gdn_cuda_rmsnorm_bwd(P, dxd, 0, NULL, dwd, dyd, xd, wd, rstdd, N, D, ws, NULL);
+    gdn_cuda_rmsnorm_bwd(P, dxd, 0, NULL, dw2, dyd, xd, wd, rstdd, N, D, ws, NULL);
+    same_bits(op, "dw", dwd, dw2, (size_t)D);
+    cmp(op, "dx", down_f32(dxd, n), dx, n);
+    cmp(op, "dw+=", down_f32(dwd, (size_t)D), dw, (size_t)D);
+    void *dxa = nan_act(n);
+    gdn_cuda_rmsnorm_bwd(P, dx0d, 1, dxa, dw2, dyd, xd, wd, rstdd, N, D, ws, NULL);
+    for (size_t i = 0; i < n; i++) dx[i] += dx0[i];
+    cmp(op, "dx+=", down_f32(dx0d, n), dx, n);
+    cmp(op, "dx act", down_act(dxa, n), dx, n);
+    free(x); free(w); free(dy); free(dw0); free(dx0); free(y); free(rstd); free(dx); free(dw);
+    dfree_all();
+}
+
+static void test_l2norm(int N, int D) {
+    char op[64];
+    snprintf(op, sizeof op, "l2norm N%d D%d", N, D);
+    const size_t n = (size_t)N * D;
+    double *x = rnd(n, -2, 2), *dy = rnd(n, -1, 1);
+    void *xd = up_act(x, n), *dyd = up_act(dy, n);
+    double *y = zeros(n), *r = zeros((size_t)N), *dx = zeros(n);
+    gdn_l2norm_fwd_f64(y, r, x, N, D);
+    void *yd = nan_act(n);
+    float *rd = nan_f32((size_t)N);
+    gdn_cuda_l2norm_fwd(P, yd, rd, xd, N, D, NULL);
+    cmp(op, "y", down_act(yd, n), y, n);
+    cmp(op, "r", down_f32(rd, (size_t)N), r, (size_t)N);
+    void *yin = up_act(y, n); /* the backward reads the saved (rounded) y */
+    float *rin = up_f32(r, (size_t)N);
+    gdn_l2norm_bwd_f64(dx, dy, y, r, N, D);
+    void *dxd = nan_act(n);
+    gdn_cuda_l2norm_bwd(P, dxd, dyd, yin, rin, N, D, NULL);
+    cmp(op, "dx", down_act(dxd, n), dx, n);
+    free(x); free(dy); free(y); free(r); free(dx);
+    dfree_all();
+}
+
+static void test_gated(int N, int D) {
+    char op[64];
+    snprintf(op, sizeof op, "gated_rmsnorm N%d D%d", N, D);
+    const size_t n = (size_t)N * D;
+    double *x = rnd(n, -2, 2), *z = rnd(n, -3, 3), *w = rnd((size_t)D, 0.5, 1.5), *dy = rnd(n, -1, 1);
+    double *dw0 = rnd((size_t)D, -1, 1);
+    void *xd = up_act(x, n), *zd = up_act(z, n);
+    float *wd = up_f32(w, (size_t)D), *dyd = up_f32(dy, n), *dwd = up_f32(dw0, (size_t)D);
+    double *y = zeros(n), *rstd = zeros((size_t)N), *dx = zeros(n), *dz = zeros(n), *dw = copy_d(dw0, (size_t)D);
+    gdn_gated_rmsnorm_fwd_f64(y, rstd, x, z, w, N, D, 1e-6);
+    void *yd = nan_act(n);
+    float *rd = nan_f32((size_t)N);
+    gdn_cuda_gated_rmsnorm_fwd(P, yd, rd, xd, zd, wd, N, D, 1e-6f, NULL);
+    cmp(op, "y", down_act(yd, n), y, n);
+    cmp(op, "rstd", down_f32(rd, (size_t)N), rstd, (size_t)N);
+    float *rstdd = up_f32(rstd, (size_t)N), *dw2 = dcopy_f32(dwd, (size_t)D);
+    gdn_gated_rmsnorm_bwd_f64(dx, dz, dw, dy, x, z, w, rstd, N, D);
+    void *ws = dmalloc(gdn_cuda_norm_workspace(N, D)), *dxd = nan_act(n), *dzd = nan_act(n);
+    gdn_cuda_gated_rmsnorm_bwd(P, dxd, dzd, dwd, dyd, xd, zd, wd, rstdd, N, D, ws, NULL);
+    gdn_cuda_gated_rmsnorm_bwd(P, dxd, dzd, dw2, dyd, xd, zd, wd, rstdd, N, D, ws, NULL);
+    same_bits(op, "dw", dwd, dw2, (size_t)D);
+    cmp(op, "dx", down_act(dxd, n), dx, n);
+    cmp(op, "dz", down_act(dzd, n), dz, n);
+    cmp(op, "dw+=", down_f32(dwd, (size_t)D), dw, (size_t)D);
+    free(x); free(z); free(w); free(dy); free(dw0); free(y); free(rstd); free(dx); free(dz); free(dw);
+    dfree_all();
+}
+
+/* ---- convolution ------------------------------------------------------------------------------------------ */
+static void test_conv(int B, int T, int C, int W) {
+    char op[64];
+    snprintf(op, sizeof op, "conv B%d T%d C%d W%d", B, T, C, W);
+    const size_t n = (size_t)B * T * C, nw = (size_t)C * W;
+    double *x = rnd(n, -1, 1), *w = rnd(nw, -0.5, 0.5), *dy = rnd(n, -1, 1), *dw0 = rnd(nw, -1, 1);
+    void *xd = up_act(x, n), *dyd = up_act(dy, n);
+    float *wd = up_f32(w, nw), *dwd = up_f32(dw0, nw);
+    double *y = zeros(n), *dx = zeros(n), *dw = copy_d(dw0, nw);
+    gdn_conv_fwd_f64(y, x, w, NULL, B, T, C, W);
+    gdn_conv_bwd_f64(dx, dw, NULL, dy, x, w, NULL, B, T, C, W);
+    void *yd = nan_act(n), *dxd = nan_act(n), *ws = dmalloc(gdn_cuda_conv_workspace(B, T, C, W));
+    gdn_cuda_conv_fwd(P, yd, xd, wd, B, T, C, W, NULL);
+    cmp(op, "y", down_act(yd, n), y, n);
+    float *dw2 = dcopy_f32(dwd, nw);
+    gdn_cuda_conv_bwd(P, dxd, dwd, dyd, xd, wd, B, T, C, W, ws, NULL);
+    gdn_cuda_conv_bwd(P, dxd, dw2, dyd, xd, wd, B, T, C, W, ws, NULL);
+    same_bits(op, "dw", dwd, dw2, nw);
+    cmp(op, "dx", down_act(dxd, n), dx, n);
+    cmp(op, "dw+=", down_f32(dwd, nw), dw, nw);
+    free(x); free(w); free(dy); free(dw0); free(y); free(dx); free(dw);
+    dfree_all();
+}
+
+/* ---- elementwise --------------------------------------------------------------------------------------- */
+static void test_silu_swiglu(size_t n) {
+    char op[64];
+    snprintf(op, sizeof op, "silu/swiglu n%zu", n);
+    double *a = rnd(n, -6, 6), *b = rnd(n, -2, 2), *dy = rnd(n, -1, 1), *dh = rnd(n, -1, 1);
+    void *ad = up_act(a, n), *bd = up_act(b, n), *dyd = up_act(dy, n);
+    float *dhd = up_f32(dh, n);
+    double *y = zeros(n), *dx = zeros(n), *h = zeros(n), *da = zeros(n), *db = zeros(n);
+    gdn_silu_fwd_f64(y, a, n);
+    gdn_silu_bwd_f64(dx, dy, a, n);
+    gdn_swiglu_fwd_f64(h, a, b, n);
+    gdn_swiglu_bwd_f64(da, db, dh, a, b, n);
+    void *yd = nan_act(n), *dxd = nan_act(n), *hd = nan_act(n), *dad = nan_act(n), *dbd = nan_act(n);
+    gdn_cuda_silu_fwd(P, yd, ad, n, NULL);
+    gdn_cuda_silu_bwd(P, dxd, dyd, ad, n, NULL);
+    gdn_cuda_swiglu_fwd(P, hd, ad, bd, n, NULL);
+    gdn_cuda_swiglu_bwd(P, dad, dbd, dhd, ad, bd, n, NULL);
+    cmp(op, "silu y", down_act(yd, n), y, n);
+    cmp(op, "silu dx", down_act(dxd, n), dx, n);
+    cmp(op, "swiglu h", down_act(hd, n), h, n);
+    cmp(op, "swiglu da", down_act(dad, n), da, n);
+    cmp(op, "swiglu db", down_act(dbd, n), db, n);
+    /* in place: y aliases x, dx aliases dy */
+    gdn_cuda_silu_fwd(P, ad, ad, n, NULL);
+    cmp(op, "silu y=x", down_act(ad, n), y, n);
+    gdn_cuda_silu_bwd(P, dyd, dyd, bd, n, NULL);
+    gdn_silu_bwd_f64(dx, dy, b, n);
+    cmp(op, "silu dx=dy", down_act(dyd, n), dx, n);
+    free(a); free(b); free(dy); free(dh); free(y); free(dx); free(h); free(da); free(db);
+    dfree_all();
+}
+
+static void test_gates(int N, int H, double bscale) {
+    char op[64];
+    snprintf(op, sizeof op, "gates N%d H%d beta_scale %g", N, H, bscale);
+    const size_t n = (size_t)N * H;
+    double *a = rnd(n, -4, 4), *Al = rnd((size_t)H, 0, 2.7), *dt = rnd((size_t)H, -7, -2), *dg = rnd(n, -1, 1);
+    double *dA0 = rnd((size_t)H, -1, 1), *ddt0 = rnd((size_t)H, -1, 1), *b = rnd(n, -5, 5), *dbeta = rnd(n, -1, 1);
+    float *ad = up_f32(a, n), *Ald = up_f32(Al, (size_t)H), *dtd = up_f32(dt, (size_t)H), *dgd = up_f32(dg, n);
+    float *dAd = up_f32(dA0, (size_t)H), *ddtd = up_f32(ddt0, (size_t)H), *bd = up_f32(b, n), *dbetad = up_f32(dbeta, n);
+    double *g = zeros(n), *da = zeros(n), *dA = copy_d(dA0, (size_t)H), *ddt = copy_d(ddt0, (size_t)H);
+    double *beta = zeros(n), *db = zeros(n);
+    gdn_decay_gate_fwd_f64(g, a, Al, dt, N, H);
+    gdn_decay_gate_bwd_f64(da, dA, ddt, dg, a, Al, dt, N, H);
+    gdn_beta_fwd_f64(beta, b, bscale, n);
+    float *gd = nan_f32(n), *betad = nan_f32(n);
+    void *dad = nan_act(n), *dbd = nan_act(n), *ws = dmalloc(gdn_cuda_decay_gate_workspace(N, H));
+    gdn_cuda_decay_gate_fwd(gd, ad, Ald, dtd, N, H, NULL);
+    cmp(op, "g", down_f32(gd, n), g, n);
+    float *dA2 = dcopy_f32(dAd, (size_t)H), *ddt2 = dcopy_f32(ddtd, (size_t)H);
+    gdn_cuda_decay_gate_bwd(P, dad, dAd, ddtd, dgd, ad, Ald, dtd, N, H, ws, NULL);
+    gdn_cuda_decay_gate_bwd(P, dad, dA2, ddt2, dgd, ad, Ald, dtd, N, H, ws, NULL);
+    same_bits(op, "dA_log", dAd, dA2, (size_t)H);
+    same_bits(op, "ddt", ddtd, ddt2, (size_t)H);
+    cmp(op, "da", down_act(dad, n), da, n);
+    cmp(op, "dA_log+=", down_f32(dAd, (size_t)H), dA, (size_t)H);
+    cmp(op, "ddt+=", down_f32(ddtd, (size_t)H), ddt, (size_t)H);
+    gdn_cuda_beta_fwd(betad, bd, (float)bscale, n, NULL);
+    cmp(op, "beta", down_f32(betad, n), beta, n);
+    float *betain = up_f32(beta, n);
+    gdn_beta_bwd_f64(db, dbeta, beta, bscale, n); /* with the float-rounded beta the GPU reads */
+    gdn_cuda_beta_bwd(P, dbd, dbetad, betain, (float)bscale, n, NULL);
+    cmp(op, "db", down_act(dbd, n), db, n);
+    free(a); free(Al); free(dt); free(dg); free(dA0); free(ddt0); free(b); free(dbeta);
+    free(g); free(da); free(dA); free(ddt); free(beta); free(db);
+    dfree_all();
+}
+
+/* ---- loss ------------------------------------------------------------------------------------------------- */
+static void test_cross_entropy(int N, int V) {
+    char op[64];
+    snprintf(op, sizeof op, "cross_entropy N%d V%d", N, V);
+    const size_t n = (size_t)N * V;
+    double *l = rnd(n, -6, 6), *u = rnd((size_t)N, 0, V);
+    int *tgt = xmalloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) tgt[i] = i % 5 == 3 ? -1 : ((int)u[i] < V ? (int)u[i] : V - 1);
+    void *ld = up_act(l, n);
+    const double gs = 1.0 / N;
+    double *dl = zeros(n);
+    int nv_ref = 0;
+    const double loss_ref = gdn_cross_entropy_f64(dl, l, tgt, N, V, gs, &nv_ref);
+    int *tgtd = dmalloc((size_t)N * sizeof(int));
+    CK(cudaMemcpy(tgtd, tgt, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+    double *lossd = dmalloc(sizeof(double));
+    int *nvd = dmalloc(sizeof(int));
+    void *ws = dmalloc(gdn_cuda_cross_entropy_workspace(N)), *dld = nan_act(n);
+    double loss[3];
+    int nv[3];
+    for (int run = 0; run < 3; run++) { /* 0: separate dlogits, 1: no dlogits, 2: in place */
+        void *dst = run == 0 ? dld : run == 1 ? NULL : ld;
+        gdn_cuda_cross_entropy(P, dst, ld, tgtd, N, V, (float)gs, lossd, nvd, ws, NULL);
+        CK(cudaMemcpy(&loss[run], lossd, sizeof(double), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(&nv[run], nvd, sizeof(int), cudaMemcpyDeviceToHost));
+    }
+    const double e = fabs(loss[0] - loss_ref) / fabs(loss_ref);
+    report(op, "loss", e, e < TOL);
+    report(op, "n_valid", fabs((double)nv[0] - nv_ref), nv[0] == nv_ref && nv[1] == nv_ref && nv[2] == nv_ref);
+    const int same = memcmp(&loss[0], &loss[1], sizeof(double)) == 0 && memcmp(&loss[0], &loss[2], sizeof(double)) == 0;
+    printf("%-4s %-34s %-8s %s %s\n", BF ? "bf16" : "fp32", op, "loss", "bitwise", same ? "ok" : "FAIL");
+    if (!same) FAILS++;
+    cmp(op, "dlogits", down_act(dld, n), dl, n);
+    cmp(op, "dlog=log", down_act(ld, n), dl, n);
+    free(l); free(u); free(tgt); free(dl);
+    dfree_all();
+}
+
+/* ---- optimizer ---------------------------------------------------------------------------------------------- */
+static void test_grad_norm(size_t n) {
+    char op[64];
+    snprintf(op, sizeof op, "grad_norm n%zu", n);
+    double *g = rnd(n, -1, 1);
+    float *gd = up_f32(g, n);
+    double ref = 0;
+    for (size_t i = 0; i < n; i++) ref += g[i] * g[i];
+    ref = sqrt(ref);
+    double *outd = dmalloc(2 * sizeof(double)), out[2];
+    void *ws = dmalloc(gdn_cuda_grad_norm_workspace(n));
+    gdn_cuda_grad_norm(outd, gd, n, ws, NULL);
+    gdn_cuda_grad_norm(outd + 1, gd, n, ws, NULL);
+    CK(cudaMemcpy(out, outd, sizeof out, cudaMemcpyDeviceToHost));
+    const double e = fabs(out[0] - ref) / ref;
+    report(op, "norm", e, e < TOL);
+    printf("%-4s %-34s %-8s %s %s\n", BF ? "bf16" : "fp32", op, "norm", "bitwise", out[0] == out[1] ? "ok" : "FAIL");
+    if (out[0] != out[1]) FAILS++;
+    gdn_cuda_grad_scale(gd, n, 0.37f, NULL);
+    for (size_t i = 0; i < n; i++) g[i] = (float)g[i] * 0.37f;
+    cmp(op, "scaled", down_f32(gd, n), g, n);
+    free(g);
+    dfree_all();
+}
+
+/* AdamW against train/optim.c's gdn_adamw_update on a small parameter table, two steps, the
+ * second with clipping active. */
+static void test_adamw(void) {
+    const char *op = "adamw (vs train/optim.c)";
+    gdn_config c = {.vocab_size = 37, .d_model = 24, .n_layers = 2, .n_heads = 2, .head_dim = 8, .expand_v = 2,
+                    .d_ff = 40, .conv_width = 4, .chunk_size = 64, .tie_embeddings = 0, .allow_neg_eigval = 0,
+                    .norm_eps = 1e-6};
+    gdn_param_table t;
+    gdn_param_table_build(&t, &c);
+    const size_t n = t.total;
+    uint64_t *end = xmalloc((size_t)t.n * sizeof *end), *act = xmalloc((size_t)t.n * sizeof *act);
+    int *decay = xmalloc((size_t)t.n * sizeof *decay), nr = 0;
+    size_t n_act = 0;
+    for (int i = 0; i < t.n; i++) { /* one run per tensor; the bf16 copy has gaps of 5 */
+        end[nr] = t.p[i].offset + t.p[i].numel;
+        act[nr] = n_act;
+        n_act += t.p[i].numel + 5;
+        decay[nr++] = !t.p[i].no_decay;
+    }
+    uint64_t *endd = dmalloc((size_t)nr * sizeof *end), *actd = dmalloc((size_t)nr * sizeof *act);
+    int *decd = dmalloc((size_t)nr * sizeof *decay);
+    CK(cudaMemcpy(endd, end, (size_t)nr * sizeof *end, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(actd, act, (size_t)nr * sizeof *act, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(decd, decay, (size_t)nr * sizeof *decay, cudaMemcpyHostToDevice));
+    double *pw = rnd(n, -1, 1), *pg = rnd(n, -1, 1), *pm = rnd(n, -0.1, 0.1), *pv = rnd(n, 0, 0.01);
+    float *w = xmalloc(n * 4), *g = xmalloc(n * 4), *m = xmalloc(n * 4), *v = xmalloc(n * 4);
+    float *wd = up_f32(pw, n), *gd = up_f32(pg, n), *md = up_f32(pm, n), *vd = up_f32(pv, n);
+    for (size_t i = 0; i < n; i++) { w[i] = (float)pw[i]; g[i] = (float)pg[i]; m[i] = (float)pm[i]; v[i] = (float)pv[i]; }
+    void *wact = dmalloc(n_act * 2), *ws = dmalloc(gdn_cuda_grad_norm_workspace(n));
+    double *gnd = dmalloc(sizeof(double));
+    gdn_cuda_adamw_hparams h = {3e-3, 0.9, 0.95, 1e-8, 0.1};
+    gdn_adamw_hparams hc = {3e-3, 0.9, 0.95, 1e-8, 0.1};
+    for (int step = 1; step <= 2; step++) {
+        const double clip = step == 2 ? 0.5 * gdn_grad_norm(g, n) : 0.0; /* step 2 clips */
+        const double gn = gdn_grad_norm(g, n);
+        if (clip > 0 && gn > clip) gdn_grad_scale(g, n, (float)(clip / gn));
+        gdn_adamw_update(&t, w, g, m, v, &hc, step);
+        gdn_cuda_grad_norm(gnd, gd, n, ws, NULL);
+        gdn_cuda_adamw(wd, gd, md, vd, wact, n, endd, decd, actd, nr, &h, step, gnd, clip, NULL);
+    }
+    double *rw = xmalloc(n * 8), *rm = xmalloc(n * 8), *rv = xmalloc(n * 8);
+    for (size_t i = 0; i < n; i++) { rw[i] = w[i]; rm[i] = m[i]; rv[i] = v[i]; }
+    float *tmp = dmalloc(n_act * 4);
+    gdn_cuda_from_act(GDN_CUDA_BF16, tmp, wact, n_act, NULL);
+    float *wa = down_f32(tmp, n_act), *wg = down_f32(wd, n);
+    int bf_ok = 1;
+    for (int r = 0; r < nr; r++)
+        for (size_t i = r ? end[r - 1] : 0; i < end[r]; i++) bf_ok &= wa[act[r] + i - (r ? end[r - 1] : 0)] == bf16_round(wg[i]);
+    cmp(op, "params", wg, rw, n);
+    cmp(op, "m", down_f32(md, n), rm, n);
+    cmp(op, "v", down_f32(vd, n), rv, n);
+    report(op, "bf16 copy", 0.0, bf_ok);
+    free(end); free(act); free(decay); free(pw); free(pg); free(pm); free(pv); free(w); free(g); free(m); free(v);
+    free(rw); free(rm); free(rv); free(wa);
+    gdn_param_table_free(&t);
+    dfree_all();
+}
+
+/* ---- head packing ----------------------------------------------------------------------------------------- */
+static void test_pack(int N, int H, int D, int S, int Ds, int Dp, int split) {
+    char op[64];
+    snprintf(op, sizeof op, "heads_pack N%d H%d D%d S%d Dp%d split%d", N, H, D, S, Dp, split);
+    const size_t n = (size_t)N * H * D, np = (size_t)N * H * S * Dp;
+    double *x = rnd(n, -1, 1), *ref = zeros(np), *back = zeros(n);
+    void *xd = up_act(x, n), *pd = nan_act(np), *bd = nan_act(n);
+    for (size_t t = 0; t < (size_t)N; t++)
+        for (int h = 0; h < H; h++)
+            for (int s = 0; s < S; s++)
+                for (int i = 0; i < Dp; i++) {
+                    const int col = split ? s * Ds + i : i;
+                    ref[((t * H + h) * S + s) * Dp + i] = i < Ds && col < D ? x[(t * H + h) * D + col] : 0.0;
+                }
+    for (size_t i = 0; i < n; i++) back[i] = split ? x[i] : S * x[i];
+    gdn_cuda_heads_pack(P, pd, xd, N, H, D, S, Ds, Dp, split, NULL);
+    gdn_cuda_heads_unpack(P, bd, pd, N, H, D, S, Ds, Dp, split, NULL);
+    cmp(op, "packed", down_act(pd, np), ref, np);
+    cmp(op, "unpacked", down_act(bd, n), back, n);
+    free(x); free(ref); free(back);
+    dfree_all();
+}
+
+int main(void) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("SKIP: no CUDA device\n");
+        return 77;
+    }
+    gdn_cuda_blas *bl = gdn_cuda_blas_create(NULL);
+    for (int pi = 0; pi < 2; pi++) {
+        P = pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32;
+        BF = pi;
+        TOL = BF ? 1e-2 : 1e-5;
+        test_linear(bl, 37, 53, 29);
+        test_linear(bl, 130, 64, 200);
+        test_embed(61, 17, 45);
+        test_embed(300, 1000, 130);
+        test_rmsnorm(77, 133);
+        test_rmsnorm(130, 2000);
+        test_rmsnorm(70, 1024); /* 8-wide path */
+        test_l2norm(91, 64);
+        test_l2norm(13, 37);
+        test_l2norm(45, 256); /* 8-wide path */
+        test_gated(70, 96);
+        test_gated(200, 512);
+        test_conv(3, 21, 45, 4);
+        test_conv(2, 300, 130, 3);
+        test_conv(2, 150, 64, 4); /* 8-wide paths (W 4, C % 8 == 0) */
+        test_conv(1, 77, 256, 4);
+        test_silu_swiglu(1001);
+        test_silu_swiglu(4096); /* 8-wide path */
+        test_gates(300, 3, 1.0);
+        test_gates(77, 6, 2.0);
+        test_cross_entropy(19, 1007);
+        test_cross_entropy(64, 32000);
+        test_grad_norm(100003);
+        test_pack(37, 3, 32, 2, 32, 64, 0);
+        test_pack(37, 3, 96, 2, 48, 64, 1);
+        test_pack(11, 2, 512, 2, 256, 256, 1);
+        test_pack(7, 3, 36, 2, 36, 64, 0); /* element-wise paths */
+        test_pack(5, 2, 100, 2, 50, 64, 1);
+        test_pack(9, 3, 1, 2, 1, 1, 0);
+        if (!BF) test_adamw();
+    }
+    gdn_cuda_blas_free(bl);
+    printf("%s: %d failed comparisons\n", FAILS ? "FAIL" : "PASS", FAILS);
+    return FAILS ? 1 : 0;
+}
