@@ -14,7 +14,7 @@
  *   same table over device buffers and a stream, and the trainer does not change.
  *
  * Failures: no call here hangs forever. A rank that dies is reported by the launcher (mpiexec
- * names the rank and ends the job; under Slurm use srun --kill-on-bad-exit=1). A rank that
+ * and srun name the rank and end the job). A rank that
  * hits an error calls gdn_comm_abort (fatal GDN_DIE errors are routed there too), which prints
  * "gdn: rank R: <cause>" and takes the whole job down. Every wait on another rank polls with
  * a deadline (GDN_COMM_TIMEOUT seconds, default 600): a peer that stopped answering without

@@ -500,8 +500,11 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
     while (t.step < rc->steps) {
         double t0 = now_s(), gnorm = 0, lr = 0;
         double loss = train_step(&t, &gnorm, &lr);
-        /* a signal may reach some ranks only, or between their checks: decide together */
-        int stop = c->size > 1 ? gdn_comm_agree(c, stop_signal != 0) >= 0 : stop_signal != 0;
+        /* a signal may reach some ranks only, or between their checks: decide together (and
+         * name the signal the same way on every rank) */
+        int64_t sig = stop_signal;
+        if (c->size > 1) gdn_all_reduce(c, GDN_WORLD, &sig, 1, GDN_I64, GDN_MAX, "stop signal");
+        const int stop = sig != 0;
         double dt = now_s() - t0;
         double tok_s = (double)t.accum * c->dp * rc->batch_size * rc->seq_len / dt;
         if (!isfinite(loss)) { /* the same reduced value on every rank */
@@ -552,12 +555,8 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
             }
         }
         if (stop) {
-            if (stop_signal)
-                say(&t, "stopped by signal %d at step %lld after writing a checkpoint; exit status %d (requeue)\n",
-                    (int)stop_signal, (long long)t.step, GDN_EXIT_REQUEUE);
-            else
-                say(&t, "stopped by a signal to another rank at step %lld after writing a checkpoint; exit "
-                    "status %d (requeue)\n", (long long)t.step, GDN_EXIT_REQUEUE);
+            say(&t, "stopped by signal %d at step %lld after writing a checkpoint; exit status %d (requeue)\n",
+                (int)sig, (long long)t.step, GDN_EXIT_REQUEUE);
             status = GDN_EXIT_REQUEUE;
             break;
         }
