@@ -5,13 +5,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+static gdn_die_handler die_handler = NULL;
+
+void gdn_set_die_handler(gdn_die_handler handler) { die_handler = handler; }
+
 void gdn_die_at(const char *file, int line, const char *fmt, ...) {
+    char msg[2048];
+    int n = snprintf(msg, sizeof msg, "error (%s:%d): ", file, line);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "gdn: error (%s:%d): ", file, line);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    if (n >= 0 && (size_t)n < sizeof msg) vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
+    if (die_handler) die_handler(msg);
+    fprintf(stderr, "gdn: %s\n", msg);
     exit(1);
 }
 

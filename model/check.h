@@ -7,6 +7,10 @@
 /* Print "gdn: error at FILE:LINE: message" to stderr and exit(1). */
 void gdn_die_at(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
+/* Replaces print-and-exit for fatal errors, e.g. to stop every rank of an MPI job. The handler
+ * gets "error (FILE:LINE): message" and must not return; NULL restores the default. */
+typedef void (*gdn_die_handler)(const char *message);
+void gdn_set_die_handler(gdn_die_handler handler);
 void *gdn_malloc_at(size_t bytes, const char *file, int line);
 void *gdn_calloc_at(size_t count, size_t size, const char *file, int line);
 

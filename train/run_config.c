@@ -58,7 +58,8 @@ static const field fields[] = {
     FR(keep, F_INT, "newest checkpoints to keep"),
     FS(resume, "'auto' (newest readable checkpoint in out) or a checkpoint path"),
     FS(init_from, "start from a checkpoint's weights with a fresh optimizer"),
-    FR(sp, F_INT, "sequence-parallel group size"),
+    FR(sp, F_INT, "sequence-parallel group size (ranks per sequence; dp = ranks / sp)"),
+    FS(sp_exchange, "sequence parallelism: 'pass' the state rank to rank or 'gather' affine maps"),
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
@@ -114,6 +115,7 @@ static void set_defaults(gdn_run_config *rc) {
     rc->ckpt_every = 0;
     rc->keep = 3;
     rc->sp = 1;
+    snprintf(rc->sp_exchange, sizeof rc->sp_exchange, "pass");
 }
 
 /* Reads every known key present in obj into rc. */
@@ -292,6 +294,14 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
           "backend must be auto, cpu or cuda (got '%s')", rc->backend);
     CHECK(rc->threads >= 0, "threads must be >= 0");
     CHECK(rc->sp >= 1, "sp must be >= 1");
+    CHECK(!strcmp(rc->sp_exchange, "pass") || !strcmp(rc->sp_exchange, "gather"),
+          "sp_exchange must be pass or gather (got '%s')", rc->sp_exchange);
+    CHECK(rc->sp == 1 || rc->seq_len % rc->sp == 0,
+          "seq_len %d does not split into sp = %d equal segments: choose a seq_len divisible by sp",
+          rc->seq_len, rc->sp);
+    CHECK(rc->sp == 1 || rc->seq_len / rc->sp >= rc->model.conv_width - 1,
+          "sp = %d leaves %d tokens per rank; sequence parallelism needs at least conv_width - 1 = %d: "
+          "use a smaller sp or a longer seq_len", rc->sp, rc->seq_len / rc->sp, rc->model.conv_width - 1);
     CHECK(rc->val_tokens >= 0, "val_tokens must be >= 0");
 #undef CHECK
     result = 0;

@@ -41,6 +41,7 @@ typedef struct {
     char resume[GDN_PATH_MAX]; /* "" (fresh), "auto", or a checkpoint path */
     char init_from[GDN_PATH_MAX]; /* weights-only start from a checkpoint */
     int sp;                    /* sequence-parallel group size */
+    char sp_exchange[16];      /* how states cross sp ranks: pass | gather (comm/seqpar.h) */
 } gdn_run_config;
 
 /* Fills *rc from argv (after the subcommand name). Handles --config FILE, --preset NAME,

@@ -1,10 +1,14 @@
-/* The training loop on the CPU backend. */
+/* The training loop on the CPU backend, on one rank or many (data and sequence parallel over
+ * comm/). Every rank runs the same loop on its own data; gradients, losses and stop decisions
+ * are reduced so that all ranks keep identical parameters and take the same branches. Rank 0
+ * alone prints, writes metrics and checkpoints. */
 #include "train/trainer.h"
 
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,11 +17,13 @@
 
 #include <cblas.h>
 
+#include "comm/seqpar.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "model/check.h"
 #include "model/cpu/model_cpu.h"
 #include "train/optim.h"
+#include "train/train_dist.h"
 
 /* Set by SIGTERM / SIGUSR1; the loop checkpoints and exits after the current step. */
 static volatile sig_atomic_t stop_signal = 0;
@@ -44,44 +50,84 @@ static int mkdir_p(const char *path) {
 
 typedef struct {
     gdn_run_config rc;
+    gdn_comm *comm;              /* world = dp x sp */
+    gdn_seqpar *seqpar;          /* sp > 1 */
+    int T_seg;                   /* tokens per rank of each sequence: seq_len / sp */
     gdn_param_table table;
     float *arena;                /* params | grads | m | v, each [table.total] */
     float *params, *grads, *m, *v;
-    gdn_cpu_acts_f32 *acts;
+    gdn_cpu_acts_f32 *acts;      /* B x T_seg */
     io_dataset data;
     int *window;                 /* [B, T+1] */
-    int *inputs, *targets;       /* [B*T] */
+    int *inputs, *targets;       /* [B*T_seg] this rank's segment */
     int64_t step;                /* optimizer steps done */
-    int64_t tokens_seen;
-    uint64_t sample;             /* this rank's data sample counter */
+    int64_t tokens_seen;         /* over all ranks */
+    uint64_t sample;             /* this rank's data sample counter (the same on every rank) */
     int accum;                   /* micro-batches per step */
-    FILE *metrics;
+    FILE *metrics;               /* rank 0 */
 } trainer;
 
+/* printf on rank 0 only. */
+static void say(const trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const trainer *t, const char *fmt, ...) {
+    if (t->comm->rank != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+}
+
+/* An error of this rank on stderr, naming the rank when there are several. */
+static void complain(const trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void complain(const trainer *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (t->comm->size > 1) fprintf(stderr, "gdn train: rank %d: ", t->comm->rank);
+    else fprintf(stderr, "gdn train: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* Collective: 0 when no rank failed; else -1, with the first failing rank named by the others
+ * (the failing rank printed its own cause). */
+static int agree_ok(trainer *t, int failed, const char *what) {
+    int r = gdn_comm_agree(t->comm, failed);
+    if (r < 0) return 0;
+    if (!failed && t->comm->rank == 0) fprintf(stderr, "gdn train: stopping: rank %d failed %s\n", r, what);
+    return -1;
+}
+
+/* This rank's segment [sp_rank * T_seg, +T_seg) of the window's inputs and targets. */
 static void split_window(trainer *t) {
-    const int B = t->rc.batch_size, T = t->rc.seq_len;
+    const int B = t->rc.batch_size, T = t->rc.seq_len, Ts = t->T_seg, t0 = t->comm->sp_rank * Ts;
     for (int b = 0; b < B; b++) {
-        memcpy(t->inputs + (size_t)b * T, t->window + (size_t)b * (T + 1), (size_t)T * sizeof(int));
-        memcpy(t->targets + (size_t)b * T, t->window + (size_t)b * (T + 1) + 1, (size_t)T * sizeof(int));
+        const int *w = t->window + (size_t)b * (T + 1) + t0;
+        memcpy(t->inputs + (size_t)b * Ts, w, (size_t)Ts * sizeof(int));
+        memcpy(t->targets + (size_t)b * Ts, w + 1, (size_t)Ts * sizeof(int));
     }
 }
 
-/* Mean validation loss over up to eval_batches batches (NAN when there is no validation). */
+/* Mean validation loss over about eval_batches micro-batches shared by the data-parallel ranks
+ * (NAN when there is no validation). */
 static double evaluate(trainer *t) {
-    const int B = t->rc.batch_size;
-    uint64_t n = io_dataset_n_val_batches(&t->data, B, 1);
-    if ((uint64_t)t->rc.eval_batches < n) n = (uint64_t)t->rc.eval_batches;
+    const int B = t->rc.batch_size, dp = t->comm->dp;
+    uint64_t n = io_dataset_n_val_batches(&t->data, B, dp);
+    uint64_t want = ((uint64_t)t->rc.eval_batches + (uint64_t)dp - 1) / (uint64_t)dp;
+    if (want < n) n = want;
     if (n == 0) return NAN;
-    double sum = 0.0;
-    long long count = 0;
+    double acc[2] = {0.0, 0.0}; /* loss sum, valid targets */
     for (uint64_t i = 0; i < n; i++) {
-        io_dataset_val_batch(&t->data, i, B, 0, 1, t->window);
+        io_dataset_val_batch(&t->data, i, B, t->comm->dp_rank, dp, t->window);
         split_window(t);
         int nv = 0;
-        sum += gdn_cpu_forward_f32(t->acts, &t->table, t->params, t->inputs, t->targets, 0.0f, &nv, NULL, NULL);
-        count += nv;
+        acc[0] += gdn_cpu_forward_f32(t->acts, &t->table, t->params, t->inputs, t->targets, 0.0f, &nv,
+                                      NULL, NULL);
+        acc[1] += nv;
     }
-    return sum / (double)count;
+    if (t->comm->size > 1)
+        gdn_all_reduce(t->comm, GDN_WORLD, acc, 2, GDN_F64, GDN_SUM, "validation loss");
+    return acc[0] / acc[1];
 }
 
 static void config_json(const gdn_run_config *rc, io_jw *w) {
@@ -89,31 +135,42 @@ static void config_json(const gdn_run_config *rc, io_jw *w) {
     gdn_run_config_to_json(rc, w);
 }
 
+/* Rank 0 writes the checkpoint; collective (every rank learns whether it worked). /state
+ * records the grid, so that a resume on another world size can map the data position. */
 static int save_checkpoint(trainer *t) {
-    char path[GDN_PATH_MAX + 32], err[1024];
-    if (ckpt_path_for_step(t->rc.out, t->step, path, sizeof path)) {
-        fprintf(stderr, "gdn train: run directory path too long: %s\n", t->rc.out);
-        return -1;
+    gdn_dist_check_same_params(t->comm, t->params, t->table.total);
+    int failed = 0;
+    if (t->comm->rank == 0) {
+        char path[GDN_PATH_MAX + 32], err[1024];
+        if (ckpt_path_for_step(t->rc.out, t->step, path, sizeof path)) {
+            complain(t, "run directory path too long: %s", t->rc.out);
+            failed = 1;
+        } else {
+            io_jw w;
+            config_json(&t->rc, &w);
+            ckpt_kv state[5] = {{"data_position", (int64_t)t->sample},
+                                {"schedule_step", t->step},
+                                {"world_size", t->comm->size},
+                                {"dp", t->comm->dp},
+                                {"sp", t->comm->sp}};
+            ckpt_contents c = {.step = t->step, .tokens_seen = t->tokens_seen,
+                               .config_json = io_jw_text(&w), .model = &t->rc.model, .table = &t->table,
+                               .params = t->params, .m = t->m, .v = t->v, .rng = NULL, .n_rng = 0,
+                               .state = state, .n_state = 5};
+            double t0 = now_s();
+            int r = ckpt_save_atomic(path, &c, err, sizeof err);
+            io_jw_free(&w);
+            if (r != CKPT_OK) {
+                complain(t, "checkpoint not written: %s", err);
+                failed = 1;
+            } else {
+                printf("checkpoint %s (%.2f s)\n", path, now_s() - t0);
+                if (ckpt_prune(t->rc.out, t->rc.keep, err, sizeof err) < 0)
+                    complain(t, "warning: pruning old checkpoints failed: %s", err);
+            }
+        }
     }
-    io_jw w;
-    config_json(&t->rc, &w);
-    ckpt_kv state[3] = {{"data_position", (int64_t)t->sample},
-                        {"schedule_step", t->step},
-                        {"world_size", 1}};
-    ckpt_contents c = {.step = t->step, .tokens_seen = t->tokens_seen, .config_json = io_jw_text(&w),
-                       .model = &t->rc.model, .table = &t->table, .params = t->params, .m = t->m,
-                       .v = t->v, .rng = NULL, .n_rng = 0, .state = state, .n_state = 3};
-    double t0 = now_s();
-    int r = ckpt_save_atomic(path, &c, err, sizeof err);
-    io_jw_free(&w);
-    if (r != CKPT_OK) {
-        fprintf(stderr, "gdn train: checkpoint not written: %s\n", err);
-        return -1;
-    }
-    printf("checkpoint %s (%.2f s)\n", path, now_s() - t0);
-    if (ckpt_prune(t->rc.out, t->rc.keep, err, sizeof err) < 0)
-        fprintf(stderr, "gdn train: warning: pruning old checkpoints failed: %s\n", err);
-    return 0;
+    return agree_ok(t, failed, "to write a checkpoint");
 }
 
 /* Prints the settings that differ between a checkpoint's run and this one. */
@@ -167,7 +224,8 @@ static int truncate_metrics(const char *path, int64_t step) {
     return rename(tmp, path);
 }
 
-/* Starts fresh, from --init-from weights, or resumes; returns 0 or -1 (message printed). */
+/* Starts fresh, from --init-from weights, or resumes; returns 0 or -1 (message printed). Runs on
+ * rank 0, which then hands the result to the others (share_restored). */
 static int restore(trainer *t) {
     char err[1024], path[GDN_PATH_MAX + 32];
     const gdn_run_config *rc = &t->rc;
@@ -191,18 +249,31 @@ static int restore(trainer *t) {
             fprintf(stderr, "gdn train: cannot resume from %s: %s\n", resume_path, err);
             return -1;
         }
-        int64_t pos = 0, world = 1;
+        int64_t pos = 0, world = 1, saved_sp = 1, saved_dp = 0;
         if (ckpt_info_get(&info, "data_position", &pos) || pos < 0) {
             fprintf(stderr, "gdn train: %s has no data_position in /state\n", resume_path);
             ckpt_info_free(&info);
             return -1;
         }
         ckpt_info_get(&info, "world_size", &world);
+        ckpt_info_get(&info, "sp", &saved_sp);
+        if (ckpt_info_get(&info, "dp", &saved_dp)) saved_dp = world / (saved_sp > 0 ? saved_sp : 1);
+        uint64_t sample = 0;
+        if (gdn_dist_map_data_position((uint64_t)pos, saved_dp, t->comm->dp, &sample, err, sizeof err)) {
+            fprintf(stderr, "gdn train: cannot resume from %s: %s\n", resume_path, err);
+            ckpt_info_free(&info);
+            return -1;
+        }
         t->step = info.step;
         t->tokens_seen = info.tokens_seen;
-        t->sample = (uint64_t)pos;
+        t->sample = sample;
         printf("resuming from %s at step %lld (%lld tokens seen)\n", resume_path, (long long)t->step,
                (long long)t->tokens_seen);
+        if (saved_dp != t->comm->dp || saved_sp != t->comm->sp)
+            printf("  the checkpoint was written by %lld rank%s (dp %lld x sp %lld), this run has %d (dp %d x "
+                   "sp %d): data position %lld samples per data-parallel rank -> %llu\n",
+                   (long long)world, world == 1 ? "" : "s", (long long)saved_dp, (long long)saved_sp,
+                   t->comm->size, t->comm->dp, t->comm->sp, (long long)pos, (unsigned long long)sample);
         report_changed_settings(info.config_json, rc);
         ckpt_info_free(&info);
         return 0;
@@ -226,19 +297,60 @@ static void format_eta(double s, char *buf, size_t n) {
     else snprintf(buf, n, "%ds", (int)s);
 }
 
+/* Rank 0's restored (or initialised) weights, optimizer state and counters to every rank. */
+static int share_restored(trainer *t, int failed) {
+    gdn_comm *c = t->comm;
+    if (c->size == 1) return failed ? -1 : 0;
+    int64_t head[4] = {failed, t->step, t->tokens_seen, (int64_t)t->sample};
+    gdn_broadcast(c, GDN_WORLD, head, 4, GDN_I64, 0, "resume state");
+    if (head[0]) return -1;
+    t->step = head[1];
+    t->tokens_seen = head[2];
+    t->sample = (uint64_t)head[3];
+    gdn_broadcast(c, GDN_WORLD, t->params, t->table.total, GDN_F32, 0, "parameters");
+    gdn_broadcast(c, GDN_WORLD, t->m, t->table.total, GDN_F32, 0, "AdamW first moments");
+    gdn_broadcast(c, GDN_WORLD, t->v, t->table.total, GDN_F32, 0, "AdamW second moments");
+    return 0;
+}
+
+/* What this job's grid sends per optimizer step, from the shapes. */
+static void print_grid(const trainer *t) {
+    const gdn_comm *c = t->comm;
+    const gdn_run_config *rc = &t->rc;
+    if (c->size == 1) {
+        say(t, "distributed: one rank (start with mpiexec -n N for data / sequence parallelism)\n");
+        return;
+    }
+    gdn_sp_exchange mode = GDN_SP_PASS;
+    gdn_sp_exchange_parse(rc->sp_exchange, &mode);
+    double grad_mb = (double)t->table.total * 4.0 / 1e6;
+    double sp_mb = (double)gdn_seqpar_bytes(&rc->model, rc->batch_size, c->sp, mode, 1) * t->accum / 1e6;
+    say(t, "distributed: %d ranks = dp %d x sp %d (%d per node, %d CPU thread%s each)", c->size, c->dp,
+        c->sp, c->local_size, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
+    if (c->sp > 1)
+        say(t, "; %d tokens per rank of each sequence, sp_exchange %s", t->T_seg, rc->sp_exchange);
+    say(t, "\ncommunication per step and rank: gradient all-reduce %.3f MB (payload; a ring moves "
+        "2(n-1)/n of it each way)", grad_mb);
+    if (c->sp > 1) say(t, ", sequence parallelism %.3f MB at most", sp_mb);
+    say(t, "\n");
+}
+
 static int open_run(trainer *t, int argc, char **argv) {
     const gdn_run_config *rc = &t->rc;
+    gdn_comm *c = t->comm;
     char err[1024], path[GDN_PATH_MAX + 32];
-    if (mkdir_p(rc->out)) {
-        fprintf(stderr, "gdn train: cannot create run directory %s: %s\n", rc->out, strerror(errno));
-        return -1;
+    int failed = 0;
+    if (c->rank == 0 && mkdir_p(rc->out)) {
+        complain(t, "cannot create run directory %s: %s", rc->out, strerror(errno));
+        failed = 1;
     }
+    if (agree_ok(t, failed, "to create the run directory")) return -1;
     io_dataset_opts opts = {.seq_len = rc->seq_len, .seed = (uint64_t)rc->seed,
                             .val_tokens = (size_t)rc->val_tokens, .val_fraction = 0.0};
-    if (io_dataset_open_files(&t->data, rc->data, NULL, rc->model.vocab_size, &opts, err, sizeof err)) {
-        fprintf(stderr, "gdn train: %s\n", err);
-        return -1;
-    }
+    failed = io_dataset_open_files(&t->data, rc->data, NULL, rc->model.vocab_size, &opts, err,
+                                   sizeof err) != 0;
+    if (failed) complain(t, "%s", err);
+    if (agree_ok(t, failed, "to open the data")) return -1;
     gdn_param_table_build(&t->table, &rc->model);
     size_t n = t->table.total;
     t->arena = GDN_CALLOC(4 * n, sizeof(float));
@@ -246,52 +358,65 @@ static int open_run(trainer *t, int argc, char **argv) {
     t->grads = t->arena + n;
     t->m = t->arena + 2 * n;
     t->v = t->arena + 3 * n;
-    t->acts = gdn_cpu_acts_create_f32(&t->table, rc->batch_size, rc->seq_len);
-    size_t win = (size_t)rc->batch_size * (rc->seq_len + 1), bt = (size_t)rc->batch_size * rc->seq_len;
+    t->T_seg = rc->seq_len / c->sp; /* run_config checked that sp divides seq_len */
+    t->acts = gdn_cpu_acts_create_f32(&t->table, rc->batch_size, t->T_seg);
+    if (c->sp > 1) {
+        gdn_sp_exchange mode = GDN_SP_PASS;
+        gdn_sp_exchange_parse(rc->sp_exchange, &mode);
+        t->seqpar = gdn_seqpar_create(c, &rc->model, rc->batch_size, t->T_seg, mode);
+        gdn_seqpar_attach(t->seqpar, t->acts);
+    }
+    size_t win = (size_t)rc->batch_size * (rc->seq_len + 1), bt = (size_t)rc->batch_size * t->T_seg;
     t->window = GDN_MALLOC(win * sizeof(int));
     t->inputs = GDN_MALLOC(bt * sizeof(int));
     t->targets = GDN_MALLOC(bt * sizeof(int));
-    int64_t micro = (int64_t)bt;
+    /* batch_tokens counts every rank's tokens: one micro-batch of the job is dp x B x seq_len */
+    int64_t micro = (int64_t)c->dp * rc->batch_size * rc->seq_len;
     t->accum = rc->batch_tokens ? (int)((rc->batch_tokens + micro - 1) / micro) : 1;
-    if (restore(t)) return -1;
+    if (share_restored(t, c->rank == 0 ? restore(t) != 0 : 0)) return -1;
 
     /* The resolved settings: printed, and saved with the run. */
-    io_jw w;
-    config_json(rc, &w);
-    snprintf(path, sizeof path, "%s/config.json", rc->out);
-    FILE *f = fopen(path, "w");
-    if (!f || fprintf(f, "%s\n", io_jw_text(&w)) < 0 || fclose(f)) {
-        fprintf(stderr, "gdn train: cannot write %s: %s\n", path, strerror(errno));
+    if (c->rank == 0) {
+        io_jw w;
+        config_json(rc, &w);
+        snprintf(path, sizeof path, "%s/config.json", rc->out);
+        FILE *f = fopen(path, "w");
+        if (!f || fprintf(f, "%s\n", io_jw_text(&w)) < 0 || fclose(f)) {
+            complain(t, "cannot write %s: %s", path, strerror(errno));
+            failed = 1;
+        }
         io_jw_free(&w);
-        return -1;
     }
-    io_jw_free(&w);
-    printf("backend: cpu%s\n", !strcmp(rc->backend, "auto") ? " (auto; the cuda training step is not available yet)" : "");
-    printf("gdn train:");
-    for (int i = 1; i < argc; i++) printf(" %s", argv[i]);
-    printf("\nsettings:\n");
-    gdn_run_config_print(rc, stdout);
-    printf("model: %.3fM parameters (%zu tensors), %d x %d tokens per micro-batch, %d micro-batch%s per step\n",
-           (double)n / 1e6, (size_t)t->table.n, rc->batch_size, rc->seq_len, t->accum,
-           t->accum == 1 ? "" : "es");
-    printf("data: %s: %zu training tokens, %llu validation windows; %d CPU threads\n", rc->data,
-           t->data.train.n_tokens, (unsigned long long)t->data.n_val_windows, omp_get_max_threads());
-
-    snprintf(path, sizeof path, "%s/metrics.jsonl", rc->out);
-    if (t->step > 0 && truncate_metrics(path, t->step)) {
-        fprintf(stderr, "gdn train: cannot rewrite %s: %s\n", path, strerror(errno));
-        return -1;
+    if (!failed) {
+        say(t, "backend: cpu%s\n",
+            !strcmp(rc->backend, "auto") ? " (auto; the cuda training step is not available yet)" : "");
+        say(t, "gdn train:");
+        for (int i = 1; i < argc; i++) say(t, " %s", argv[i]);
+        say(t, "\nsettings:\n");
+        if (c->rank == 0) gdn_run_config_print(rc, stdout);
+        say(t, "model: %.3fM parameters (%zu tensors), %d x %d tokens per micro-batch and data-parallel "
+            "rank, %d micro-batch%s per step\n", (double)n / 1e6, (size_t)t->table.n, rc->batch_size,
+            rc->seq_len, t->accum, t->accum == 1 ? "" : "es");
+        say(t, "data: %s: %zu training tokens, %llu validation windows; %d CPU threads\n", rc->data,
+            t->data.train.n_tokens, (unsigned long long)t->data.n_val_windows, omp_get_max_threads());
+        print_grid(t);
+        if (c->rank == 0) {
+            snprintf(path, sizeof path, "%s/metrics.jsonl", rc->out);
+            if (t->step > 0 && truncate_metrics(path, t->step)) {
+                complain(t, "cannot rewrite %s: %s", path, strerror(errno));
+                failed = 1;
+            } else if (!(t->metrics = fopen(path, t->step > 0 ? "a" : "w"))) {
+                complain(t, "cannot open %s: %s", path, strerror(errno));
+                failed = 1;
+            }
+        }
     }
-    t->metrics = fopen(path, t->step > 0 ? "a" : "w");
-    if (!t->metrics) {
-        fprintf(stderr, "gdn train: cannot open %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    return 0;
+    return agree_ok(t, failed, "to write to the run directory");
 }
 
 static void close_run(trainer *t) {
     if (t->metrics) fclose(t->metrics);
+    gdn_seqpar_free(t->seqpar);
     gdn_cpu_acts_free_f32(t->acts);
     free(t->arena);
     free(t->window);
@@ -301,22 +426,29 @@ static void close_run(trainer *t) {
     io_dataset_close(&t->data);
 }
 
-/* One optimizer step; returns the mean training loss and sets *gnorm and *lr. */
+/* One optimizer step; returns the mean training loss over all ranks and sets *gnorm and *lr.
+ * Every rank's gradient is its share of d(mean loss over the job's tokens)/dparams, so one sum
+ * over the world gives the full gradient (dp averaging and the sp reduction at once). */
 static double train_step(trainer *t, double *gnorm, double *lr) {
     const gdn_run_config *rc = &t->rc;
+    gdn_comm *c = t->comm;
     const int B = rc->batch_size, T = rc->seq_len;
     const size_t n = t->table.total;
-    const double tokens = (double)t->accum * B * T;
+    const double tokens = (double)t->accum * c->dp * B * T; /* over the job */
     memset(t->grads, 0, n * sizeof(float));
     double loss = 0.0;
     for (int a = 0; a < t->accum; a++) {
-        io_dataset_train_batch(&t->data, t->sample, B, 0, 1, t->window);
+        io_dataset_train_batch(&t->data, t->sample, B, c->dp_rank, c->dp, t->window);
         t->sample += (uint64_t)B;
         split_window(t);
         int nv = 0;
         loss += gdn_cpu_forward_f32(t->acts, &t->table, t->params, t->inputs, t->targets,
                                     (float)(1.0 / tokens), &nv, NULL, NULL);
         gdn_cpu_backward_f32(t->acts, &t->table, t->params, t->grads);
+    }
+    if (c->size > 1) {
+        gdn_all_reduce(c, GDN_WORLD, t->grads, n, GDN_F32, GDN_SUM, "gradients");
+        gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "training loss");
     }
     *gnorm = gdn_grad_norm(t->grads, n);
     if (rc->grad_clip > 0 && *gnorm > rc->grad_clip) gdn_grad_scale(t->grads, n, (float)(rc->grad_clip / *gnorm));
@@ -328,42 +460,57 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
     return loss / tokens;
 }
 
-int gdn_train_run(const gdn_run_config *rc, int argc, char **argv) {
+int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **argv) {
     static trainer t; /* zero-initialised; one run per process */
     memset(&t, 0, sizeof t);
     t.rc = *rc;
+    t.comm = comm;
     if (!strcmp(rc->backend, "cuda")) {
-        fprintf(stderr, "gdn train: the cuda training backend is not available yet (the CUDA delta-rule "
-                        "kernels are: gdn op gated-delta --backend cuda, gdn bench --backend cuda); "
-                        "use --backend cpu\n");
+        if (comm->rank == 0)
+            fprintf(stderr, "gdn train: the cuda training backend is not available yet (the CUDA delta-rule "
+                            "kernels are: gdn op gated-delta --backend cuda, gdn bench --backend cuda); "
+                            "use --backend cpu\n");
         return 2;
     }
-    /* One thread pool: OpenMP splits the work, OpenBLAS runs single-threaded inside it. */
-    if (rc->threads > 0) omp_set_num_threads(rc->threads);
+    /* One thread pool: OpenMP splits the work, OpenBLAS runs single-threaded inside it. Ranks on
+     * one node share its cores. */
+    omp_set_num_threads(gdn_dist_threads(comm, rc->threads));
     openblas_set_num_threads(1);
-    if (open_run(&t, argc, argv)) {
-        close_run(&t);
-        return 1;
-    }
+    /* before anything slow: a signal during start-up stops the run after its first step */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    if (open_run(&t, argc, argv)) {
+        close_run(&t);
+        return 1;
+    }
 
-    const int tty = isatty(STDOUT_FILENO);
+    gdn_comm *c = comm;
+    /* launchers hand ranks a pseudo-terminal even when their own output is a file: the live
+     * one-line progress is for plain runs */
+    const int tty = c->size == 1 && isatty(STDOUT_FILENO);
     const double t_start = now_s();
     const int64_t first_step = t.step;
-    int status = 0, saved_at_step = -1;
+    const gdn_comm_bytes bytes0 = c->bytes;
+    const double wait0 = c->wait_s;
+    int status = 0;
     double last_val = NAN;
     while (t.step < rc->steps) {
         double t0 = now_s(), gnorm = 0, lr = 0;
         double loss = train_step(&t, &gnorm, &lr);
+        /* a signal may reach some ranks only, or between their checks: decide together (and
+         * name the signal the same way on every rank) */
+        int64_t sig = stop_signal;
+        if (c->size > 1) gdn_all_reduce(c, GDN_WORLD, &sig, 1, GDN_I64, GDN_MAX, "stop signal");
+        const int stop = sig != 0;
         double dt = now_s() - t0;
-        double tok_s = (double)t.accum * rc->batch_size * rc->seq_len / dt;
-        if (!isfinite(loss)) {
-            fprintf(stderr, "\ngdn train: the loss is %g at step %lld; stopping (try a lower lr)\n", loss,
-                    (long long)t.step);
+        double tok_s = (double)t.accum * c->dp * rc->batch_size * rc->seq_len / dt;
+        if (!isfinite(loss)) { /* the same reduced value on every rank */
+            if (c->rank == 0)
+                fprintf(stderr, "\ngdn train: the loss is %g at step %lld; stopping (try a lower lr)\n", loss,
+                        (long long)t.step);
             status = 1;
             break;
         }
@@ -371,54 +518,68 @@ int gdn_train_run(const gdn_run_config *rc, int argc, char **argv) {
         double val = do_eval ? evaluate(&t) : NAN;
         if (do_eval) last_val = val;
 
-        io_jw w;
-        io_jw_init(&w, 0);
-        io_jw_begin_object(&w);
-        io_jw_kv_int(&w, "step", t.step);
-        io_jw_kv_number(&w, "loss", loss);
-        io_jw_kv_number(&w, "lr", lr);
-        io_jw_kv_number(&w, "grad_norm", gnorm);
-        io_jw_kv_number(&w, "tokens_per_s", tok_s);
-        io_jw_kv_int(&w, "tokens", t.tokens_seen);
-        io_jw_kv_number(&w, "time_s", now_s() - t_start);
-        if (do_eval && isfinite(val)) io_jw_kv_number(&w, "val_loss", val);
-        io_jw_end_object(&w);
-        fprintf(t.metrics, "%s\n", io_jw_text(&w));
-        fflush(t.metrics);
-        io_jw_free(&w);
+        if (c->rank == 0) {
+            io_jw w;
+            io_jw_init(&w, 0);
+            io_jw_begin_object(&w);
+            io_jw_kv_int(&w, "step", t.step);
+            io_jw_kv_number(&w, "loss", loss);
+            io_jw_kv_number(&w, "lr", lr);
+            io_jw_kv_number(&w, "grad_norm", gnorm);
+            io_jw_kv_number(&w, "tokens_per_s", tok_s);
+            io_jw_kv_int(&w, "tokens", t.tokens_seen);
+            io_jw_kv_number(&w, "time_s", now_s() - t_start);
+            if (do_eval && isfinite(val)) io_jw_kv_number(&w, "val_loss", val);
+            io_jw_end_object(&w);
+            fprintf(t.metrics, "%s\n", io_jw_text(&w));
+            fflush(t.metrics);
+            io_jw_free(&w);
+        }
 
         double elapsed = now_s() - t_start;
         char eta[32];
         format_eta(elapsed / (double)(t.step - first_step) * (double)(rc->steps - t.step), eta, sizeof eta);
         if (tty || t.step % rc->log_every == 0 || do_eval || t.step == rc->steps) {
-            printf("%sstep %lld/%lld | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s | ETA %s", tty ? "\r\033[K" : "",
-                   (long long)t.step, (long long)rc->steps, loss, lr, gnorm, tok_s, eta);
-            if (do_eval && isfinite(val)) printf(" | val_loss %.4f", val);
-            if (!tty || do_eval) printf("\n");
+            say(&t, "%sstep %lld/%lld | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s | ETA %s", tty ? "\r\033[K" : "",
+                (long long)t.step, (long long)rc->steps, loss, lr, gnorm, tok_s, eta);
+            if (do_eval && isfinite(val)) say(&t, " | val_loss %.4f", val);
+            if (!tty || do_eval) say(&t, "\n");
             fflush(stdout);
         }
         int do_ckpt = (rc->ckpt_every > 0 && t.step % rc->ckpt_every == 0) || t.step == rc->steps;
-        if (do_ckpt || stop_signal) {
+        if (do_ckpt || stop) {
             if (tty) printf("\n");
             if (save_checkpoint(&t)) {
                 status = 1;
                 break;
             }
-            saved_at_step = (int)t.step;
         }
-        if (stop_signal) {
-            printf("stopped by signal %d at step %lld after writing a checkpoint; exit status %d (requeue)\n",
-                   (int)stop_signal, (long long)t.step, GDN_EXIT_REQUEUE);
+        if (stop) {
+            say(&t, "stopped by signal %d at step %lld after writing a checkpoint; exit status %d (requeue)\n",
+                (int)sig, (long long)t.step, GDN_EXIT_REQUEUE);
             status = GDN_EXIT_REQUEUE;
             break;
         }
     }
-    (void)saved_at_step;
     if (status == 0) {
         double elapsed = now_s() - t_start;
-        printf("done: %lld steps in %.1f s", (long long)(t.step - first_step), elapsed);
-        if (isfinite(last_val)) printf(", final val_loss %.4f", last_val);
-        printf("; run directory %s\n", rc->out);
+        int64_t steps = t.step - first_step;
+        say(&t, "done: %lld steps in %.1f s", (long long)steps, elapsed);
+        if (isfinite(last_val)) say(&t, ", final val_loss %.4f", last_val);
+        say(&t, "; run directory %s\n", rc->out);
+        if (c->size > 1 && steps > 0) {
+            /* measured on rank 0 (the first rank of its sequence group): validation and
+             * checkpoint traffic included */
+            const gdn_comm_bytes *b = &c->bytes;
+            say(&t, "communication of rank 0 per step (measured, payload): all-reduce %.3f MB, "
+                "all-gather %.3f MB, sends %.3f MB, broadcast %.3f MB\n",
+                (double)(b->all_reduce - bytes0.all_reduce) / 1e6 / (double)steps,
+                (double)(b->all_gather - bytes0.all_gather) / 1e6 / (double)steps,
+                (double)(b->send - bytes0.send) / 1e6 / (double)steps,
+                (double)(b->broadcast - bytes0.broadcast) / 1e6 / (double)steps);
+            say(&t, "rank 0 waited for other ranks %.1f%% of the time\n",
+                100.0 * (c->wait_s - wait0) / elapsed);
+        }
     }
     close_run(&t);
     return status;

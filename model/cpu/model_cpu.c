@@ -13,6 +13,8 @@
 
 typedef R(gdn_cpu_acts) acts_t;
 typedef R(gdn_cpu_carry) carry_t;
+typedef R(gdn_cpu_seq_hooks) hooks_t;
+typedef R(gdn_cpu_delta_args) delta_args_t;
 
 /* Activations saved by one block (N = B*T rows). */
 typedef struct {
@@ -48,6 +50,11 @@ typedef struct {
     real *dqn, *dkn, *dq1, *dk1;/* [N,H*K] */
     real *dv, *dvp;             /* [N,H*V] */
     real *dg, *dbeta, *dap, *dbp; /* [N,H] */
+    /* sequence parallelism: a state and its gradients [B,H,K,V]; tails of q, k, v
+     * [B,W-1,H*K] / [B,W-1,H*V] (forward: the rows sent on; backward: the gradients received)
+     * and the halo gradients */
+    real *S_out, *dS_out, *dS_in;
+    real *tail[3], *dhalo[3];
 } grad_scratch;
 
 struct R(gdn_cpu_acts) {
@@ -62,6 +69,8 @@ struct R(gdn_cpu_acts) {
     real *hf;          /* [N,D] */
     real *logits;      /* [N,vocab]; holds dlogits after a forward with grad_scale != 0 */
     int has_grad;
+    int seq_parallel;  /* hooks set */
+    hooks_t hooks;
     grad_scratch s;
     real *arena;
 };
@@ -102,6 +111,11 @@ static size_t acts_layout(acts_t *a, real *base) {
     TAKE(s->dqn, N * HK); TAKE(s->dkn, N * HK); TAKE(s->dq1, N * HK); TAKE(s->dk1, N * HK);
     TAKE(s->dv, N * HV); TAKE(s->dvp, N * HV);
     TAKE(s->dg, N * H); TAKE(s->dbeta, N * H); TAKE(s->dap, N * H); TAKE(s->dbp, N * H);
+    TAKE(s->S_out, Bsz * H * K * V); TAKE(s->dS_out, Bsz * H * K * V); TAKE(s->dS_in, Bsz * H * K * V);
+    for (int i = 0; i < 3; i++) {
+        TAKE(s->tail[i], Bsz * Wm1 * (i < 2 ? HK : HV));
+        TAKE(s->dhalo[i], Bsz * Wm1 * (i < 2 ? HK : HV));
+    }
 #undef TAKE
     return used;
 }
@@ -130,6 +144,18 @@ void R(gdn_cpu_acts_free)(acts_t *a) {
 
 const real *R(gdn_cpu_logits)(const acts_t *a) { return a->logits; }
 
+void R(gdn_cpu_acts_set_seq_hooks)(acts_t *a, const hooks_t *hooks) {
+    a->seq_parallel = hooks != NULL;
+    if (!hooks) return;
+    if (!hooks->fwd_halo || !hooks->fwd_state_in || !hooks->fwd_state_out || !hooks->bwd_state_out ||
+        !hooks->bwd_state_in || !hooks->bwd_halo)
+        GDN_DIE("gdn_cpu_acts_set_seq_hooks: every sequence-parallel hook must be set");
+    if (a->T < a->cfg.conv_width - 1)
+        GDN_DIE("sequence parallelism needs at least conv_width - 1 = %d tokens per segment, got %d: "
+                "use a smaller sp or a longer seq_len", a->cfg.conv_width - 1, a->T);
+    a->hooks = *hooks;
+}
+
 static void add_into(real *dst, const real *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
@@ -150,6 +176,16 @@ static void halo_next(real *out, const real *halo, const real *x, int B, int T, 
                                      : halo + ((size_t)b * Wm1 + (Wm1 + t)) * C;
             memcpy(out + ((size_t)b * Wm1 + r) * C, src, (size_t)C * sizeof(real));
         }
+    }
+}
+
+/* The last Wm1 rows of each sequence of x [B,T,C] into tail [B,Wm1,C] (T >= Wm1); with
+ * add != 0, tail is added into those rows instead. */
+static void tail_rows(real *tail, real *x, int B, int T, int C, int Wm1, int add) {
+    for (int b = 0; b < B; b++) {
+        real *rows = x + ((size_t)b * T + (T - Wm1)) * C, *t = tail + (size_t)b * Wm1 * C;
+        if (add) add_into(rows, t, (size_t)Wm1 * C);
+        else memcpy(t, rows, (size_t)Wm1 * C * sizeof(real));
     }
 }
 
@@ -175,9 +211,19 @@ static void block_forward(acts_t *a, const gdn_param_table *t, const real *P, in
     R(gdn_linear_fwd)(L->ap, L->h1, P + off->a_proj, N, D, H);
     R(gdn_linear_fwd)(L->bp, L->h1, P + off->b_proj, N, D, H);
 
-    halo_load(L->halo_q, cin && cin->halo_q ? cin->halo_q + l * hk_n : NULL, hk_n);
-    halo_load(L->halo_k, cin && cin->halo_k ? cin->halo_k + l * hk_n : NULL, hk_n);
-    halo_load(L->halo_v, cin && cin->halo_v ? cin->halo_v + l * hv_n : NULL, hv_n);
+    const grad_scratch *s = &a->s;
+    if (a->seq_parallel) {
+        tail_rows(s->tail[0], L->qp, B, T, HK, W - 1, 0);
+        tail_rows(s->tail[1], L->kp, B, T, HK, W - 1, 0);
+        tail_rows(s->tail[2], L->vp, B, T, HV, W - 1, 0);
+        real *const halo[3] = {L->halo_q, L->halo_k, L->halo_v};
+        const real *const tail[3] = {s->tail[0], s->tail[1], s->tail[2]};
+        a->hooks.fwd_halo(a->hooks.user, l, halo, tail);
+    } else {
+        halo_load(L->halo_q, cin && cin->halo_q ? cin->halo_q + l * hk_n : NULL, hk_n);
+        halo_load(L->halo_k, cin && cin->halo_k ? cin->halo_k + l * hk_n : NULL, hk_n);
+        halo_load(L->halo_v, cin && cin->halo_v ? cin->halo_v + l * hv_n : NULL, hv_n);
+    }
     R(gdn_conv_fwd)(L->qc, L->qp, P + off->q_conv, L->halo_q, B, T, HK, W);
     R(gdn_conv_fwd)(L->kc, L->kp, P + off->k_conv, L->halo_k, B, T, HK, W);
     R(gdn_conv_fwd)(L->vc, L->vp, P + off->v_conv, L->halo_v, B, T, HV, W);
@@ -185,7 +231,7 @@ static void block_forward(acts_t *a, const gdn_param_table *t, const real *P, in
     if (cout && cout->halo_k) halo_next(cout->halo_k + l * hk_n, L->halo_k, L->kp, B, T, HK, W - 1);
     if (cout && cout->halo_v) halo_next(cout->halo_v + l * hv_n, L->halo_v, L->vp, B, T, HV, W - 1);
 
-    real *tmp = a->s.dq1; /* backward scratch, free during the forward pass */
+    real *tmp = s->dq1; /* backward scratch, free during the forward pass */
     R(gdn_silu_fwd)(tmp, L->qc, (size_t)N * HK);
     R(gdn_l2norm_fwd)(L->q, L->rq, tmp, N * H, K);
     R(gdn_silu_fwd)(tmp, L->kc, (size_t)N * HK);
@@ -194,10 +240,18 @@ static void block_forward(acts_t *a, const gdn_param_table *t, const real *P, in
     R(gdn_decay_gate_fwd)(L->g, L->ap, P + off->A_log, P + off->dt_bias, N, H);
     R(gdn_beta_fwd)(L->beta, L->bp, c->allow_neg_eigval ? (real)2 : (real)1, (size_t)N * H);
 
-    halo_load(L->S0, cin && cin->S ? cin->S + l * state_n : NULL, state_n);
     gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size};
-    R(gdn_delta_fwd)(&shape, L->q, L->k, L->v, L->g, L->beta, (real)(1.0 / sqrt((double)K)), L->S0,
-                     L->o, cout && cout->S ? cout->S + l * state_n : NULL);
+    const real scale = (real)(1.0 / sqrt((double)K));
+    if (a->seq_parallel) {
+        delta_args_t d = {&shape, L->q, L->k, L->v, L->g, L->beta, scale, NULL};
+        a->hooks.fwd_state_in(a->hooks.user, l, &d, L->S0);
+        R(gdn_delta_fwd)(&shape, L->q, L->k, L->v, L->g, L->beta, scale, L->S0, L->o, s->S_out);
+        a->hooks.fwd_state_out(a->hooks.user, l, s->S_out);
+    } else {
+        halo_load(L->S0, cin && cin->S ? cin->S + l * state_n : NULL, state_n);
+        R(gdn_delta_fwd)(&shape, L->q, L->k, L->v, L->g, L->beta, scale, L->S0, L->o,
+                         cout && cout->S ? cout->S + l * state_n : NULL);
+    }
 
     R(gdn_gated_rmsnorm_fwd)(L->y, L->rstd_o, L->o, L->zp, P + off->o_norm, N * H, V, eps);
     R(gdn_linear_fwd)(xm, L->y, P + off->o_proj, N, HV, D);
@@ -216,6 +270,8 @@ double R(gdn_cpu_forward)(acts_t *a, const gdn_param_table *t, const real *P, co
                           carry_t *cout) {
     const gdn_config *c = &a->cfg;
     const int N = (int)a->N, D = c->d_model, nL = c->n_layers;
+    if (a->seq_parallel && (cin || cout))
+        GDN_DIE("gdn_cpu_forward: a carried state cannot be combined with sequence-parallel hooks");
     memcpy(a->tokens, tokens, a->N * sizeof *tokens);
     for (int i = 0; i < N; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
@@ -261,18 +317,36 @@ static void block_backward(acts_t *a, const gdn_param_table *t, const real *P, r
 
     /* The gated delta rule. */
     gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size};
-    R(gdn_delta_bwd)(&shape, L->q, L->k, L->v, L->g, L->beta, (real)(1.0 / sqrt((double)K)), L->S0,
-                     s->d_o, NULL, s->dqn, s->dkn, s->dv, s->dg, s->dbeta, NULL);
+    const real scale = (real)(1.0 / sqrt((double)K));
+    const int sp = a->seq_parallel;
+    if (sp) {
+        delta_args_t d = {&shape, L->q, L->k, L->v, L->g, L->beta, scale, s->d_o};
+        a->hooks.bwd_state_out(a->hooks.user, l, &d, s->dS_out);
+    }
+    R(gdn_delta_bwd)(&shape, L->q, L->k, L->v, L->g, L->beta, scale, L->S0, s->d_o,
+                     sp ? s->dS_out : NULL, s->dqn, s->dkn, s->dv, s->dg, s->dbeta, sp ? s->dS_in : NULL);
+    if (sp) a->hooks.bwd_state_in(a->hooks.user, l, s->dS_in);
 
     /* q, k: L2 norm, SiLU, convolution; v: SiLU, convolution; then the gates. */
     R(gdn_l2norm_bwd)(s->dq1, s->dqn, L->q, L->rq, N * H, K);
     R(gdn_silu_bwd)(s->dq1, s->dq1, L->qc, (size_t)N * HK);
-    R(gdn_conv_bwd)(s->dqn, G + off->q_conv, NULL, s->dq1, L->qp, P + off->q_conv, L->halo_q, B, T, HK, W);
+    R(gdn_conv_bwd)(s->dqn, G + off->q_conv, sp ? s->dhalo[0] : NULL, s->dq1, L->qp, P + off->q_conv,
+                    L->halo_q, B, T, HK, W);
     R(gdn_l2norm_bwd)(s->dk1, s->dkn, L->k, L->rk, N * H, K);
     R(gdn_silu_bwd)(s->dk1, s->dk1, L->kc, (size_t)N * HK);
-    R(gdn_conv_bwd)(s->dkn, G + off->k_conv, NULL, s->dk1, L->kp, P + off->k_conv, L->halo_k, B, T, HK, W);
+    R(gdn_conv_bwd)(s->dkn, G + off->k_conv, sp ? s->dhalo[1] : NULL, s->dk1, L->kp, P + off->k_conv,
+                    L->halo_k, B, T, HK, W);
     R(gdn_silu_bwd)(s->dv, s->dv, L->vc, (size_t)N * HV);
-    R(gdn_conv_bwd)(s->dvp, G + off->v_conv, NULL, s->dv, L->vp, P + off->v_conv, L->halo_v, B, T, HV, W);
+    R(gdn_conv_bwd)(s->dvp, G + off->v_conv, sp ? s->dhalo[2] : NULL, s->dv, L->vp, P + off->v_conv,
+                    L->halo_v, B, T, HV, W);
+    if (sp) { /* the next segment's convolution read this segment's last W-1 rows too */
+        real *const dtail[3] = {s->tail[0], s->tail[1], s->tail[2]};
+        const real *const dhalo[3] = {s->dhalo[0], s->dhalo[1], s->dhalo[2]};
+        a->hooks.bwd_halo(a->hooks.user, l, dtail, dhalo);
+        tail_rows(s->tail[0], s->dqn, B, T, HK, W - 1, 1);
+        tail_rows(s->tail[1], s->dkn, B, T, HK, W - 1, 1);
+        tail_rows(s->tail[2], s->dvp, B, T, HV, W - 1, 1);
+    }
     R(gdn_decay_gate_bwd)(s->dap, G + off->A_log, G + off->dt_bias, s->dg, L->ap, P + off->A_log,
                           P + off->dt_bias, N, H);
     R(gdn_beta_bwd)(s->dbp, s->dbeta, L->beta, c->allow_neg_eigval ? (real)2 : (real)1, (size_t)N * H);

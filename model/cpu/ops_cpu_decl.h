@@ -29,6 +29,20 @@ void R_(gdn_delta_bwd)(const gdn_delta_shape *s, const real_ *q, const real_ *k,
                        const real_ *d_o, const real_ *dht, real_ *dq, real_ *dk, real_ *dv,
                        real_ *dg, real_ *dbeta, real_ *dh0);
 
+/* ---- the delta rule as an affine map of its state (model/cpu/delta_transition.c) ----------- */
+/* For sequence parallelism (DESIGN 4.5). Per batch b and head h, gdn_delta_fwd on the same
+ * inputs gives ht = M h0 + H for every h0. M [B,H,K,K] = product over the chunks, in order, of
+ * gamma_C I - K^T diag(gamma_C / gamma) W; H [B,H,K,V] = ht from h0 = 0 (H may be NULL).
+ * k: [B,T,H,K]; v: [B,T,H,V]; g, beta: [B,T,H]. */
+void R_(gdn_delta_transition)(const gdn_delta_shape *s, const real_ *k, const real_ *v,
+                              const real_ *g, const real_ *beta, real_ *M, real_ *H);
+/* The adjoint counterpart: gdn_delta_bwd's dh0 = M^T dht + E for every dht and h0, where
+ * E [B,H,K,V] = dh0 at dht = 0 (it depends on neither v nor h0).
+ * q, k: [B,T,H,K]; g, beta: [B,T,H]; d_o: [B,T,H,V]. */
+void R_(gdn_delta_transition_adjoint)(const gdn_delta_shape *s, const real_ *q, const real_ *k,
+                                      const real_ *g, const real_ *beta, real_ scale,
+                                      const real_ *d_o, real_ *E);
+
 /* ---- embedding (model/cpu/embed.c) --------------------------------------------------------- */
 /* out[N,D] = table[tokens[n], :]; table [vocab, D]. */
 void R_(gdn_embed_fwd)(real_ *out, const int *tokens, const real_ *table, int N, int D);

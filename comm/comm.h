@@ -1,0 +1,129 @@
+/* Processes of a distributed run: MPI bootstrap, the process grid world = dp x sp, the
+ * collectives training needs, and failure handling.
+ *
+ * Grid: consecutive ranks form a sequence-parallel group (DESIGN 6): world rank
+ * r = dp_rank * sp + sp_rank. The dp group of a rank holds the ranks with its sp_rank (one per
+ * data-parallel replica); its sp group holds the sp ranks that split one sequence.
+ *
+ * Two layers:
+ * - Control (always MPI, host memory): bootstrap, local rank for one-GPU-per-rank placement,
+ *   agreement on errors and stop requests, abort. A NCCL build still bootstraps here (rank 0
+ *   makes the ncclUniqueId and broadcasts it with gdn_comm_broadcast).
+ * - Data (gdn_comm_ops): all-reduce, all-gather, broadcast and point-to-point transfers of
+ *   tensors. The MPI implementation works on host buffers; a NCCL implementation provides the
+ *   same table over device buffers and a stream, and the trainer does not change.
+ *
+ * Failures: no call here hangs forever. A rank that dies is reported by the launcher (mpiexec
+ * and srun name the rank and end the job). A rank that
+ * hits an error calls gdn_comm_abort (fatal GDN_DIE errors are routed there too), which prints
+ * "gdn: rank R: <cause>" and takes the whole job down. Every wait on another rank polls with
+ * a deadline (GDN_COMM_TIMEOUT seconds, default 600): a peer that stopped answering without
+ * dying ends the job with a message naming the operation and the peer. */
+#ifndef GDN_COMM_H
+#define GDN_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { GDN_F32, GDN_F64, GDN_I64 } gdn_dtype;
+typedef enum { GDN_SUM, GDN_AVG, GDN_MAX, GDN_MIN } gdn_redop;
+typedef enum { GDN_WORLD, GDN_DP, GDN_SP } gdn_group;
+
+typedef struct gdn_comm gdn_comm;
+
+/* The data-plane collectives of one backend. Buffers are host memory for MPI (device memory
+ * for a NCCL backend). Every call involves all ranks of the group, in the same order. */
+typedef struct {
+    const char *name;
+    /* In place: buf [n] becomes the reduction over the group, identical on every rank. */
+    void (*all_reduce)(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dtype t, gdn_redop op,
+                       const char *what);
+    /* recv [group size, n] = every rank's send [n], in group-rank order. */
+    void (*all_gather)(gdn_comm *c, gdn_group g, const void *send, void *recv, size_t n,
+                       gdn_dtype t, const char *what);
+    /* buf [n] of group rank root to every rank of the group. */
+    void (*broadcast)(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dtype t, int root,
+                      const char *what);
+    /* Starts sending buf [n] to group rank peer and returns; buf must stay unchanged until
+     * wait_sends. Messages between two ranks with the same tag arrive in order. */
+    void (*send)(gdn_comm *c, gdn_group g, int peer, const void *buf, size_t n, gdn_dtype t,
+                 int tag, const char *what);
+    /* Receives buf [n] from group rank peer (blocks, with the deadline). */
+    void (*recv)(gdn_comm *c, gdn_group g, int peer, void *buf, size_t n, gdn_dtype t, int tag,
+                 const char *what);
+    /* Completes every send started by this rank. */
+    void (*wait_sends)(gdn_comm *c);
+} gdn_comm_ops;
+
+/* The data plane of a world of one process (comm/comm_self.c). */
+extern const gdn_comm_ops gdn_comm_ops_self;
+
+/* Bytes this rank handed to each kind of operation (payload sizes, not wire bytes). */
+typedef struct {
+    uint64_t all_reduce, all_gather, broadcast, send;
+} gdn_comm_bytes;
+
+struct gdn_comm {
+    int rank, size;             /* world */
+    int local_rank, local_size; /* ranks on this node: pick GPU local_rank */
+    int dp, sp;                 /* grid: size = dp * sp */
+    int dp_rank, sp_rank;       /* rank = dp_rank * sp + sp_rank */
+    const gdn_comm_ops *ops;    /* data plane */
+    gdn_comm_bytes bytes;
+    double wait_s;              /* time spent in data-plane calls waiting for other ranks */
+    double timeout_s;           /* deadline of any single wait */
+    void *impl;                 /* backend state (NULL for a world of one without MPI) */
+};
+
+/* Joins the job's ranks and builds the grid with sequence-parallel groups of sp ranks.
+ * Started by a launcher (mpiexec, srun --mpi=pmix, ...: recognised by its environment), this
+ * initialises MPI; a plain run is a world of one without MPI (gdn_comm_ops_self), so that it
+ * starts no MPI runtime. GDN_MPI=1 forces MPI (a launcher not recognised), GDN_MPI=0 forbids
+ * it. When the world size is not a multiple of sp, every rank returns NULL; err holds the
+ * reason on rank 0 and is empty on the others (the message is printed once). From the first
+ * successful call on, GDN_DIE goes to gdn_comm_abort. */
+gdn_comm *gdn_comm_init(int *argc, char ***argv, int sp, char *err, size_t errlen);
+/* Completes pending sends, frees the grid and finalizes MPI. */
+void gdn_comm_finalize(gdn_comm *c);
+
+/* Prints "gdn: rank R: <message>" (alone: "gdn: <message>") to stderr and ends every rank of
+ * the job (exit status 1). */
+void gdn_comm_abort(const gdn_comm *c, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 2, 3)));
+
+/* Collective over the world: every rank passes its own flag (0 = fine); returns the lowest rank
+ * whose flag is set, or -1 when none is. Used to stop all ranks together on an error that one
+ * of them met and reported, or on a signal that reached only some of them. */
+int gdn_comm_agree(gdn_comm *c, int flag);
+
+/* Group size and this rank's position in it. */
+int gdn_comm_group_size(const gdn_comm *c, gdn_group g);
+int gdn_comm_group_rank(const gdn_comm *c, gdn_group g);
+
+/* Size in bytes of one element. */
+size_t gdn_dtype_size(gdn_dtype t);
+
+/* Data-plane calls through c->ops (see gdn_comm_ops). `what` names the tensor in messages. */
+static inline void gdn_all_reduce(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dtype t,
+                                  gdn_redop op, const char *what) {
+    c->ops->all_reduce(c, g, buf, n, t, op, what);
+}
+static inline void gdn_all_gather(gdn_comm *c, gdn_group g, const void *send, void *recv, size_t n,
+                                  gdn_dtype t, const char *what) {
+    c->ops->all_gather(c, g, send, recv, n, t, what);
+}
+static inline void gdn_broadcast(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dtype t,
+                                 int root, const char *what) {
+    c->ops->broadcast(c, g, buf, n, t, root, what);
+}
+static inline void gdn_send(gdn_comm *c, gdn_group g, int peer, const void *buf, size_t n,
+                            gdn_dtype t, int tag, const char *what) {
+    c->ops->send(c, g, peer, buf, n, t, tag, what);
+}
+static inline void gdn_recv(gdn_comm *c, gdn_group g, int peer, void *buf, size_t n, gdn_dtype t,
+                            int tag, const char *what) {
+    c->ops->recv(c, g, peer, buf, n, t, tag, what);
+}
+static inline void gdn_wait_sends(gdn_comm *c) { c->ops->wait_sends(c); }
+
+#endif

@@ -1,0 +1,312 @@
+/* The sequence-parallel hooks of the CPU model, without any communication: segments of one
+ * sequence run one after another in this process, the hooks handing states, halos and their
+ * gradients over through memory, in both ways DESIGN 4.5 allows (passing the state on, or
+ * folding every earlier segment's affine map). Loss, logits and every parameter gradient must
+ * equal one pass over the whole sequence (fp64). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "model/cpu/model_cpu.h"
+#include "tests/ref/fd.h"
+
+#define MAX_SEG 4
+#define MAX_LAYERS 2
+
+enum { PASS_STATE, FOLD_MAPS };
+
+/* What the segments hand each other, per segment boundary and layer. */
+typedef struct {
+    int mode, n_seg, B, H, K, V, Wm1, HK, HV;
+    size_t n_state, n_map;
+    double *S[MAX_SEG + 1][MAX_LAYERS];       /* state entering segment i (passing) */
+    double *M[MAX_SEG][MAX_LAYERS], *Hm[MAX_SEG][MAX_LAYERS], *E[MAX_SEG][MAX_LAYERS]; /* maps */
+    double *dS[MAX_SEG + 1][MAX_LAYERS];      /* gradient of the state entering segment i */
+    double *halo[MAX_SEG + 1][MAX_LAYERS][3]; /* tail rows of segment i-1 */
+    double *dhalo[MAX_SEG + 1][MAX_LAYERS][3];/* gradient of those rows, from segment i */
+} exchange;
+
+typedef struct {
+    exchange *x;
+    int seg;
+} seg_user;
+
+static size_t halo_n(const exchange *x, int i) { return (size_t)x->B * x->Wm1 * (i < 2 ? x->HK : x->HV); }
+
+static void copy_or_zero(double *dst, const double *src, size_t n) {
+    if (src) memcpy(dst, src, n * sizeof *dst);
+    else memset(dst, 0, n * sizeof *dst);
+}
+
+/* y = M x + c (transpose: M^T x + c) per (b, h); y may alias c but not x. */
+static void map_apply(const exchange *x, const double *M, const double *in, int transpose, double *y) {
+    const int K = x->K, V = x->V;
+    double *t = malloc((size_t)K * V * sizeof *t);
+    for (int bh = 0; bh < x->B * x->H; bh++) {
+        const double *Mb = M + (size_t)bh * K * K, *xb = in + (size_t)bh * K * V;
+        for (int i = 0; i < K; i++)
+            for (int j = 0; j < V; j++) {
+                double acc = 0;
+                for (int l = 0; l < K; l++)
+                    acc += (transpose ? Mb[(size_t)l * K + i] : Mb[(size_t)i * K + l]) *
+                           xb[(size_t)l * V + j];
+                t[(size_t)i * V + j] = acc;
+            }
+        for (size_t e = 0; e < (size_t)K * V; e++) y[(size_t)bh * K * V + e] += t[e];
+    }
+    free(t);
+}
+
+static void fwd_halo(void *user, int l, double *const halo[3], const double *const tail[3]) {
+    seg_user *u = user;
+    exchange *x = u->x;
+    for (int i = 0; i < 3; i++) {
+        copy_or_zero(halo[i], x->halo[u->seg][l][i], halo_n(x, i));
+        x->halo[u->seg + 1][l][i] = malloc(halo_n(x, i) * sizeof(double));
+        memcpy(x->halo[u->seg + 1][l][i], tail[i], halo_n(x, i) * sizeof(double));
+    }
+}
+
+static void fwd_state_in(void *user, int l, const gdn_cpu_delta_args_f64 *d, double *S_in) {
+    seg_user *u = user;
+    exchange *x = u->x;
+    if (x->mode == PASS_STATE) {
+        copy_or_zero(S_in, x->S[u->seg][l], x->n_state);
+        return;
+    }
+    /* this segment's map, for the later segments; its own state folds the earlier maps */
+    x->M[u->seg][l] = malloc(x->n_map * sizeof(double));
+    x->Hm[u->seg][l] = malloc(x->n_state * sizeof(double));
+    gdn_delta_transition_f64(d->shape, d->k, d->v, d->g, d->beta, x->M[u->seg][l], x->Hm[u->seg][l]);
+    double *S = calloc(x->n_state, sizeof *S), *next = malloc(x->n_state * sizeof *next);
+    for (int j = 0; j < u->seg; j++) {
+        memcpy(next, x->Hm[j][l], x->n_state * sizeof *next);
+        map_apply(x, x->M[j][l], S, 0, next);
+        memcpy(S, next, x->n_state * sizeof *S);
+    }
+    memcpy(S_in, S, x->n_state * sizeof *S);
+    free(S);
+    free(next);
+}
+
+static void fwd_state_out(void *user, int l, const double *S_out) {
+    seg_user *u = user;
+    exchange *x = u->x;
+    if (x->mode != PASS_STATE) return;
+    x->S[u->seg + 1][l] = malloc(x->n_state * sizeof(double));
+    memcpy(x->S[u->seg + 1][l], S_out, x->n_state * sizeof(double));
+}
+
+static void bwd_state_out(void *user, int l, const gdn_cpu_delta_args_f64 *d, double *dS_out) {
+    seg_user *u = user;
+    exchange *x = u->x;
+    if (x->mode == PASS_STATE) {
+        copy_or_zero(dS_out, x->dS[u->seg + 1][l], x->n_state);
+        return;
+    }
+    x->E[u->seg][l] = malloc(x->n_state * sizeof(double));
+    gdn_delta_transition_adjoint_f64(d->shape, d->q, d->k, d->g, d->beta, d->scale, d->d_o,
+                                     x->E[u->seg][l]);
+    double *g = calloc(x->n_state, sizeof *g), *next = malloc(x->n_state * sizeof *next);
+    for (int j = x->n_seg - 1; j > u->seg; j--) {
+        memcpy(next, x->E[j][l], x->n_state * sizeof *next);
+        map_apply(x, x->M[j][l], g, 1, next);
+        memcpy(g, next, x->n_state * sizeof *g);
+    }
+    memcpy(dS_out, g, x->n_state * sizeof *g);
+    free(g);
+    free(next);
+}
+
+static void bwd_state_in(void *user, int l, const double *dS_in) {
+    seg_user *u = user;
+    exchange *x = u->x;
+    if (x->mode != PASS_STATE) return;
+    x->dS[u->seg][l] = malloc(x->n_state * sizeof(double));
+    memcpy(x->dS[u->seg][l], dS_in, x->n_state * sizeof(double));
+}
+
+static void bwd_halo(void *user, int l, double *const dtail[3], const double *const dhalo[3]) {
+    seg_user *u = user;
+    exchange *x = u->x;
+    for (int i = 0; i < 3; i++) {
+        copy_or_zero(dtail[i], x->dhalo[u->seg + 1][l][i], halo_n(x, i));
+        x->dhalo[u->seg][l][i] = malloc(halo_n(x, i) * sizeof(double));
+        memcpy(x->dhalo[u->seg][l][i], dhalo[i], halo_n(x, i) * sizeof(double));
+    }
+}
+
+/* Frees everything handed over and clears the pointers (the next pass starts empty). */
+static void exchange_clear(exchange *x) {
+    double **all = (double **)&x->S[0][0];
+    /* every member from S to the end is a double pointer */
+    size_t n = (sizeof *x - offsetof(exchange, S)) / sizeof(double *);
+    for (size_t i = 0; i < n; i++) {
+        free(all[i]);
+        all[i] = NULL;
+    }
+}
+
+static gdn_config tiny_config(void) {
+    return (gdn_config){.vocab_size = 32, .d_model = 16, .n_layers = 2, .n_heads = 2, .head_dim = 8,
+                        .expand_v = 2, .d_ff = 32, .conv_width = 4, .chunk_size = 16,
+                        .tie_embeddings = 0, .allow_neg_eigval = 0, .norm_eps = 1e-6};
+}
+
+/* Random parameters with decays weak enough that the state carries across segments. */
+static double *make_params(const gdn_param_table *t, uint64_t seed) {
+    float *p32 = malloc(t->total * sizeof *p32);
+    gdn_params_init(p32, t, seed);
+    double *p = malloc(t->total * sizeof *p), *noise = malloc(t->total * sizeof *noise);
+    fd_fill_uniform(noise, t->total, -1.0, 1.0, seed + 1);
+    for (size_t i = 0; i < t->total; i++) p[i] = (double)p32[i] * 5.0 + 0.1 * noise[i];
+    for (int i = 0; i < t->n; i++) {
+        const gdn_param *q = &t->p[i];
+        int keep = strstr(q->name, "A_log") || strstr(q->name, "dt_bias");
+        for (size_t j = 0; keep && j < q->numel; j++) p[q->offset + j] = (double)p32[q->offset + j];
+    }
+    free(noise);
+    free(p32);
+    return p;
+}
+
+/* Runs the segments [len[0], len[1], ...] of tokens [B,T] and compares loss, logits and the
+ * gradient with one pass; returns the largest relative error. */
+static double run_segments(int mode, const int *len, int n_seg) {
+    const gdn_config cfg = tiny_config();
+    gdn_param_table t;
+    gdn_param_table_build(&t, &cfg);
+    double *P = make_params(&t, 17);
+    const int B = 2;
+    int T = 0;
+    for (int s = 0; s < n_seg; s++) T += len[s];
+    int *tokens = malloc((size_t)B * T * sizeof(int)), *targets = malloc((size_t)B * T * sizeof(int));
+    double *r = malloc((size_t)B * T * 2 * sizeof *r);
+    fd_fill_uniform(r, (size_t)B * T * 2, 0.0, 1.0, 5);
+    for (int i = 0; i < B * T; i++) {
+        tokens[i] = (int)(r[i] * cfg.vocab_size);
+        targets[i] = (i % 9 == 4) ? -1 : (int)(r[B * T + i] * cfg.vocab_size);
+    }
+    free(r);
+    const double gs = 1.0 / (B * T);
+    const size_t Vv = (size_t)cfg.vocab_size;
+
+    /* one pass over the whole sequence */
+    gdn_cpu_acts_f64 *whole = gdn_cpu_acts_create_f64(&t, B, T);
+    double *g_ref = calloc(t.total, sizeof *g_ref);
+    int nv_ref = 0;
+    double loss_ref = gdn_cpu_forward_f64(whole, &t, P, tokens, targets, gs, &nv_ref, NULL, NULL);
+    gdn_cpu_backward_f64(whole, &t, P, g_ref);
+    int nv_none = 0;
+    gdn_cpu_forward_f64(whole, &t, P, tokens, NULL, 0.0, &nv_none, NULL, NULL);
+    const double *logits_ref = gdn_cpu_logits_f64(whole);
+
+    /* the segments, forward in order, backward in reverse order */
+    exchange x = {.mode = mode, .n_seg = n_seg, .B = B, .H = cfg.n_heads, .K = cfg.head_dim,
+                  .V = gdn_config_head_v(&cfg), .Wm1 = cfg.conv_width - 1};
+    x.HK = x.H * x.K;
+    x.HV = x.H * x.V;
+    x.n_state = (size_t)B * x.H * x.K * x.V;
+    x.n_map = (size_t)B * x.H * x.K * x.K;
+    gdn_cpu_acts_f64 *acts[MAX_SEG];
+    seg_user users[MAX_SEG];
+    double *g = calloc(t.total, sizeof *g), loss = 0;
+    double *logits = malloc((size_t)B * T * Vv * sizeof *logits);
+    int nv = 0, t0 = 0;
+    for (int s = 0; s < n_seg; s++) {
+        const int Ts = len[s];
+        int *tok = malloc((size_t)B * Ts * sizeof(int)), *tgt = malloc((size_t)B * Ts * sizeof(int));
+        for (int b = 0; b < B; b++) {
+            memcpy(tok + b * Ts, tokens + b * T + t0, (size_t)Ts * sizeof(int));
+            memcpy(tgt + b * Ts, targets + b * T + t0, (size_t)Ts * sizeof(int));
+        }
+        users[s] = (seg_user){&x, s};
+        gdn_cpu_seq_hooks_f64 h = {&users[s], fwd_halo, fwd_state_in, fwd_state_out,
+                                   bwd_state_out, bwd_state_in, bwd_halo};
+        acts[s] = gdn_cpu_acts_create_f64(&t, B, Ts);
+        gdn_cpu_acts_set_seq_hooks_f64(acts[s], &h);
+        int n = 0;
+        loss += gdn_cpu_forward_f64(acts[s], &t, P, tok, tgt, gs, &n, NULL, NULL);
+        nv += n;
+        free(tok);
+        free(tgt);
+        t0 += Ts;
+    }
+    for (int s = n_seg - 1; s >= 0; s--) gdn_cpu_backward_f64(acts[s], &t, P, g);
+    /* logits: a second forward without targets (the hooks hand over the same values again) */
+    exchange_clear(&x);
+    t0 = 0;
+    for (int s = 0; s < n_seg; s++) {
+        const int Ts = len[s];
+        int *tok = malloc((size_t)B * Ts * sizeof(int));
+        for (int b = 0; b < B; b++) memcpy(tok + b * Ts, tokens + b * T + t0, (size_t)Ts * sizeof(int));
+        int n = 0;
+        gdn_cpu_forward_f64(acts[s], &t, P, tok, NULL, 0.0, &n, NULL, NULL);
+        for (int b = 0; b < B; b++)
+            memcpy(logits + ((size_t)b * T + t0) * Vv, gdn_cpu_logits_f64(acts[s]) + (size_t)b * Ts * Vv,
+                   (size_t)Ts * Vv * sizeof(double));
+        free(tok);
+        t0 += Ts;
+    }
+    assert_int_equal(nv, nv_ref);
+    double e_loss = fabs(loss - loss_ref) / fabs(loss_ref);
+    double e_logits = fd_rel_err(logits, logits_ref, (size_t)B * T * Vv);
+    double e_grad = fd_rel_err(g, g_ref, t.total), worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < t.n; i++) {
+        double e = fd_rel_err(g + t.p[i].offset, g_ref + t.p[i].offset, t.p[i].numel);
+        if (e > worst) {
+            worst = e;
+            worst_name = t.p[i].name;
+        }
+    }
+    printf("  %s, segments", mode == PASS_STATE ? "state passed on" : "affine maps folded");
+    for (int s = 0; s < n_seg; s++) printf(" %d", len[s]);
+    printf(": loss %.1e logits %.1e gradient %.1e (worst tensor %.1e, %s)\n", e_loss, e_logits, e_grad,
+           worst, worst_name);
+    exchange_clear(&x);
+    for (int s = 0; s < n_seg; s++) gdn_cpu_acts_free_f64(acts[s]);
+    gdn_cpu_acts_free_f64(whole);
+    gdn_param_table_free(&t);
+    double m = e_loss;
+    if (e_logits > m) m = e_logits;
+    if (worst > m) m = worst;
+    free(P);
+    free(tokens);
+    free(targets);
+    free(g);
+    free(g_ref);
+    free(logits);
+    return m;
+}
+
+static const int split2[] = {20, 20}, split3[] = {14, 3, 23}, split4[] = {16, 16, 5, 3};
+
+static void test_pass_state(void **state) {
+    (void)state;
+    assert_true(run_segments(PASS_STATE, split2, 2) < 1e-12);
+    assert_true(run_segments(PASS_STATE, split3, 3) < 1e-12);
+    assert_true(run_segments(PASS_STATE, split4, 4) < 1e-12);
+}
+
+static void test_fold_maps(void **state) {
+    (void)state;
+    assert_true(run_segments(FOLD_MAPS, split2, 2) < 1e-12);
+    assert_true(run_segments(FOLD_MAPS, split3, 3) < 1e-12);
+    assert_true(run_segments(FOLD_MAPS, split4, 4) < 1e-12);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pass_state),
+        cmocka_unit_test(test_fold_maps),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
