@@ -23,6 +23,10 @@
 #include "model/check.h"
 #include "model/cpu/model_cpu.h"
 #include "train/optim.h"
+#ifdef GDN_HAVE_CUDA
+#include "model/cuda/delta_cuda.h"
+#include "model/cuda/model_cuda.h"
+#endif
 #include "train/train_dist.h"
 
 /* Set by SIGTERM / SIGUSR1; the loop checkpoints and exits after the current step. */
@@ -56,7 +60,11 @@ typedef struct {
     gdn_param_table table;
     float *arena;                /* params | grads | m | v, each [table.total] */
     float *params, *grads, *m, *v;
-    gdn_cpu_acts_f32 *acts;      /* B x T_seg */
+    gdn_cpu_acts_f32 *acts;      /* B x T_seg (cpu backend) */
+#ifdef GDN_HAVE_CUDA
+    gdn_cuda_model *gpu;         /* cuda backend: parameters, moments and activations on the GPU;
+                                    params, m, v above are its host copies for checkpoints */
+#endif
     io_dataset data;
     int *window;                 /* [B, T+1] */
     int *inputs, *targets;       /* [B*T_seg] this rank's segment */
@@ -121,8 +129,12 @@ static double evaluate(trainer *t) {
         io_dataset_val_batch(&t->data, i, B, t->comm->dp_rank, dp, t->window);
         split_window(t);
         int nv = 0;
-        acc[0] += gdn_cpu_forward_f32(t->acts, &t->table, t->params, t->inputs, t->targets, 0.0f, &nv,
-                                      NULL, NULL);
+#ifdef GDN_HAVE_CUDA
+        if (t->gpu) acc[0] += gdn_cuda_model_forward(t->gpu, t->inputs, t->targets, 0.0f, &nv);
+        else
+#endif
+            acc[0] += gdn_cpu_forward_f32(t->acts, &t->table, t->params, t->inputs, t->targets, 0.0f, &nv,
+                                          NULL, NULL);
         acc[1] += nv;
     }
     if (t->comm->size > 1)
@@ -138,6 +150,9 @@ static void config_json(const gdn_run_config *rc, io_jw *w) {
 /* Rank 0 writes the checkpoint; collective (every rank learns whether it worked). /state
  * records the grid, so that a resume on another world size can map the data position. */
 static int save_checkpoint(trainer *t) {
+#ifdef GDN_HAVE_CUDA
+    if (t->gpu) gdn_cuda_model_download(t->gpu, t->params, t->m, t->v);
+#endif
     gdn_dist_check_same_params(t->comm, t->params, t->table.total);
     int failed = 0;
     if (t->comm->rank == 0) {
@@ -335,7 +350,7 @@ static void print_grid(const trainer *t) {
     say(t, "\n");
 }
 
-static int open_run(trainer *t, int argc, char **argv) {
+static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
     const gdn_run_config *rc = &t->rc;
     gdn_comm *c = t->comm;
     char err[1024], path[GDN_PATH_MAX + 32];
@@ -359,7 +374,7 @@ static int open_run(trainer *t, int argc, char **argv) {
     t->m = t->arena + 2 * n;
     t->v = t->arena + 3 * n;
     t->T_seg = rc->seq_len / c->sp; /* run_config checked that sp divides seq_len */
-    t->acts = gdn_cpu_acts_create_f32(&t->table, rc->batch_size, t->T_seg);
+    if (!use_gpu) t->acts = gdn_cpu_acts_create_f32(&t->table, rc->batch_size, t->T_seg);
     if (c->sp > 1) {
         gdn_sp_exchange mode = GDN_SP_PASS;
         gdn_sp_exchange_parse(rc->sp_exchange, &mode);
@@ -374,6 +389,12 @@ static int open_run(trainer *t, int argc, char **argv) {
     int64_t micro = (int64_t)c->dp * rc->batch_size * rc->seq_len;
     t->accum = rc->batch_tokens ? (int)((rc->batch_tokens + micro - 1) / micro) : 1;
     if (share_restored(t, c->rank == 0 ? restore(t) != 0 : 0)) return -1;
+#ifdef GDN_HAVE_CUDA
+    if (use_gpu) {
+        t->gpu = gdn_cuda_model_create(&t->table, rc->batch_size, t->T_seg, GDN_CUDA_BF16);
+        gdn_cuda_model_upload(t->gpu, t->params, t->m, t->v);
+    }
+#endif
 
     /* The resolved settings: printed, and saved with the run. */
     if (c->rank == 0) {
@@ -388,8 +409,8 @@ static int open_run(trainer *t, int argc, char **argv) {
         io_jw_free(&w);
     }
     if (!failed) {
-        say(t, "backend: cpu%s\n",
-            !strcmp(rc->backend, "auto") ? " (auto; the cuda training step is not available yet)" : "");
+        say(t, "backend: %s%s\n", use_gpu ? "cuda (bf16 activations and matrix inputs, fp32 master weights)" : "cpu",
+            !strcmp(rc->backend, "auto") ? " (auto)" : "");
         say(t, "gdn train:");
         for (int i = 1; i < argc; i++) say(t, " %s", argv[i]);
         say(t, "\nsettings:\n");
@@ -418,6 +439,9 @@ static void close_run(trainer *t) {
     if (t->metrics) fclose(t->metrics);
     gdn_seqpar_free(t->seqpar);
     gdn_cpu_acts_free_f32(t->acts);
+#ifdef GDN_HAVE_CUDA
+    if (t->gpu) gdn_cuda_model_free(t->gpu);
+#endif
     free(t->arena);
     free(t->window);
     free(t->inputs);
@@ -435,6 +459,26 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
     const int B = rc->batch_size, T = rc->seq_len;
     const size_t n = t->table.total;
     const double tokens = (double)t->accum * c->dp * B * T; /* over the job */
+    *lr = gdn_lr_at(t->step, rc->decay_steps ? rc->decay_steps : rc->steps, rc->warmup_steps, rc->lr, rc->lr_min);
+#ifdef GDN_HAVE_CUDA
+    if (t->gpu) { /* one process, one GPU (multi-GPU training is not wired up yet) */
+        gdn_cuda_model_zero_grads(t->gpu);
+        double loss = 0.0;
+        for (int a = 0; a < t->accum; a++) {
+            io_dataset_train_batch(&t->data, t->sample, B, c->dp_rank, c->dp, t->window);
+            t->sample += (uint64_t)B;
+            split_window(t);
+            int nv = 0;
+            loss += gdn_cuda_model_forward(t->gpu, t->inputs, t->targets, (float)(1.0 / tokens), &nv);
+            gdn_cuda_model_backward(t->gpu);
+        }
+        gdn_cuda_adamw_hparams h = {*lr, rc->beta1, rc->beta2, rc->adam_eps, rc->weight_decay};
+        *gnorm = gdn_cuda_model_adamw_step(t->gpu, &h, t->step + 1, rc->grad_clip);
+        t->step++;
+        t->tokens_seen += (int64_t)tokens;
+        return loss / tokens;
+    }
+#endif
     memset(t->grads, 0, n * sizeof(float));
     double loss = 0.0;
     for (int a = 0; a < t->accum; a++) {
@@ -452,7 +496,6 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
     }
     *gnorm = gdn_grad_norm(t->grads, n);
     if (rc->grad_clip > 0 && *gnorm > rc->grad_clip) gdn_grad_scale(t->grads, n, (float)(rc->grad_clip / *gnorm));
-    *lr = gdn_lr_at(t->step, rc->decay_steps ? rc->decay_steps : rc->steps, rc->warmup_steps, rc->lr, rc->lr_min);
     gdn_adamw_hparams h = {*lr, rc->beta1, rc->beta2, rc->adam_eps, rc->weight_decay};
     gdn_adamw_update(&t->table, t->params, t->grads, t->m, t->v, &h, t->step + 1);
     t->step++;
@@ -465,11 +508,18 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
     memset(&t, 0, sizeof t);
     t.rc = *rc;
     t.comm = comm;
-    if (!strcmp(rc->backend, "cuda")) {
+    /* cuda: one process with one GPU (multi-GPU training over NCCL is not wired up yet). auto takes
+     * the GPU when there is one and the job is a single process. */
+    int n_gpu = 0;
+#ifdef GDN_HAVE_CUDA
+    n_gpu = gdn_cuda_device_count();
+#endif
+    int use_gpu = !strcmp(rc->backend, "cuda") || (!strcmp(rc->backend, "auto") && n_gpu > 0 && comm->size == 1);
+    if (use_gpu && (n_gpu == 0 || comm->size > 1)) {
         if (comm->rank == 0)
-            fprintf(stderr, "gdn train: the cuda training backend is not available yet (the CUDA delta-rule "
-                            "kernels are: gdn op gated-delta --backend cuda, gdn bench --backend cuda); "
-                            "use --backend cpu\n");
+            fprintf(stderr, "gdn train: --backend cuda needs %s; use --backend cpu\n",
+                    n_gpu == 0 ? "a CUDA build with a visible GPU (this build or machine has none)"
+                               : "a single process (multi-GPU training is not available yet)");
         return 2;
     }
     /* One thread pool: OpenMP splits the work, OpenBLAS runs single-threaded inside it. Ranks on
@@ -482,7 +532,7 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
     sa.sa_handler = on_stop_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
-    if (open_run(&t, argc, argv)) {
+    if (open_run(&t, use_gpu, argc, argv)) {
         close_run(&t);
         return 1;
     }

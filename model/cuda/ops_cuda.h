@@ -46,22 +46,22 @@ typedef struct gdn_cuda_blas gdn_cuda_blas;
 gdn_cuda_blas *gdn_cuda_blas_create(void *stream);
 void gdn_cuda_blas_free(gdn_cuda_blas *b);
 void gdn_cuda_linear_fwd(gdn_cuda_blas *b, gdn_cuda_precision in, gdn_cuda_precision out_p,
-                         void *y,        /* [N,O] out_p */
-                         const void *x,  /* [N,I] in */
-                         const void *W,  /* [O,I] in */
-                         int N, int I, int O, float beta);
+                         void *y,        /* [N,n_out] out_p */
+                         const void *x,  /* [N,n_in] in */
+                         const void *W,  /* [n_out,n_in] in */
+                         int N, int n_in, int n_out, float beta);
 /* dx = dy W (+ beta dx). */
 void gdn_cuda_linear_bwd_dx(gdn_cuda_blas *b, gdn_cuda_precision in, gdn_cuda_precision out_p,
-                            void *dx,       /* [N,I] out_p */
-                            const void *dy, /* [N,O] in */
-                            const void *W,  /* [O,I] in */
-                            int N, int I, int O, float beta);
+                            void *dx,       /* [N,n_in] out_p */
+                            const void *dy, /* [N,n_out] in */
+                            const void *W,  /* [n_out,n_in] in */
+                            int N, int n_in, int n_out, float beta);
 /* dW += dy^T x. */
 void gdn_cuda_linear_bwd_dw(gdn_cuda_blas *b, gdn_cuda_precision in,
-                            float *dW,      /* [O,I] */
-                            const void *dy, /* [N,O] in */
-                            const void *x,  /* [N,I] in */
-                            int N, int I, int O);
+                            float *dW,      /* [n_out,n_in] */
+                            const void *dy, /* [N,n_out] in */
+                            const void *x,  /* [N,n_in] in */
+                            int N, int n_in, int n_out);
 
 /* ---- embedding ------------------------------------------------------------------------------- */
 /* out[n, :] = table[tokens[n], :]; token ids must be in [0, vocab) (checked by the caller). */

@@ -1,55 +1,56 @@
 #!/usr/bin/env bash
-# On the GPU machine: configure with CUDA, build only the GPU targets (the rest of the tree may be
-# mid-edit), run the GPU tests (fp32 and bf16 against the fp64 CPU path), compute-sanitizer
-# memcheck and racecheck on a small shape, and the delta-rule benchmark. Logs go to $OUT (or
-# build-gpu/out); the benchmark table is printed last.
+# The GPU check, in one call on the GPU machine: build with CUDA for sm_90, run the GPU tests
+# (ctest -L gpu: delta rule, compute-sanitizer memcheck/racecheck, model ops, whole model and
+# loss curves vs the CPU), the trainer and op command on the GPU (train_gpu.sh), the benchmarks
+# (gdn bench --backend cuda), and print a short table last. Logs and JSON go to $OUT (or
+# build-gpu/out). Exit status 0 when everything passed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-build-gpu/out}
 mkdir -p "$out"
 jobs=$(nproc)
 status=0
-
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader || true
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt" || true
 
 if ! cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90 -DGDN_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
         >"$out/configure.log" 2>&1; then
     tail -40 "$out/configure.log"
     exit 1
 fi
-if ! cmake --build build-gpu -j "$jobs" --target test_gpu_delta bench_gpu_delta >"$out/build.log" 2>&1; then
+if ! cmake --build build-gpu -j "$jobs" --target gdn test_gpu_delta test_gpu_ops test_gpu_model bench_gpu_delta \
+        >"$out/build.log" 2>&1; then
     grep -E "error|Error" "$out/build.log" | head -40
     exit 1
 fi
-# the model's tests (test_gpu_ops, test_gpu_model; run by ctest below and at the end);
-# GDN_DELTA_ONLY=1 runs the delta-rule part alone
-delta_only=${GDN_DELTA_ONLY:-}
-if [ -z "$delta_only" ]; then
-    cmake --build build-gpu -j "$jobs" --target test_gpu_ops test_gpu_model >"$out/model.log" 2>&1 || status=1
-fi
 
-echo "== correctness: relative error vs fp64 CPU (fp32 < 1e-4, bf16 < 1e-2)"
-timeout 180 ./build-gpu/tests/gpu/test_gpu_delta 2>&1 | tee "$out/test.log" || status=1
-
-echo "== ctest (the delta-rule GPU tests again; compute-sanitizer memcheck and racecheck on a small shape)"
-(cd build-gpu && timeout 300 ctest -L gpu -R "^test_gpu_delta" --output-on-failure 2>&1) | tee "$out/ctest.log" | tail -15 || status=1
+echo "== GPU tests (ctest -L gpu)"
+(cd build-gpu && OUT="$out" timeout 900 ctest -L gpu --output-on-failure 2>&1) > "$out/ctest.log"
+grep -E "Test +#|tests passed|tests failed" "$out/ctest.log"
 grep -q "100% tests passed" "$out/ctest.log" || status=1
 
-echo "== benchmark"
-timeout 240 ./build-gpu/tests/gpu/bench_gpu_delta "${GDN_BENCH_REPEATS:-20}" 2>&1 | tee "$out/bench.log" || status=1
-# The model's other ops and the whole training step: CUDA vs the CPU ops and model, the 200-step loss
-# curves (loss_curves.csv) and the 512M training-step benchmark. One log (model.log); summary lines shown.
-if [ -n "$delta_only" ]; then
-    :
-elif cmake --build build-gpu -j "$jobs" --target test_gpu_ops test_gpu_model >>"$out/model.log" 2>&1; then
-    echo "== model ops vs fp64 CPU (fp32 < 1e-5, bf16 < 1e-2); whole model vs CPU; loss curves"
-    timeout 300 ./build-gpu/tests/gpu/test_gpu_ops >>"$out/model.log" 2>&1 || status=1
-    OUT="$out" timeout 600 ./build-gpu/tests/gpu/test_gpu_model >>"$out/model.log" 2>&1 || status=1
-    echo "== training-step benchmark (512M, B16 x T2048, bf16)"
-    timeout 600 ./build-gpu/tests/gpu/test_gpu_model --bench >>"$out/model.log" 2>&1 || status=1
-    grep -E "FAIL|PASS|^  |^(fp32|bf16) .*(K32|K64)|^training" "$out/model.log"
-else
-    grep -E "error|Error" "$out/model.log" | head -40
-    status=1
-fi
+echo "== trainer and op command on the GPU"
+timeout 900 bash tests/gpu/train_gpu.sh ./build-gpu/gdn "$out" 2>&1 | tee "$out/train_gpu.txt" | grep -v "^result:"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "== benchmarks"
+./build-gpu/gdn bench --backend cuda --what delta --repeats 20 --json > "$out/bench.jsonl" || status=1
+./build-gpu/gdn bench --backend cuda --what step --preset tiny --repeats 20 --json >> "$out/bench.jsonl" || status=1
+./build-gpu/gdn bench --backend cuda --what step --preset gdn512m --repeats 5 --json >> "$out/bench.jsonl" || status=1
+
+echo
+echo "== summary ($(head -1 "$out/gpu.txt" | cut -d, -f1), $(date -u +%F))"
+grep -E "tests passed|tests failed" "$out/ctest.log" | tail -1
+grep "^result:" "$out/train_gpu.txt" | sed 's/^result: /  /'
+python3 - "$out/bench.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print(f"  {'benchmark':<44} {'fwd ms':>8} {'fwd+bwd ms':>11} {'step ms':>9} {'tokens/s':>10} {'MFU':>6}")
+for r in rows:
+    if r["bench"] == "delta":
+        print(f"  delta rule bf16 B{r['B']} T{r['T']} H{r['H']} K{r['K']} V{r['V']:<14} {r['fwd_ms']:8.3f} {r['fwdbwd_ms']:11.3f}")
+    else:
+        name = f"training step {r['params']/1e6:.1f}M B{r['B']}xT{r['T']}"
+        print(f"  {name:<44} {'':>8} {'':>11} {r['step_ms']:9.2f} {r['tokens_per_s']:10.0f} {100*r['mfu']:5.1f}%")
+PY
+echo "status: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 exit $status
