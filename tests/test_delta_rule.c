@@ -14,6 +14,7 @@
 
 #include "model/check.h"
 #include "model/cpu/ops_cpu.h"
+#include "tests/ref/arrays.h"
 #include "tests/ref/delta_recurrent.h"
 #include "tests/ref/fd.h"
 
@@ -31,20 +32,6 @@ typedef struct {
     double scale;
 } problem;
 
-/* Rows of length D scaled to unit L2 norm, as the model feeds q and k. */
-static void l2_rows(double *x, size_t rows, int D) {
-    for (size_t r = 0; r < rows; r++) {
-        double n2 = 0.0;
-        for (int i = 0; i < D; i++) n2 += x[r * D + i] * x[r * D + i];
-        for (int i = 0; i < D; i++) x[r * D + i] /= sqrt(n2);
-    }
-}
-
-/* Round every value to float, so that the fp64 reference sees exactly the fp32 inputs. */
-static void round_f32(double *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = (double)(float)x[i];
-}
-
 static problem problem_make(int B, int T, int H, int K, int V, int chunk, int decay,
                             unsigned long long seed) {
     problem p = {.s = {.B = B, .T = T, .H = H, .K = K, .V = V, .chunk = chunk}};
@@ -52,32 +39,23 @@ static problem problem_make(int B, int T, int H, int K, int V, int chunk, int de
     p.nv = (size_t)B * T * H * V;
     p.ng = (size_t)B * T * H;
     p.nst = (size_t)B * H * K * V;
-    p.q = GDN_MALLOC(sizeof(double) * (p.nqk + 1));
-    p.k = GDN_MALLOC(sizeof(double) * (p.nqk + 1));
-    p.v = GDN_MALLOC(sizeof(double) * (p.nv + 1));
-    p.Wo = GDN_MALLOC(sizeof(double) * (p.nv + 1));
-    p.g = GDN_MALLOC(sizeof(double) * (p.ng + 1));
-    p.beta = GDN_MALLOC(sizeof(double) * (p.ng + 1));
-    p.h0 = GDN_MALLOC(sizeof(double) * p.nst);
-    p.Wh = GDN_MALLOC(sizeof(double) * p.nst);
-    fd_fill_uniform(p.q, p.nqk, -1, 1, seed + 1);
-    fd_fill_uniform(p.k, p.nqk, -1, 1, seed + 2);
-    l2_rows(p.q, p.ng, K);
-    l2_rows(p.k, p.ng, K);
-    fd_fill_uniform(p.v, p.nv, -1, 1, seed + 3);
-    fd_fill_uniform(p.beta, p.ng, 0.02, 0.98, seed + 4);
-    fd_fill_uniform(p.g, p.ng, -1, 0, seed + 5);
+    p.q = ref_uniform(p.nqk, -1, 1, seed + 1);
+    p.k = ref_uniform(p.nqk, -1, 1, seed + 2);
+    ref_l2_rows(p.q, p.ng, K);
+    ref_l2_rows(p.k, p.ng, K);
+    p.v = ref_uniform(p.nv, -1, 1, seed + 3);
+    p.beta = ref_uniform(p.ng, 0.02, 0.98, seed + 4);
+    p.g = ref_uniform(p.ng, -1, 0, seed + 5);
     if (decay == DECAY_STRONG) {
         /* About a third of the tokens decay by exp(-5)..exp(-20) in one step. */
-        double *u = GDN_MALLOC(sizeof(double) * (p.ng + 1));
-        fd_fill_uniform(u, p.ng, 0, 1, seed + 6);
+        double *u = ref_uniform(p.ng, 0, 1, seed + 6);
         for (size_t i = 0; i < p.ng; i++)
             if (u[i] < 0.35) p.g[i] = -5.0 - 15.0 * (u[i] / 0.35);
         free(u);
     }
-    fd_fill_uniform(p.h0, p.nst, -1, 1, seed + 7);
-    fd_fill_uniform(p.Wo, p.nv, -1, 1, seed + 8);
-    fd_fill_uniform(p.Wh, p.nst, -1, 1, seed + 9);
+    p.h0 = ref_uniform(p.nst, -1, 1, seed + 7);
+    p.Wo = ref_uniform(p.nv, -1, 1, seed + 8);
+    p.Wh = ref_uniform(p.nst, -1, 1, seed + 9);
     p.scale = (double)(float)(1.0 / sqrt((double)K));
     return p;
 }
@@ -98,16 +76,11 @@ typedef struct {
     double *o, *ht, *dq, *dk, *dv, *dg, *dbeta, *dh0;
 } result;
 
-static double *nan_array(size_t n) {
-    double *x = GDN_MALLOC(sizeof(double) * (n + 1));
-    for (size_t i = 0; i < n; i++) x[i] = NAN;
-    return x;
-}
-
 /* Every output buffer starts as NaN, so an entry a kernel fails to write cannot pass. */
 static result result_alloc(const problem *p) {
-    result r = {nan_array(p->nv), nan_array(p->nst), nan_array(p->nqk), nan_array(p->nqk),
-                nan_array(p->nv), nan_array(p->ng),  nan_array(p->ng),  nan_array(p->nst)};
+    result r = {ref_nan_array(p->nv),  ref_nan_array(p->nst), ref_nan_array(p->nqk),
+                ref_nan_array(p->nqk), ref_nan_array(p->nv),  ref_nan_array(p->ng),
+                ref_nan_array(p->ng),  ref_nan_array(p->nst)};
     return r;
 }
 
@@ -141,18 +114,6 @@ static result run_chunk_f64(const problem *p, int use_h0, int use_dht) {
     return r;
 }
 
-static float *to_f32(const double *x, size_t n) {
-    float *y = GDN_MALLOC(sizeof(float) * (n + 1));
-    for (size_t i = 0; i < n; i++) y[i] = (float)x[i];
-    return y;
-}
-
-static float *nan_f32(size_t n) {
-    float *x = GDN_MALLOC(sizeof(float) * (n + 1));
-    for (size_t i = 0; i < n; i++) x[i] = NAN;
-    return x;
-}
-
 /* Relative errors of one comparison, in the order o, ht, dq, dk, dv, dg, dbeta, dh0. */
 enum { N_ERR = 8 };
 static const char *const err_names[N_ERR] = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
@@ -160,12 +121,14 @@ static const char *const err_names[N_ERR] = {"o", "ht", "dq", "dk", "dv", "dg", 
 /* The f32 chunked path on the (already f32-exact) inputs of p, compared with ref. */
 static void run_chunk_f32_errors(const problem *p, int use_h0, int use_dht, const result *ref,
                                  double err[N_ERR]) {
-    float *q = to_f32(p->q, p->nqk), *k = to_f32(p->k, p->nqk), *v = to_f32(p->v, p->nv);
-    float *g = to_f32(p->g, p->ng), *beta = to_f32(p->beta, p->ng);
-    float *h0 = to_f32(p->h0, p->nst), *Wo = to_f32(p->Wo, p->nv), *Wh = to_f32(p->Wh, p->nst);
-    float *o = nan_f32(p->nv), *ht = nan_f32(p->nst), *dq = nan_f32(p->nqk), *dk = nan_f32(p->nqk);
-    float *dv = nan_f32(p->nv), *dg = nan_f32(p->ng), *dbeta = nan_f32(p->ng);
-    float *dh0 = nan_f32(p->nst);
+    float *q = ref_to_f32(p->q, p->nqk), *k = ref_to_f32(p->k, p->nqk);
+    float *v = ref_to_f32(p->v, p->nv), *g = ref_to_f32(p->g, p->ng);
+    float *beta = ref_to_f32(p->beta, p->ng), *h0 = ref_to_f32(p->h0, p->nst);
+    float *Wo = ref_to_f32(p->Wo, p->nv), *Wh = ref_to_f32(p->Wh, p->nst);
+    float *o = ref_nan_f32(p->nv), *ht = ref_nan_f32(p->nst);
+    float *dq = ref_nan_f32(p->nqk), *dk = ref_nan_f32(p->nqk);
+    float *dv = ref_nan_f32(p->nv), *dg = ref_nan_f32(p->ng), *dbeta = ref_nan_f32(p->ng);
+    float *dh0 = ref_nan_f32(p->nst);
     gdn_delta_fwd_f32(&p->s, q, k, v, g, beta, (float)p->scale, use_h0 ? h0 : NULL, o, ht);
     gdn_delta_bwd_f32(&p->s, q, k, v, g, beta, (float)p->scale, use_h0 ? h0 : NULL, Wo,
                       use_dht ? Wh : NULL, dq, dk, dv, dg, dbeta, dh0);
@@ -237,7 +200,7 @@ static double loss_eval(void *vctx) {
 static double fd_case(const char *what, problem *p, int chunked, int use_h0, int with_ht,
                       size_t n_probe) {
     result r = chunked ? run_chunk_f64(p, use_h0, with_ht) : run_ref(p, use_h0, with_ht);
-    loss_ctx c = {p, chunked, use_h0, with_ht, nan_array(p->nv), nan_array(p->nst)};
+    loss_ctx c = {p, chunked, use_h0, with_ht, ref_nan_array(p->nv), ref_nan_array(p->nst)};
     const double eps = 1e-6;
     double err[6];
     err[0] = fd_check(loss_eval, &c, p->q, r.dq, p->nqk, n_probe, eps);
@@ -338,7 +301,7 @@ static double f32_case(int B, int T, int H, int K, int V, int chunk, int decay, 
     problem p = problem_make(B, T, H, K, V, chunk, decay, seed);
     double *all[] = {p.q, p.k, p.v, p.g, p.beta, p.h0, p.Wo, p.Wh};
     size_t n[] = {p.nqk, p.nqk, p.nv, p.ng, p.ng, p.nst, p.nv, p.nst};
-    for (int i = 0; i < 8; i++) round_f32(all[i], n[i]);
+    for (int i = 0; i < 8; i++) ref_round_f32(all[i], n[i]);
     result ref = run_ref(&p, use_h0, use_dht);
     double err[N_ERR], mx = 0.0;
     run_chunk_f32_errors(&p, use_h0, use_dht, &ref, err);

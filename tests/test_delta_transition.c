@@ -13,8 +13,8 @@
 
 #include <cmocka.h>
 
-#include "model/check.h"
 #include "model/cpu/ops_cpu.h"
+#include "tests/ref/arrays.h"
 #include "tests/ref/delta_recurrent.h"
 #include "tests/ref/fd.h"
 
@@ -25,26 +25,17 @@ typedef struct {
     double scale;
 } problem;
 
-static double *nan_array(size_t n) {
-    double *x = GDN_MALLOC(sizeof(double) * (n + 1));
-    for (size_t i = 0; i < n; i++) x[i] = NAN;
-    return x;
-}
-
+/* Uniform values rounded to float, so the fp32 path sees exactly the same inputs. */
 static double *filled(size_t n, double lo, double hi, unsigned long long seed) {
-    double *x = GDN_MALLOC(sizeof(double) * (n + 1));
-    fd_fill_uniform(x, n, lo, hi, seed);
-    /* round to float so the fp32 path sees exactly the same inputs */
-    for (size_t i = 0; i < n; i++) x[i] = (double)(float)x[i];
+    double *x = ref_uniform(n, lo, hi, seed);
+    ref_round_f32(x, n);
     return x;
 }
 
+/* Unit-norm rows, rounded to float again. */
 static void l2_rows(double *x, size_t rows, int D) {
-    for (size_t r = 0; r < rows; r++) {
-        double n2 = 0.0;
-        for (int i = 0; i < D; i++) n2 += x[r * D + i] * x[r * D + i];
-        for (int i = 0; i < D; i++) x[r * D + i] = (double)(float)(x[r * D + i] / sqrt(n2));
-    }
+    ref_l2_rows(x, rows, D);
+    ref_round_f32(x, rows * D);
 }
 
 enum { DECAY_MILD, DECAY_STRONG, DECAY_WEAK };
@@ -94,44 +85,62 @@ static void apply_map(const problem *p, const double *M, const double *x, const 
     }
 }
 
+/* Outputs and gradients of one delta-rule run, NaN until written. */
+typedef struct {
+    double *o, *ht, *dh0, *dq, *dk, *dv, *dg, *db;
+} run_out;
+
+static run_out run_out_alloc(const problem *p) {
+    run_out r = {ref_nan_array(p->nv),  ref_nan_array(p->nst), ref_nan_array(p->nst),
+                 ref_nan_array(p->nqk), ref_nan_array(p->nqk), ref_nan_array(p->nv),
+                 ref_nan_array(p->ng),  ref_nan_array(p->ng)};
+    return r;
+}
+
+static void run_out_free(run_out *r) {
+    double *all[] = {r->o, r->ht, r->dh0, r->dq, r->dk, r->dv, r->dg, r->db};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
+/* The maps M [BH,K,K], H, E [BH,K,V] composed with the problem's state and state gradient,
+ * fwd = M S_in + H and bwd = M^T dht + E, against the fp64 recurrence from h0 = S_in (run
+ * into r): err[0] fwd vs the reference ht, err[1] bwd vs the reference dh0. */
+static void compose_vs_ref(const problem *p, const double *M, const double *H, const double *E,
+                           double *fwd, double *bwd, run_out *r, double err[2]) {
+    apply_map(p, M, p->S_in, H, 0, fwd);
+    apply_map(p, M, p->dht, E, 1, bwd);
+    ref_delta_recurrent_fwd(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, p->S_in, r->o,
+                            r->ht);
+    ref_delta_recurrent_bwd(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, p->S_in, p->d_o,
+                            p->dht, r->dq, r->dk, r->dv, r->dg, r->db, r->dh0);
+    err[0] = fd_rel_err(fwd, r->ht, p->nst);
+    err[1] = fd_rel_err(bwd, r->dh0, p->nst);
+}
+
 /* Errors of one problem in fp64: [0] M S_in + H vs the reference ht, [1] M^T dht + E vs the
  * reference dh0, [2] H vs the chunked ht from h0 = 0, [3] E vs the chunked dh0 at dht = 0,
  * [4] M S_in + H vs the chunked ht, [5] M^T dht + E vs the chunked dh0. */
 static void errors_f64(const problem *p, double err[6]) {
-    double *M = nan_array(p->nm), *H = nan_array(p->nst), *E = nan_array(p->nst);
+    double *M = ref_nan_array(p->nm), *H = ref_nan_array(p->nst), *E = ref_nan_array(p->nst);
     gdn_delta_transition_f64(&p->s, p->k, p->v, p->g, p->beta, M, H);
     gdn_delta_transition_adjoint_f64(&p->s, p->q, p->k, p->g, p->beta, p->scale, p->d_o, E);
-    double *fwd = nan_array(p->nst), *bwd = nan_array(p->nst);
-    apply_map(p, M, p->S_in, H, 0, fwd);
-    apply_map(p, M, p->dht, E, 1, bwd);
+    double *fwd = ref_nan_array(p->nst), *bwd = ref_nan_array(p->nst);
+    run_out r = run_out_alloc(p);
+    compose_vs_ref(p, M, H, E, fwd, bwd, &r, err);
 
-    double *o = nan_array(p->nv), *ht = nan_array(p->nst), *dh0 = nan_array(p->nst);
-    double *dq = nan_array(p->nqk), *dk = nan_array(p->nqk), *dv = nan_array(p->nv);
-    double *dg = nan_array(p->ng), *db = nan_array(p->ng);
-    ref_delta_recurrent_fwd(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, p->S_in, o, ht);
-    ref_delta_recurrent_bwd(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, p->S_in, p->d_o,
-                            p->dht, dq, dk, dv, dg, db, dh0);
-    err[0] = fd_rel_err(fwd, ht, p->nst);
-    err[1] = fd_rel_err(bwd, dh0, p->nst);
-
-    gdn_delta_fwd_f64(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, NULL, o, ht);
-    err[2] = fd_rel_err(H, ht, p->nst);
-    gdn_delta_bwd_f64(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, p->S_in, p->d_o, NULL, dq,
-                      dk, dv, dg, db, dh0);
-    err[3] = fd_rel_err(E, dh0, p->nst);
-    gdn_delta_fwd_f64(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, p->S_in, o, ht);
-    err[4] = fd_rel_err(fwd, ht, p->nst);
+    gdn_delta_fwd_f64(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, NULL, r.o, r.ht);
+    err[2] = fd_rel_err(H, r.ht, p->nst);
+    gdn_delta_bwd_f64(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, p->S_in, p->d_o, NULL, r.dq,
+                      r.dk, r.dv, r.dg, r.db, r.dh0);
+    err[3] = fd_rel_err(E, r.dh0, p->nst);
+    gdn_delta_fwd_f64(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, p->S_in, r.o, r.ht);
+    err[4] = fd_rel_err(fwd, r.ht, p->nst);
     gdn_delta_bwd_f64(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, p->S_in, p->d_o, p->dht,
-                      dq, dk, dv, dg, db, dh0);
-    err[5] = fd_rel_err(bwd, dh0, p->nst);
-    double *all[] = {M, H, E, fwd, bwd, o, ht, dh0, dq, dk, dv, dg, db};
+                      r.dq, r.dk, r.dv, r.dg, r.db, r.dh0);
+    err[5] = fd_rel_err(bwd, r.dh0, p->nst);
+    double *all[] = {M, H, E, fwd, bwd};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
-}
-
-static float *to_f32(const double *x, size_t n) {
-    float *y = GDN_MALLOC(sizeof(float) * (n + 1));
-    for (size_t i = 0; i < n; i++) y[i] = (float)x[i];
-    return y;
+    run_out_free(&r);
 }
 
 /* The fp32 maps composed with S_in and dht (what sequence parallelism uses) against the fp64
@@ -140,36 +149,28 @@ static float *to_f32(const double *x, size_t n) {
  * grows with T while its contribution to the state shrinks, so the composed states are the
  * meaningful measure. */
 static double error_f32(const problem *p) {
-    float *q = to_f32(p->q, p->nqk), *k = to_f32(p->k, p->nqk), *v = to_f32(p->v, p->nv);
-    float *g = to_f32(p->g, p->ng), *beta = to_f32(p->beta, p->ng), *d_o = to_f32(p->d_o, p->nv);
-    float *M32 = GDN_MALLOC(sizeof(float) * (p->nm + 1)), *H32 = GDN_MALLOC(sizeof(float) * (p->nst + 1));
-    float *E32 = GDN_MALLOC(sizeof(float) * (p->nst + 1));
-    for (size_t i = 0; i < p->nm; i++) M32[i] = NAN;
-    for (size_t i = 0; i < p->nst; i++) H32[i] = E32[i] = NAN;
+    float *q = ref_to_f32(p->q, p->nqk), *k = ref_to_f32(p->k, p->nqk);
+    float *v = ref_to_f32(p->v, p->nv), *g = ref_to_f32(p->g, p->ng);
+    float *beta = ref_to_f32(p->beta, p->ng), *d_o = ref_to_f32(p->d_o, p->nv);
+    float *M32 = ref_nan_f32(p->nm), *H32 = ref_nan_f32(p->nst), *E32 = ref_nan_f32(p->nst);
     gdn_delta_transition_f32(&p->s, k, v, g, beta, M32, H32);
     gdn_delta_transition_adjoint_f32(&p->s, q, k, g, beta, (float)p->scale, d_o, E32);
     /* compose in fp64 from the fp32 maps: the error measured is that of the maps */
-    double *M = nan_array(p->nm), *H = nan_array(p->nst), *E = nan_array(p->nst);
+    double *M = ref_nan_array(p->nm), *H = ref_nan_array(p->nst), *E = ref_nan_array(p->nst);
     for (size_t i = 0; i < p->nm; i++) M[i] = M32[i];
     for (size_t i = 0; i < p->nst; i++) {
         H[i] = H32[i];
         E[i] = E32[i];
     }
-    double *fwd = nan_array(p->nst), *bwd = nan_array(p->nst);
-    apply_map(p, M, p->S_in, H, 0, fwd);
-    apply_map(p, M, p->dht, E, 1, bwd);
-    double *o = nan_array(p->nv), *ht = nan_array(p->nst), *dh0 = nan_array(p->nst);
-    double *dq = nan_array(p->nqk), *dk = nan_array(p->nqk), *dv = nan_array(p->nv);
-    double *dg = nan_array(p->ng), *db = nan_array(p->ng);
-    ref_delta_recurrent_fwd(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, p->S_in, o, ht);
-    ref_delta_recurrent_bwd(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, p->S_in, p->d_o,
-                            p->dht, dq, dk, dv, dg, db, dh0);
-    double ef = fd_rel_err(fwd, ht, p->nst), eb = fd_rel_err(bwd, dh0, p->nst);
+    double *fwd = ref_nan_array(p->nst), *bwd = ref_nan_array(p->nst), err[2];
+    run_out r = run_out_alloc(p);
+    compose_vs_ref(p, M, H, E, fwd, bwd, &r, err);
     float *f[] = {q, k, v, g, beta, d_o, M32, H32, E32};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
-    double *d[] = {M, H, E, fwd, bwd, o, ht, dh0, dq, dk, dv, dg, db};
+    double *d[] = {M, H, E, fwd, bwd};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) free(d[i]);
-    return ef > eb ? ef : eb;
+    run_out_free(&r);
+    return err[0] > err[1] ? err[0] : err[1];
 }
 
 typedef struct {
@@ -250,14 +251,16 @@ static void test_transition_segments_compose(void **state) {
         memcpy(dst->g + (size_t)tt * H, p.g + (size_t)t * H, H * sizeof(double));
         memcpy(dst->beta + (size_t)tt * H, p.beta + (size_t)t * H, H * sizeof(double));
     }
-    double *M = nan_array(p.nm), *Hm = nan_array(p.nst), *M1 = nan_array(p.nm), *H1 = nan_array(p.nst);
-    double *M2 = nan_array(p.nm), *H2 = nan_array(p.nst), *y = nan_array(p.nst), *z = nan_array(p.nst);
+    double *M = ref_nan_array(p.nm), *Hm = ref_nan_array(p.nst);
+    double *M1 = ref_nan_array(p.nm), *H1 = ref_nan_array(p.nst);
+    double *M2 = ref_nan_array(p.nm), *H2 = ref_nan_array(p.nst);
+    double *y = ref_nan_array(p.nst), *z = ref_nan_array(p.nst);
     gdn_delta_transition_f64(&p.s, p.k, p.v, p.g, p.beta, M, Hm);
     gdn_delta_transition_f64(&a.s, a.k, a.v, a.g, a.beta, M1, H1);
     gdn_delta_transition_f64(&b.s, b.k, b.v, b.g, b.beta, M2, H2);
     /* whole map applied to S_in vs the two maps applied in turn */
     apply_map(&p, M, p.S_in, Hm, 0, y);
-    double *w = nan_array(p.nst);
+    double *w = ref_nan_array(p.nst);
     apply_map(&p, M1, p.S_in, H1, 0, z);
     apply_map(&p, M2, z, H2, 0, w);
     double err = fd_rel_err(w, y, p.nst);

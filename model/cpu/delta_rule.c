@@ -2,123 +2,16 @@
  *
  * Work is split over (batch, head) pairs with OpenMP; inside a pair the chunks are walked in
  * order, each chunk's rows gathered into contiguous scratch and the per-chunk products done by
- * BLAS gemm. Rows of a chunk are r = 0..n-1 with n = chunk, or fewer for the last chunk of a
- * sequence whose length is not a multiple of the chunk: every product simply runs over n rows,
- * so nothing needs masking. Decays enter only as exp(G_i - G_j) with i >= j (<= 1), never as
- * exp(-G), so g down to -20 per token (and beyond) cannot overflow. */
+ * BLAS gemm (the shared chunk steps are in delta_chunk.h). A partial last chunk needs no masking,
+ * and decays enter only as exp(G_i - G_j) with i >= j, so g down to -20 per token (and beyond)
+ * cannot overflow. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/check.h"
 #include "model/cpu/ops_cpu.h"
 #include "model/real.h"
-
-/* exp of a log-decay (<= 0), flushed to 0 below the normal range: products of subnormals are
- * slow on x86 and contribute below rounding. */
-#if GDN_REAL_BITS == 64
-#define DELTA_EXP_FLOOR (-700.0)
-#else
-#define DELTA_EXP_FLOOR (-80.0f)
-#endif
-static inline real delta_exp(real x) { return x < DELTA_EXP_FLOOR ? (real)0 : REXP(x); }
-
-/* Bump allocator over one per-thread scratch block. */
-static real *delta_take(real **cursor, size_t n) {
-    real *p = *cursor;
-    *cursor += n;
-    return p;
-}
-
-/* Each OpenMP thread runs its own small per-chunk products, so BLAS must not start threads of its
- * own inside them: the pthread OpenBLAS threads any gemm above 64^3 flops, and nested in the
- * pair loop that oversubscribes the cores (measured 12x slower at K=V=128). The caller's BLAS
- * thread count is restored on return. */
-static int delta_blas_single_begin(void) {
-    int n = openblas_get_num_threads();
-    if (n != 1) openblas_set_num_threads(1);
-    return n;
-}
-
-static void delta_blas_single_end(int n) {
-    if (n != 1) openblas_set_num_threads(n);
-}
-
-static void delta_check_shape(const gdn_delta_shape *s, const char *who) {
-    if (s->B < 1 || s->H < 1 || s->K < 1 || s->V < 1 || s->T < 0)
-        GDN_DIE("%s: bad shape B=%d T=%d H=%d K=%d V=%d (need B,H,K,V >= 1 and T >= 0)", who, s->B,
-                s->T, s->H, s->K, s->V);
-    if (s->chunk != 16 && s->chunk != 32 && s->chunk != 64)
-        GDN_DIE("%s: chunk size %d is not supported; use 16, 32 or 64", who, s->chunk);
-}
-
-/* dst[r, :] = x[b, t0 + r, h, :] for r < n; x is [B,T,H,D], dst is [n,D]. */
-static void delta_gather(real *dst, const real *x, const gdn_delta_shape *s, int b, int h, int t0,
-                         int n, int D) {
-    for (int r = 0; r < n; r++)
-        memcpy(dst + (size_t)r * D, x + (((size_t)b * s->T + t0 + r) * s->H + h) * D,
-               sizeof(real) * D);
-}
-
-/* x[b, t0 + r, h, :] = src[r, :] for r < n. */
-static void delta_scatter(real *x, const real *src, const gdn_delta_shape *s, int b, int h, int t0,
-                          int n, int D) {
-    for (int r = 0; r < n; r++)
-        memcpy(x + (((size_t)b * s->T + t0 + r) * s->H + h) * D, src + (size_t)r * D,
-               sizeof(real) * D);
-}
-
-/* Gates of one chunk from its n log-decays g [n]: gam [n] = exp(G), Gam [n,C] = exp(G_i - G_j)
- * on and below the diagonal, 0 above, with G the inclusive cumsum of g. Row n-1 of Gam is
- * r_j = gamma_last / gamma_j. G is summed in double for both precisions: under strong decay it
- * reaches hundreds within a chunk, and a float G_i - G_j would then carry an absolute error of
- * ~|G| * 6e-8, i.e. a relative error of that size in every decay factor. */
-static void delta_gates(int n, int C, const real *g, real *gam, real *Gam) {
-    double G[64]; /* n <= chunk <= 64 */
-    double acc = 0;
-    for (int i = 0; i < n; i++) {
-        acc += g[i];
-        G[i] = acc;
-        gam[i] = delta_exp((real)acc);
-    }
-    for (int i = 0; i < n; i++) {
-        real *row = Gam + (size_t)i * C;
-        for (int j = 0; j <= i; j++) row[j] = delta_exp((real)(G[i] - G[j]));
-        for (int j = i + 1; j < n; j++) row[j] = 0;
-    }
-}
-
-/* Everything of a chunk that does not depend on the entering state (DESIGN 4.2):
- * KK [n,C] = K K^T; Tm [n,C] = (I + A)^-1 with A = strict_lower(diag(beta) KK o Gam), by forward
- * substitution; W [n,K] = Tm diag(beta gam) K; U [n,V] = Tm diag(beta) V. tmp: n*max(K,V). */
-static void delta_wy(int n, int C, int K, int V, const real *k, const real *v, const real *beta,
-                     const real *gam, const real *Gam, real *KK, real *Tm, real *W, real *U,
-                     real *tmp) {
-    R(gdn_gemm)(0, 1, n, n, K, 1, k, K, k, K, 0, KK, C);
-    /* Row i of (I + A) T = I: T_i = e_i - sum_{j<i} A_ij T_j; T_j is zero right of column j. */
-    for (int i = 0; i < n; i++) {
-        real *Ti = Tm + (size_t)i * C;
-        for (int c = 0; c < n; c++) Ti[c] = 0;
-        for (int j = 0; j < i; j++) {
-            real a = beta[i] * KK[(size_t)i * C + j] * Gam[(size_t)i * C + j];
-            const real *Tj = Tm + (size_t)j * C;
-            for (int c = 0; c <= j; c++) Ti[c] -= a * Tj[c];
-        }
-        Ti[i] = 1;
-    }
-    for (int r = 0; r < n; r++)
-        for (int i = 0; i < K; i++)
-            tmp[(size_t)r * K + i] = beta[r] * gam[r] * k[(size_t)r * K + i];
-    R(gdn_gemm)(0, 0, n, K, n, 1, Tm, C, tmp, K, 0, W, K);
-    for (int r = 0; r < n; r++)
-        for (int j = 0; j < V; j++) tmp[(size_t)r * V + j] = beta[r] * v[(size_t)r * V + j];
-    R(gdn_gemm)(0, 0, n, V, n, 1, Tm, C, tmp, V, 0, U, V);
-}
-
-/* Vn [n,V] = U - W S: the corrected values written into the state (S [K,V] entering). */
-static void delta_vnew(int n, int K, int V, const real *U, const real *W, const real *S, real *Vn) {
-    memcpy(Vn, U, sizeof(real) * n * V);
-    R(gdn_gemm)(0, 0, n, V, K, -1, W, K, S, V, 1, Vn, V);
-}
+#include "model/cpu/delta_chunk.h"
 
 /* S <- gam_last S + K^T diag(r) Vn, r_j = Gam[n-1, j]. tmp: n*K. */
 static void delta_state_step(int n, int C, int K, int V, const real *k, const real *gam,
@@ -172,9 +65,7 @@ static void delta_output(int n, int C, int K, int V, real scale, const real *q, 
     R(gdn_gemm)(0, 0, n, V, K, scale, q, K, S, V, 0, o, V);
     for (int r = 0; r < n; r++)
         for (int j = 0; j < V; j++) o[(size_t)r * V + j] *= gam[r];
-    R(gdn_gemm)(0, 1, n, n, K, scale, q, K, k, K, 0, L, C);
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++) L[(size_t)i * C + j] *= Gam[(size_t)i * C + j];
+    delta_intra(n, C, K, scale, q, k, Gam, L);
     R(gdn_gemm)(0, 0, n, V, n, 1, L, C, Vn, V, 1, o, V);
 }
 
@@ -188,7 +79,7 @@ static void delta_fwd_pair(const gdn_delta_shape *s, int b, int h, const real *q
     else
         memset(w->S, 0, sizeof(real) * K * V);
     for (int t0 = 0; t0 < s->T; t0 += C) {
-        int n = s->T - t0 < C ? s->T - t0 : C;
+        int n = delta_chunk_rows(s, t0);
         delta_gather(w->q, q, s, b, h, t0, n, K);
         delta_gather(w->k, k, s, b, h, t0, n, K);
         delta_gather(w->v, v, s, b, h, t0, n, V);
@@ -411,7 +302,7 @@ static void delta_bwd_pair(const gdn_delta_shape *s, int b, int h, const real *q
         memset(w->dSp, 0, sizeof(real) * KV);
     real *S = w->dSp; /* running state; dSp is free until the reverse walk */
     for (int c = 0; c < NT; c++) {
-        int t0 = c * C, n = s->T - t0 < C ? s->T - t0 : C;
+        int t0 = c * C, n = delta_chunk_rows(s, t0);
         real *Tm = w->Tc + (size_t)c * C * C, *W = w->Wc + (size_t)c * C * K;
         real *U = w->Uc + (size_t)c * C * V, *Vn = w->Vc + (size_t)c * C * V;
         memcpy(w->Sc + (size_t)c * KV, S, sizeof(real) * KV);
@@ -431,7 +322,7 @@ static void delta_bwd_pair(const gdn_delta_shape *s, int b, int h, const real *q
     else
         memset(w->dS, 0, sizeof(real) * KV);
     for (int c = NT - 1; c >= 0; c--) {
-        int t0 = c * C, n = s->T - t0 < C ? s->T - t0 : C;
+        int t0 = c * C, n = delta_chunk_rows(s, t0);
         delta_gather(w->q, q, s, b, h, t0, n, K);
         delta_gather(w->k, k, s, b, h, t0, n, K);
         delta_gather(w->v, v, s, b, h, t0, n, V);

@@ -25,15 +25,34 @@ static void norm_reduce_partials(real *dw /* [D] */, const double *part, int nbl
     }
 }
 
+/* Sum of squares of one row x [D], accumulated in double. */
+static double norm_sumsq(const real *x /* [D] */, int D) {
+    double ss = 0;
+    for (int j = 0; j < D; j++) ss += (double)x[j] * x[j];
+    return ss;
+}
+
+/* The RMSNorm backward of one row, given du (the gradient reaching x r w; may alias dx) and
+ * dot = sum_i du_i w_i x_i: dx = r w du - x r^3 dot / D, and the row's dw terms du x r are
+ * added to the block partial pb. */
+static void norm_rms_row_bwd(real *dx /* [D] */, double *pb /* [D] */, const real *du /* [D] */,
+                             const real *x /* [D] */, const real *w /* [D] */, real r, double dot,
+                             int D) {
+    real c = (real)((double)r * r * r * dot / D);
+    for (int j = 0; j < D; j++) {
+        real d = du[j];
+        dx[j] = r * w[j] * d - x[j] * c;
+        pb[j] += (double)d * x[j] * r;
+    }
+}
+
 void R(gdn_rmsnorm_fwd)(real *y /* [N,D] */, real *rstd /* [N] */, const real *x /* [N,D] */,
                         const real *w /* [D] */, int N, int D, real eps) {
 #pragma omp parallel for schedule(static) if ((long)N * D > NORM_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const real *xr = x + (size_t)n * D;
         real *yr = y + (size_t)n * D;
-        double ss = 0;
-        for (int j = 0; j < D; j++) ss += (double)xr[j] * xr[j];
-        real r = (real)(1.0 / sqrt(ss / D + eps));
+        real r = (real)(1.0 / sqrt(norm_sumsq(xr, D) / D + eps));
         rstd[n] = r;
         for (int j = 0; j < D; j++) yr[j] = xr[j] * r * w[j];
     }
@@ -53,14 +72,9 @@ void R(gdn_rmsnorm_bwd)(real *dx /* [N,D] */, real *dw /* [D] */, const real *dy
         for (int n = b * NORM_ROW_BLOCK; n < n1; n++) {
             const real *xr = x + (size_t)n * D, *dyr = dy + (size_t)n * D;
             real *dxr = dx + (size_t)n * D;
-            real r = rstd[n];
             double dot = 0;
             for (int j = 0; j < D; j++) dot += (double)dyr[j] * w[j] * xr[j];
-            real c = (real)((double)r * r * r * dot / D);
-            for (int j = 0; j < D; j++) {
-                dxr[j] = r * w[j] * dyr[j] - xr[j] * c;
-                pb[j] += (double)dyr[j] * xr[j] * r;
-            }
+            norm_rms_row_bwd(dxr, pb, dyr, xr, w, rstd[n], dot, D);
         }
     }
     norm_reduce_partials(dw, part, nblk, D);
@@ -73,9 +87,7 @@ void R(gdn_l2norm_fwd)(real *y /* [N,D] */, real *r /* [N] */, const real *x /* 
     for (int n = 0; n < N; n++) {
         const real *xr = x + (size_t)n * D;
         real *yr = y + (size_t)n * D;
-        double ss = 0;
-        for (int j = 0; j < D; j++) ss += (double)xr[j] * xr[j];
-        real rn = (real)(1.0 / sqrt(ss + NORM_L2_EPS));
+        real rn = (real)(1.0 / sqrt(norm_sumsq(xr, D) + NORM_L2_EPS));
         r[n] = rn;
         for (int j = 0; j < D; j++) yr[j] = xr[j] * rn;
     }
@@ -102,9 +114,7 @@ void R(gdn_gated_rmsnorm_fwd)(real *y /* [N,D] */, real *rstd /* [N] */,
     for (int n = 0; n < N; n++) {
         const real *xr = x + (size_t)n * D, *zr = z + (size_t)n * D;
         real *yr = y + (size_t)n * D;
-        double ss = 0;
-        for (int j = 0; j < D; j++) ss += (double)xr[j] * xr[j];
-        real r = (real)(1.0 / sqrt(ss / D + eps));
+        real r = (real)(1.0 / sqrt(norm_sumsq(xr, D) / D + eps));
         rstd[n] = r;
         for (int j = 0; j < D; j++) yr[j] = xr[j] * r * w[j] * R(gdn_silu)(zr[j]);
     }
@@ -135,12 +145,7 @@ void R(gdn_gated_rmsnorm_bwd)(real *dx /* [N,D] */, real *dz /* [N,D] */, real *
                 dot += (double)du * w[j] * xr[j];
                 dzr[j] = dyr[j] * xr[j] * r * w[j] * s * (1 + zr[j] * (1 - s));
             }
-            real c = (real)((double)r * r * r * dot / D);
-            for (int j = 0; j < D; j++) {
-                real du = dxr[j];
-                dxr[j] = r * w[j] * du - xr[j] * c;
-                pb[j] += (double)du * xr[j] * r;
-            }
+            norm_rms_row_bwd(dxr, pb, dxr, xr, w, r, dot, D);
         }
     }
     norm_reduce_partials(dw, part, nblk, D);

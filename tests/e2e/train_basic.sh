@@ -3,11 +3,7 @@
 # seed gives bitwise-identical losses twice in a row; gdn sample emits the requested bytes;
 # bad training inputs fail with a clear message.
 set -euo pipefail
-GDN=$1
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
 args=(--preset tiny --data "$SRC/data/kjv.txt.gz" --steps 40 --seq_len 64 --eval_every 20
       --warmup_steps 10 --seed 7)
 

@@ -6,11 +6,7 @@
 #     verifies, and the run always resumes from a good checkpoint and finishes.
 #  4. Resuming with a different model shape names the field and both values.
 set -euo pipefail
-GDN=$1
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 small=(--preset tiny --data "$SRC/data/kjv.txt.gz" --d_model 64 --n_layers 2 --d_ff 128 --seq_len 64
        --batch_size 8 --warmup_steps 4 --eval_every 10 --eval_batches 2 --seed 11)
