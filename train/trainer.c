@@ -1,7 +1,8 @@
-/* The training loop on the CPU backend, on one rank or many (data and sequence parallel over
- * comm/). Every rank runs the same loop on its own data; gradients, losses and stop decisions
- * are reduced so that all ranks keep identical parameters and take the same branches. Rank 0
- * alone prints, writes metrics and checkpoints. */
+/* The training loop, on one rank or many: the CPU backend data and sequence parallel over
+ * comm/ (MPI), the CUDA backend on one GPU or data parallel with one GPU per rank (gradients
+ * over NCCL, comm/comm_nccl.h; everything else over MPI). Every rank runs the same loop on its
+ * own data; gradients, losses and stop decisions are reduced so that all ranks keep identical
+ * parameters and take the same branches. Rank 0 alone prints, writes metrics and checkpoints. */
 #include "train/trainer.h"
 
 #include <errno.h>
@@ -26,6 +27,9 @@
 #ifdef GDN_HAVE_CUDA
 #include "model/cuda/delta_cuda.h"
 #include "model/cuda/model_cuda.h"
+#endif
+#ifdef GDN_HAVE_NCCL
+#include "comm/comm_nccl.h"
 #endif
 #include "train/train_dist.h"
 
@@ -64,6 +68,10 @@ typedef struct {
 #ifdef GDN_HAVE_CUDA
     gdn_cuda_model *gpu;         /* cuda backend: parameters, moments and activations on the GPU;
                                     params, m, v above are its host copies for checkpoints */
+#endif
+#ifdef GDN_HAVE_NCCL
+    gdn_comm *gpu_comm;          /* cuda backend on several ranks: the NCCL grid (device buffers) */
+    size_t grad_bucket;          /* elements per gradient all-reduce (SIZE_MAX: one, after backward) */
 #endif
     io_dataset data;
     int *window;                 /* [B, T+1] */
@@ -348,7 +356,54 @@ static void print_grid(const trainer *t) {
         "2(n-1)/n of it each way)", grad_mb);
     if (c->sp > 1) say(t, ", sequence parallelism %.3f MB at most", sp_mb);
     say(t, "\n");
+#ifdef GDN_HAVE_NCCL
+    if (t->gpu_comm) {
+        say(t, "GPUs: one per rank (rank 0 on GPU %d), gradients over NCCL %s: ", gdn_nccl_device(t->gpu_comm),
+            gdn_nccl_version(t->gpu_comm));
+        if (t->grad_bucket == SIZE_MAX) say(t, "one all-reduce after the backward pass\n");
+        else say(t, "all-reduces of %.0f MB buckets overlapping the backward pass\n",
+                 (double)t->grad_bucket * sizeof(float) / 1e6);
+    }
+#endif
 }
+
+#ifdef GDN_HAVE_NCCL
+/* GDN_GRAD_BUCKET_MB: size of the gradient all-reduces that overlap the backward pass (default
+ * 64 MB; 0: one all-reduce of the whole gradient after the backward pass). */
+static size_t grad_bucket_elems(const trainer *t) {
+    const char *s = getenv("GDN_GRAD_BUCKET_MB");
+    double mb = 64.0;
+    if (s && *s) {
+        char *end = NULL;
+        double v = strtod(s, &end);
+        if (*end || !(v >= 0)) say(t, "gdn train: GDN_GRAD_BUCKET_MB must be a number of MB >= 0, got '%s'; "
+                                   "using 64\n", s);
+        else mb = v;
+    }
+    if (mb == 0) return SIZE_MAX;
+    size_t n = (size_t)(mb * 1e6 / sizeof(float));
+    return n ? n : 1;
+}
+
+/* Gradient buckets: the ranges the backward pass completes (from the end of the flat buffer down,
+ * adjacent) gather until they hold grad_bucket elements; then their all-reduce starts on the
+ * NCCL stream while the backward goes on. The last range (lo = 0) flushes the rest. */
+typedef struct {
+    trainer *t;
+    size_t lo, hi; /* pending [lo, hi) */
+} grad_buckets;
+
+static void on_grads_ready(void *ctx, float *grads, size_t lo, size_t hi) {
+    grad_buckets *b = ctx;
+    if (b->lo == b->hi) b->hi = hi;
+    b->lo = lo;
+    if (b->hi - b->lo >= b->t->grad_bucket || lo == 0) {
+        gdn_nccl_all_reduce_start(b->t->gpu_comm, GDN_WORLD, grads + b->lo, b->hi - b->lo, GDN_F32, GDN_SUM,
+                                  "gradients");
+        b->hi = b->lo;
+    }
+}
+#endif
 
 static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
     const gdn_run_config *rc = &t->rc;
@@ -391,8 +446,21 @@ static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
     if (share_restored(t, c->rank == 0 ? restore(t) != 0 : 0)) return -1;
 #ifdef GDN_HAVE_CUDA
     if (use_gpu) {
+#ifdef GDN_HAVE_NCCL
+        if (c->size > 1) { /* binds this rank's GPU before the model is made on it */
+            t->gpu_comm = gdn_nccl_init(c, err, sizeof err);
+            if (!t->gpu_comm) {
+                if (err[0]) complain(t, "%s", err);
+                return -1;
+            }
+            t->grad_bucket = grad_bucket_elems(t);
+        }
+#endif
         t->gpu = gdn_cuda_model_create(&t->table, rc->batch_size, t->T_seg, GDN_CUDA_BF16);
         gdn_cuda_model_upload(t->gpu, t->params, t->m, t->v);
+#ifdef GDN_HAVE_NCCL
+        if (t->gpu_comm) gdn_nccl_set_stream(t->gpu_comm, gdn_cuda_model_stream(t->gpu));
+#endif
     }
 #endif
 
@@ -439,6 +507,9 @@ static void close_run(trainer *t) {
     if (t->metrics) fclose(t->metrics);
     gdn_seqpar_free(t->seqpar);
     gdn_cpu_acts_free_f32(t->acts);
+#ifdef GDN_HAVE_NCCL
+    gdn_nccl_finalize(t->gpu_comm); /* before the model's stream goes */
+#endif
 #ifdef GDN_HAVE_CUDA
     if (t->gpu) gdn_cuda_model_free(t->gpu);
 #endif
@@ -461,7 +532,7 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
     const double tokens = (double)t->accum * c->dp * B * T; /* over the job */
     *lr = gdn_lr_at(t->step, rc->decay_steps ? rc->decay_steps : rc->steps, rc->warmup_steps, rc->lr, rc->lr_min);
 #ifdef GDN_HAVE_CUDA
-    if (t->gpu) { /* one process, one GPU (multi-GPU training is not wired up yet) */
+    if (t->gpu) { /* one GPU per rank */
         gdn_cuda_model_zero_grads(t->gpu);
         double loss = 0.0;
         for (int a = 0; a < t->accum; a++) {
@@ -470,8 +541,21 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
             split_window(t);
             int nv = 0;
             loss += gdn_cuda_model_forward(t->gpu, t->inputs, t->targets, (float)(1.0 / tokens), &nv);
+#ifdef GDN_HAVE_NCCL
+            if (t->gpu_comm && a == t->accum - 1) { /* the last micro-batch completes the gradients */
+                grad_buckets gb = {t, 0, 0};
+                gdn_cuda_model_backward_ready(t->gpu, on_grads_ready, &gb);
+                continue;
+            }
+#endif
             gdn_cuda_model_backward(t->gpu);
         }
+#ifdef GDN_HAVE_NCCL
+        if (t->gpu_comm) { /* the loss over MPI while the GPUs finish, then the gradients' all-reduce */
+            gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "training loss");
+            gdn_nccl_wait(t->gpu_comm, "gradients");
+        }
+#endif
         gdn_cuda_adamw_hparams h = {*lr, rc->beta1, rc->beta2, rc->adam_eps, rc->weight_decay};
         *gnorm = gdn_cuda_model_adamw_step(t->gpu, &h, t->step + 1, rc->grad_clip);
         t->step++;
@@ -508,18 +592,30 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
     memset(&t, 0, sizeof t);
     t.rc = *rc;
     t.comm = comm;
-    /* cuda: one process with one GPU (multi-GPU training over NCCL is not wired up yet). auto takes
-     * the GPU when there is one and the job is a single process. */
-    int n_gpu = 0;
+    /* cuda: one process on one GPU, or data parallel with one GPU per rank over NCCL. auto takes
+     * the GPU when there is one and the job is a single process (several ranks on GPUs ask for
+     * --backend cuda). */
+    int n_gpu = 0, have_nccl = 0;
 #ifdef GDN_HAVE_CUDA
     n_gpu = gdn_cuda_device_count();
 #endif
+#ifdef GDN_HAVE_NCCL
+    have_nccl = 1;
+#endif
     int use_gpu = !strcmp(rc->backend, "cuda") || (!strcmp(rc->backend, "auto") && n_gpu > 0 && comm->size == 1);
-    if (use_gpu && (n_gpu == 0 || comm->size > 1)) {
-        if (comm->rank == 0)
-            fprintf(stderr, "gdn train: --backend cuda needs %s; use --backend cpu\n",
-                    n_gpu == 0 ? "a CUDA build with a visible GPU (this build or machine has none)"
-                               : "a single process (multi-GPU training is not available yet)");
+    const char *why = NULL; /* this rank cannot run the cuda backend */
+    if (use_gpu && n_gpu == 0)
+        why = "--backend cuda needs a CUDA build with a visible GPU (this build or machine has none); use "
+              "--backend cpu";
+    else if (use_gpu && comm->size > 1 && !have_nccl)
+        why = "--backend cuda on several ranks needs NCCL, and this build has none (CMake found no nccl.h and "
+              "libnccl; set NCCL_ROOT and reconfigure); use one process or --backend cpu";
+    else if (use_gpu && comm->sp > 1)
+        why = "--backend cuda with --sp > 1: sequence parallelism on GPUs is not available yet; use --sp 1 "
+              "(data parallel) or --backend cpu";
+    const int first_bad = gdn_comm_agree(comm, why != NULL);
+    if (first_bad >= 0) { /* the lowest such rank says why; the others stop with it */
+        if (first_bad == comm->rank) fprintf(stderr, "gdn train: %s\n", why);
         return 2;
     }
     /* One thread pool: OpenMP splits the work, OpenBLAS runs single-threaded inside it. Ranks on
@@ -545,6 +641,10 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
     const int64_t first_step = t.step;
     const gdn_comm_bytes bytes0 = c->bytes;
     const double wait0 = c->wait_s;
+#ifdef GDN_HAVE_NCCL
+    const uint64_t gpu_bytes0 = t.gpu_comm ? t.gpu_comm->bytes.all_reduce : 0;
+    const double gpu_wait0 = t.gpu_comm ? t.gpu_comm->wait_s : 0.0;
+#endif
     int status = 0;
     double last_val = NAN;
     while (t.step < rc->steps) {
@@ -629,6 +729,14 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
                 (double)(b->broadcast - bytes0.broadcast) / 1e6 / (double)steps);
             say(&t, "rank 0 waited for other ranks %.1f%% of the time\n",
                 100.0 * (c->wait_s - wait0) / elapsed);
+#ifdef GDN_HAVE_NCCL
+            if (t.gpu_comm)
+                say(&t, "NCCL on rank 0 per step: gradient all-reduce %.3f MB; waited for it after the backward "
+                    "pass %.1f%% of the time (%.1f ms per step)\n",
+                    (double)(t.gpu_comm->bytes.all_reduce - gpu_bytes0) / 1e6 / (double)steps,
+                    100.0 * (t.gpu_comm->wait_s - gpu_wait0) / elapsed,
+                    1e3 * (t.gpu_comm->wait_s - gpu_wait0) / (double)steps);
+#endif
         }
     }
     close_run(&t);

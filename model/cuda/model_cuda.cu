@@ -640,10 +640,41 @@ static void block_backward(gdn_cuda_model *m, int l) {
                                      L->rstd1, N, D, ws, s));
 }
 
-extern "C" void gdn_cuda_model_backward(gdn_cuda_model *m) {
+/* Where block l's tensors start in the flat buffer (the table adds a block's tensors together). */
+static size_t layer_start(const gdn_param_table *t, int l) {
+    const gdn_layer_offsets *o = &t->layer[l];
+    const size_t f[] = {o->attn_norm, o->q_proj, o->k_proj, o->v_proj, o->g_proj, o->a_proj, o->b_proj,
+                        o->q_conv, o->k_conv, o->v_conv, o->A_log, o->dt_bias, o->o_norm, o->o_proj,
+                        o->mlp_norm, o->gate_proj, o->up_proj, o->down_proj};
+    size_t lo = f[0];
+    for (size_t i = 1; i < sizeof f / sizeof f[0]; i++) lo = f[i] < lo ? f[i] : lo;
+    return lo;
+}
+
+/* Whether the table is laid out as embedding | block 0 | ... | block L-1 | final norm [| head],
+ * which the backward's completed ranges assume (otherwise all of it is reported at the end). */
+static int grads_in_order(const gdn_param_table *t) {
+    size_t prev = 0;
+    if (t->embed != 0) return 0;
+    for (int l = 0; l < t->cfg.n_layers; l++) {
+        size_t s = layer_start(t, l);
+        if (s <= prev) return 0;
+        prev = s;
+    }
+    return t->final_norm > prev && (t->lm_head == t->embed || t->lm_head > t->final_norm);
+}
+
+extern "C" void gdn_cuda_model_backward(gdn_cuda_model *m) { gdn_cuda_model_backward_ready(m, NULL, NULL); }
+
+extern "C" void *gdn_cuda_model_stream(gdn_cuda_model *m) { return (void *)m->stream; }
+
+extern "C" void gdn_cuda_model_backward_ready(gdn_cuda_model *m, gdn_cuda_grads_ready_fn ready, void *ctx) {
     if (!m->has_grad) GDN_CUDA_DIE("gdn_cuda_model_backward needs a forward pass run with targets and grad_scale != 0");
     const gdn_config *c = &m->cfg;
     const int N = m->N, D = c->d_model;
+    const gdn_param_table *t = m->t;
+    const int ordered = grads_in_order(t);
+    size_t done = t->total; /* [done, total) is complete */
     m->prof_phase = 1;
     PF(PR_GEMM, gdn_cuda_linear_bwd_dx(m->blas, m->p, FP32, m->dh, m->logits, wgt(m, m->t->lm_head), N, D,
                                        c->vocab_size, 0.0f);
@@ -651,9 +682,22 @@ extern "C" void gdn_cuda_model_backward(gdn_cuda_model *m) {
     PF(PR_NORM, gdn_cuda_rmsnorm_bwd(m->p, m->dx, 0, m->dx_act, m->grads + m->t->final_norm, m->dh,
                                      m->x + (size_t)c->n_layers * N * D, m->params + m->t->final_norm, m->rstdf, N, D,
                                      m->op_ws, m->stream));
-    for (int l = c->n_layers - 1; l >= 0; l--) block_backward(m, l);
+    /* a tied head is the embedding, which the last op adds to: only the final norm (and an untied
+     * head) are complete here */
+    if (ready && ordered) {
+        ready(ctx, m->grads, t->final_norm, done);
+        done = t->final_norm;
+    }
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        block_backward(m, l);
+        if (ready && ordered) {
+            ready(ctx, m->grads, layer_start(t, l), done);
+            done = layer_start(t, l);
+        }
+    }
     PF(PR_EMBED, gdn_cuda_embed_bwd(m->grads + m->t->embed, m->perm_d, m->seg_start_d, m->seg_token_d, m->n_seg,
                                     m->dx, D, m->stream));
+    if (ready) ready(ctx, m->grads, 0, done);
     m->has_grad = 0;
 }
 

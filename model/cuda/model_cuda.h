@@ -53,6 +53,20 @@ void gdn_cuda_model_download_logits(gdn_cuda_model *m, float *logits);
  * Asynchronous. */
 void gdn_cuda_model_backward(gdn_cuda_model *m);
 
+/* Told on the host, while a backward pass is being enqueued, that the gradients [lo, hi) of the
+ * flat buffer grads (device, [total]) are complete for this pass: their last writes are enqueued
+ * on the model's stream (gdn_cuda_model_stream), so work ordered after it may read them while
+ * the rest of the pass runs. The ranges come from the end of the buffer to its start, adjacent,
+ * and cover [0, total) once per pass (one per block, the head and final norm first, the
+ * embedding last). For data parallelism: reducing a range overlaps the rest of the backward. */
+typedef void (*gdn_cuda_grads_ready_fn)(void *ctx, float *grads, size_t lo, size_t hi);
+/* gdn_cuda_model_backward, calling ready (NULL: none) for each range as it completes. */
+void gdn_cuda_model_backward_ready(gdn_cuda_model *m, gdn_cuda_grads_ready_fn ready, void *ctx);
+/* The stream every op of the model runs on (a cudaStream_t). Work of other streams that the model
+ * must wait for (e.g. a gradient reduction before gdn_cuda_model_adamw_step) is ordered before
+ * the model's next op with cudaStreamWaitEvent on it. */
+void *gdn_cuda_model_stream(gdn_cuda_model *m);
+
 /* Clips the gradients to grad_clip in global L2 norm (when grad_clip > 0) and applies one AdamW
  * update (train/optim.c semantics; step is 1-based; norms, A_log and dt_bias get no weight decay).
  * Returns the gradient norm before clipping. Synchronous. */
