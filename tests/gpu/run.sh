@@ -12,12 +12,18 @@ jobs=$(nproc)
 status=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt" || true
 
+# NCCL: the CUDA toolkit's copy, else the one pip's nvidia-nccl package ships (e.g. with torch).
+if [ -z "${NCCL_ROOT:-}" ] && [ ! -e /usr/local/cuda/include/nccl.h ]; then
+    NCCL_ROOT=$(python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null) || true
+    [ -n "$NCCL_ROOT" ] && export NCCL_ROOT
+fi
 if ! cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90 -DGDN_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
         >"$out/configure.log" 2>&1; then
     tail -40 "$out/configure.log"
     exit 1
 fi
 if ! cmake --build build-gpu -j "$jobs" --target gdn test_gpu_delta test_gpu_ops test_gpu_model bench_gpu_delta \
+        $(grep -q "^NCCL_LIBRARY:.*-NOTFOUND" build-gpu/CMakeCache.txt || echo test_nccl_ops) \
         >"$out/build.log" 2>&1; then
     grep -E "error|Error" "$out/build.log" | head -40
     exit 1
@@ -32,6 +38,12 @@ echo "== trainer and op command on the GPU"
 timeout 900 bash tests/gpu/train_gpu.sh ./build-gpu/gdn "$out" 2>&1 | tee "$out/train_gpu.txt" | grep -v "^result:"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
+echo "== data parallel over NCCL (needs 2 GPUs; skipped otherwise)"
+timeout 900 bash tests/gpu/test_gpu_dp.sh build-gpu "$out" > "$out/dp.txt" 2>&1
+dp_status=$?
+grep -E "^result:|FAIL|skipped" "$out/dp.txt" | grep -v "^result:"
+[ $dp_status -eq 0 ] || [ $dp_status -eq 77 ] || status=1
+
 echo "== benchmarks"
 ./build-gpu/gdn bench --backend cuda --what delta --repeats 20 --json > "$out/bench.jsonl" || status=1
 ./build-gpu/gdn bench --backend cuda --what step --preset tiny --repeats 20 --json >> "$out/bench.jsonl" || status=1
@@ -40,7 +52,7 @@ echo "== benchmarks"
 echo
 echo "== summary ($(head -1 "$out/gpu.txt" | cut -d, -f1), $(date -u +%F))"
 grep -E "tests passed|tests failed" "$out/ctest.log" | tail -1
-grep "^result:" "$out/train_gpu.txt" | sed 's/^result: /  /'
+grep -h "^result:" "$out/train_gpu.txt" "$out/dp.txt" | sed 's/^result: /  /'
 python3 - "$out/bench.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
