@@ -521,6 +521,14 @@ static void close_run(trainer *t) {
     io_dataset_close(&t->data);
 }
 
+/* The next micro-batch of this rank's training windows into inputs / targets. */
+static void next_train_batch(trainer *t) {
+    const int B = t->rc.batch_size;
+    io_dataset_train_batch(&t->data, t->sample, B, t->comm->dp_rank, t->comm->dp, t->window);
+    t->sample += (uint64_t)B;
+    split_window(t);
+}
+
 /* One optimizer step; returns the mean training loss over all ranks and sets *gnorm and *lr.
  * Every rank's gradient is its share of d(mean loss over the job's tokens)/dparams, so one sum
  * over the world gives the full gradient (dp averaging and the sp reduction at once). */
@@ -536,9 +544,7 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
         gdn_cuda_model_zero_grads(t->gpu);
         double loss = 0.0;
         for (int a = 0; a < t->accum; a++) {
-            io_dataset_train_batch(&t->data, t->sample, B, c->dp_rank, c->dp, t->window);
-            t->sample += (uint64_t)B;
-            split_window(t);
+            next_train_batch(t);
             int nv = 0;
             loss += gdn_cuda_model_forward(t->gpu, t->inputs, t->targets, (float)(1.0 / tokens), &nv);
 #ifdef GDN_HAVE_NCCL
@@ -566,9 +572,7 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
     memset(t->grads, 0, n * sizeof(float));
     double loss = 0.0;
     for (int a = 0; a < t->accum; a++) {
-        io_dataset_train_batch(&t->data, t->sample, B, c->dp_rank, c->dp, t->window);
-        t->sample += (uint64_t)B;
-        split_window(t);
+        next_train_batch(t);
         int nv = 0;
         loss += gdn_cpu_forward_f32(t->acts, &t->table, t->params, t->inputs, t->targets,
                                     (float)(1.0 / tokens), &nv, NULL, NULL);
