@@ -177,6 +177,17 @@ __device__ __forceinline__ void state_bwd_issue(const gdn_delta_args &a, int til
     cp_async_commit();
 }
 
+/* state_bwd_issue of tile ti into ring slot `slot`, then ti and the small-buffer index move on. */
+template <typename E, int K, int BV>
+__device__ __forceinline__ void state_bwd_refill(const gdn_delta_args &a, int &ti, int &sb_in, int nsb,
+                                                 E *slot, E *sSmall, float *sG, int bh, int b, int h,
+                                                 int v0) {
+    constexpr int LDU = pad_ld<E>(BV);
+    state_bwd_issue<E, K, BV>(a, ti, slot, sSmall + sb_in * 2 * 64 * LDU, sG + sb_in * 64, bh, b, h, v0);
+    if (ti % 3 == 0 && ++sb_in == nsb) sb_in = 0;
+    ++ti;
+}
+
 template <typename E, int K, int BV>
 __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, int slots) {
     constexpr int MT = K / 64, NTV = 4;
@@ -225,19 +236,15 @@ __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, in
         cp_async_wait_dyn(slots - 2);
         __syncthreads();
         if (s >= 1) {
-            state_bwd_issue<E, K, BV>(a, ti, ring + prev * 64 * LDT, sSmall + sb_in * 2 * 64 * LDU, sG + sb_in * 64, bh, b, h, v0);
-            if (ti % 3 == 0 && ++sb_in == nsb) sb_in = 0;
-            ++ti;
+            state_bwd_refill<E, K, BV>(a, ti, sb_in, nsb, ring + prev * 64 * LDT, sSmall, sG, bh, b, h, v0);
         }
         tile_store(dhgc + (long)c * K * a.V, a.V, sdS, LDU, K, BV, K);
 
-        const E *sKc = ring + cur * 64 * LDT;
+        const E *sKc = ring_take(ring, LDT, cur, prev, slots);
         const E *dO = sSmall + sb_out * 2 * 64 * LDU;
         const E *dVl = dO + 64 * LDU;
         const float *gG = sG + sb_out * 64;
         if (++sb_out == nsb) sb_out = 0;
-        prev = cur;
-        if (++cur == slots) cur = 0;
         float acc[1][NTV][4];
         acc_zero(acc);
         warp_mma<1, NTV, OP_MK, OP_KN>(acc, sKc + wm * 16 * LDT, LDT, sdS + c0, LDU, K);
@@ -263,12 +270,8 @@ __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, in
         /* phase Q: dS = gamma_C dS + Q^T (s diag(gamma) dO) */
         cp_async_wait_dyn(slots - 2);
         __syncthreads();
-        state_bwd_issue<E, K, BV>(a, ti, ring + prev * 64 * LDT, sSmall + sb_in * 2 * 64 * LDU, sG + sb_in * 64, bh, b, h, v0);
-        if (ti % 3 == 0 && ++sb_in == nsb) sb_in = 0;
-        ++ti;
-        const E *sQc = ring + cur * 64 * LDT;
-        prev = cur;
-        if (++cur == slots) cur = 0;
+        state_bwd_refill<E, K, BV>(a, ti, sb_in, nsb, ring + prev * 64 * LDT, sSmall, sG, bh, b, h, v0);
+        const E *sQc = ring_take(ring, LDT, cur, prev, slots);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -279,12 +282,8 @@ __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, in
         /* phase W: dS -= W^T dv_new */
         cp_async_wait_dyn(slots - 2);
         __syncthreads();
-        state_bwd_issue<E, K, BV>(a, ti, ring + prev * 64 * LDT, sSmall + sb_in * 2 * 64 * LDU, sG + sb_in * 64, bh, b, h, v0);
-        if (ti % 3 == 0 && ++sb_in == nsb) sb_in = 0;
-        ++ti;
-        const E *sWc = ring + cur * 64 * LDT;
-        prev = cur;
-        if (++cur == slots) cur = 0;
+        state_bwd_refill<E, K, BV>(a, ti, sb_in, nsb, ring + prev * 64 * LDT, sSmall, sG, bh, b, h, v0);
+        const E *sWc = ring_take(ring, LDT, cur, prev, slots);
         warp_mma<MT, NTV, OP_KM, OP_KN>(dS, sWc + srow, LDT, sY + 64 * LDU + c0, LDU, 64);
         state_to_smem<E, MT, NTV, LDU>(sdS, dS, srow, c0);
     }
@@ -626,25 +625,13 @@ template <typename E> static void launch_dv_local_t(const gdn_delta_args *a, cud
     GDN_CUDA_CHECK_LAUNCH();
 }
 
-template <typename E, int K, int BV>
-static void launch_state_bwd_bv(const gdn_delta_args *a, int slots, cudaStream_t st) {
-    const size_t sm = state_bwd_smem<E, K, BV>(slots);
-    gdn_cuda_set_smem((const void *)k_state_bwd<E, K, BV>, sm, "k_state_bwd");
-    k_state_bwd<E, K, BV><<<dim3(a->V / BV, a->B * a->H), BV * 4, sm, st>>>(*a, slots);
-    GDN_CUDA_CHECK_LAUNCH();
-}
-
 template <typename E, int K> static void launch_state_bwd_t(const gdn_delta_args *a, cudaStream_t st, int share) {
-    gdn_state_variant v[3] = {
-        {32, (const void *)k_state_bwd<E, K, 32>, state_bwd_smem<E, K, 32>},
-        {64, (const void *)k_state_bwd<E, K, 64>, state_bwd_smem<E, K, 64>},
-        {128, (const void *)k_state_bwd<E, K, GDN_BV3(K)>, state_bwd_smem<E, K, GDN_BV3(K)>},
+    const gdn_state_variant v[3] = {
+        {32, k_state_bwd<E, K, 32>, state_bwd_smem<E, K, 32>},
+        {64, k_state_bwd<E, K, 64>, state_bwd_smem<E, K, 64>},
+        {128, k_state_bwd<E, K, GDN_BV3(K)>, state_bwd_smem<E, K, GDN_BV3(K)>},
     };
-    const int nv = (a->V >= 128 && K <= 128) ? 3 : 2;
-    const gdn_state_choice ch = gdn_pick_state_variant(v, nv, a->B * a->H, a->V, 2, 8, share);
-    if (ch.bv == 32) launch_state_bwd_bv<E, K, 32>(a, ch.slots, st);
-    else if (ch.bv == 64) launch_state_bwd_bv<E, K, 64>(a, ch.slots, st);
-    else launch_state_bwd_bv<E, K, GDN_BV3(K)>(a, ch.slots, st);
+    gdn_launch_state_pass(v, a, 8, share, "k_state_bwd", st);
 }
 
 template <typename E> static void launch_grad_t(const gdn_delta_args *a, cudaStream_t st) {
@@ -664,13 +651,7 @@ void gdn_delta_launch_dv_local(const gdn_delta_args *a, gdn_cuda_precision p, cu
 }
 
 void gdn_delta_launch_state_bwd(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st, int share) {
-    const int bf = p == GDN_CUDA_BF16;
-    switch (a->K) {
-    case 64: bf ? launch_state_bwd_t<bf16, 64>(a, st, share) : launch_state_bwd_t<float, 64>(a, st, share); break;
-    case 128: bf ? launch_state_bwd_t<bf16, 128>(a, st, share) : launch_state_bwd_t<float, 128>(a, st, share); break;
-    case 256: bf ? launch_state_bwd_t<bf16, 256>(a, st, share) : launch_state_bwd_t<float, 256>(a, st, share); break;
-    default: GDN_CUDA_DIE("gated delta rule: K=%d is not 64, 128 or 256", a->K);
-    }
+    GDN_DELTA_DISPATCH_K(launch_state_bwd_t, a, p, a, st, share);
 }
 
 void gdn_delta_launch_grad(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st) {

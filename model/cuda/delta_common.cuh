@@ -134,6 +134,16 @@ __device__ __forceinline__ void cp_async_wait_dyn(int n) {
     }
 }
 
+/* Ring slot `cur` (64-row tiles, row stride ld) of this phase's tile; `prev` takes it (it is
+ * refilled in the next phase) and `cur` moves on, without a division. */
+template <typename E>
+__device__ __forceinline__ const E *ring_take(const E *ring, int ld, int &cur, int &prev, int slots) {
+    const E *t = ring + cur * 64 * ld;
+    prev = cur;
+    if (++cur == slots) cur = 0;
+    return t;
+}
+
 /* Copy a rows x cols tile from global memory (row stride ldg elements) into shared memory (row
  * stride lds); rows >= valid_rows are zero-filled. cols*sizeof(E)/16 must be a power of two
  * (every tile here is 32..256 columns), so the row/column split is a shift, not a division.
@@ -374,7 +384,7 @@ void gdn_delta_launch_grad(const gdn_delta_args *a, gdn_cuda_precision p, cudaSt
  * still lets the chosen number of blocks share a multiprocessor. */
 typedef struct {
     int bv;
-    const void *kernel;
+    void (*kernel)(gdn_delta_args a, int slots);
     size_t (*smem)(int slots);
 } gdn_state_variant;
 typedef struct {
@@ -384,6 +394,23 @@ gdn_state_choice gdn_pick_state_variant(const gdn_state_variant *v, int n, int B
                                         int min_slots, int max_slots, int share);
 /* Third state-pass width: 128 columns (16 warps) only where the state rows fit in registers. */
 #define GDN_BV3(K) ((K) <= 128 ? 128 : 64)
+/* Picks a state pass's variant among v[3] = widths 32, 64, GDN_BV3(K) (the third only where
+ * V >= 128 and K <= 128: 128 columns need 16 warps, and with K = 256 their registers would
+ * spill) with 2..max_slots ring slots, and launches it: grid (V/BV, B*H), BV*4 threads. */
+void gdn_launch_state_pass(const gdn_state_variant *v, const gdn_delta_args *a, int max_slots,
+                           int share, const char *name, cudaStream_t st);
+
+/* Calls LAUNCH<E, K>(...) for the element type of p and the key head width a->K. */
+#define GDN_DELTA_DISPATCH_K(LAUNCH, a, p, ...)                                                   \
+    do {                                                                                          \
+        const int bf_ = (p) == GDN_CUDA_BF16;                                                     \
+        switch ((a)->K) {                                                                         \
+        case 64: bf_ ? LAUNCH<bf16, 64>(__VA_ARGS__) : LAUNCH<float, 64>(__VA_ARGS__); break;     \
+        case 128: bf_ ? LAUNCH<bf16, 128>(__VA_ARGS__) : LAUNCH<float, 128>(__VA_ARGS__); break;  \
+        case 256: bf_ ? LAUNCH<bf16, 256>(__VA_ARGS__) : LAUNCH<float, 256>(__VA_ARGS__); break;  \
+        default: GDN_CUDA_DIE("gated delta rule: K=%d is not 64, 128 or 256", (a)->K);            \
+        }                                                                                         \
+    } while (0)
 
 /* Fills the argument block's shape and workspace pointers. */
 void gdn_delta_args_init(gdn_delta_args *a, const gdn_delta_shape *s, gdn_cuda_precision p,

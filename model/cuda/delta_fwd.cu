@@ -360,12 +360,10 @@ __global__ void __launch_bounds__(BV * 4) k_state_fwd(const gdn_delta_args a, in
         tile_store(hgc + (long)c * K * a.V, a.V, sS, LDU, K, BV, K);
 
         /* v_new = U - W S; the K^T product takes diag(exp(G_last - G)) v_new */
-        const E *sW = ring + cur * 64 * LDT;
+        const E *sW = ring_take(ring, LDT, cur, prev, slots);
         const E *u = sU + sb_out * 64 * LDU;
         const float *gG = sG + sb_out * 64;
         if (++sb_out == nsb) sb_out = 0;
-        prev = cur;
-        if (++cur == slots) cur = 0;
         float acc[1][NTV][4];
         acc_zero(acc);
         warp_mma<1, NTV, OP_MK, OP_KN>(acc, sW + wm * 16 * LDT, LDT, sS + c0, LDU, K);
@@ -394,9 +392,7 @@ __global__ void __launch_bounds__(BV * 4) k_state_fwd(const gdn_delta_args a, in
         }
 
         /* S = gamma_C S + K^T diag(r) v_new */
-        const E *sKc = ring + cur * 64 * LDT;
-        prev = cur;
-        if (++cur == slots) cur = 0;
+        const E *sKc = ring_take(ring, LDT, cur, prev, slots);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -514,26 +510,13 @@ template <typename E> static void launch_intra_t(const gdn_delta_args *a, cudaSt
     GDN_CUDA_CHECK_LAUNCH();
 }
 
-template <typename E, int K, int BV>
-static void launch_state_fwd_bv(const gdn_delta_args *a, int slots, cudaStream_t st) {
-    const size_t sm = state_fwd_smem<E, K, BV>(slots);
-    gdn_cuda_set_smem((const void *)k_state_fwd<E, K, BV>, sm, "k_state_fwd");
-    k_state_fwd<E, K, BV><<<dim3(a->V / BV, a->B * a->H), BV * 4, sm, st>>>(*a, slots);
-    GDN_CUDA_CHECK_LAUNCH();
-}
-
 template <typename E, int K> static void launch_state_fwd_t(const gdn_delta_args *a, cudaStream_t st, int share) {
-    gdn_state_variant v[3] = {
-        {32, (const void *)k_state_fwd<E, K, 32>, state_fwd_smem<E, K, 32>},
-        {64, (const void *)k_state_fwd<E, K, 64>, state_fwd_smem<E, K, 64>},
-        {128, (const void *)k_state_fwd<E, K, GDN_BV3(K)>, state_fwd_smem<E, K, GDN_BV3(K)>},
+    const gdn_state_variant v[3] = {
+        {32, k_state_fwd<E, K, 32>, state_fwd_smem<E, K, 32>},
+        {64, k_state_fwd<E, K, 64>, state_fwd_smem<E, K, 64>},
+        {128, k_state_fwd<E, K, GDN_BV3(K)>, state_fwd_smem<E, K, GDN_BV3(K)>},
     };
-    /* 128 columns need 16 warps; with K = 256 their registers would spill */
-    const int nv = (a->V >= 128 && K <= 128) ? 3 : 2;
-    const gdn_state_choice ch = gdn_pick_state_variant(v, nv, a->B * a->H, a->V, 2, 6, share);
-    if (ch.bv == 32) launch_state_fwd_bv<E, K, 32>(a, ch.slots, st);
-    else if (ch.bv == 64) launch_state_fwd_bv<E, K, 64>(a, ch.slots, st);
-    else launch_state_fwd_bv<E, K, GDN_BV3(K)>(a, ch.slots, st);
+    gdn_launch_state_pass(v, a, 6, share, "k_state_fwd", st);
 }
 
 template <typename E> static void launch_output_t(const gdn_delta_args *a, cudaStream_t st) {
@@ -549,13 +532,7 @@ void gdn_delta_launch_intra(const gdn_delta_args *a, gdn_cuda_precision p, cudaS
 }
 
 void gdn_delta_launch_state_fwd(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st, int share) {
-    const int bf = p == GDN_CUDA_BF16;
-    switch (a->K) {
-    case 64: bf ? launch_state_fwd_t<bf16, 64>(a, st, share) : launch_state_fwd_t<float, 64>(a, st, share); break;
-    case 128: bf ? launch_state_fwd_t<bf16, 128>(a, st, share) : launch_state_fwd_t<float, 128>(a, st, share); break;
-    case 256: bf ? launch_state_fwd_t<bf16, 256>(a, st, share) : launch_state_fwd_t<float, 256>(a, st, share); break;
-    default: GDN_CUDA_DIE("gated delta rule: K=%d is not 64, 128 or 256", a->K);
-    }
+    GDN_DELTA_DISPATCH_K(launch_state_fwd_t, a, p, a, st, share);
 }
 
 void gdn_delta_launch_output(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st) {

@@ -54,6 +54,12 @@ static void download(float *host, const void *dev, size_t n, gdn_cuda_precision 
     GDN_CUDA_CHECK(cudaFree(stage));
 }
 
+static void *alloc_workspace(const gdn_delta_shape *s, gdn_cuda_precision p) {
+    void *ws = NULL;
+    GDN_CUDA_CHECK(cudaMalloc(&ws, gdn_cuda_delta_workspace_bytes(s, p)));
+    return ws;
+}
+
 void gdn_delta_free_all(void **ptrs, int n) {
     for (int i = 0; i < n; ++i)
         if (ptrs[i]) GDN_CUDA_CHECK(cudaFree(ptrs[i]));
@@ -70,8 +76,7 @@ void gdn_cuda_delta_fwd_host(const gdn_delta_shape *s, gdn_cuda_precision p, con
     void *dh0 = upload(h0, nst, GDN_CUDA_FP32);
     void *dout = gdn_delta_alloc_poisoned(ntok * s->V, es);
     void *dht = ht ? gdn_delta_alloc_poisoned(nst, 4) : NULL;
-    void *ws = NULL;
-    GDN_CUDA_CHECK(cudaMalloc(&ws, gdn_cuda_delta_workspace_bytes(s, p)));
+    void *ws = alloc_workspace(s, p);
     gdn_cuda_delta_fwd(s, p, dq, dk, dv, (const float *)dg, (const float *)db, scale,
                        (const float *)dh0, dout, (float *)dht, ws, NULL);
     GDN_CUDA_CHECK(cudaDeviceSynchronize());
@@ -97,8 +102,7 @@ void gdn_cuda_delta_bwd_host(const gdn_delta_shape *s, gdn_cuda_precision p, con
     void *dv_d = gdn_delta_alloc_poisoned(ntok * s->V, es);
     void *dg_d = gdn_delta_alloc_poisoned(ntok, 4), *db_d = gdn_delta_alloc_poisoned(ntok, 4);
     void *dh0_d = dh0 ? gdn_delta_alloc_poisoned(nst, 4) : NULL;
-    void *ws = NULL;
-    GDN_CUDA_CHECK(cudaMalloc(&ws, gdn_cuda_delta_workspace_bytes(s, p)));
+    void *ws = alloc_workspace(s, p);
     gdn_cuda_delta_bwd(s, p, q_d, k_d, v_d, (const float *)g_d, (const float *)b_d, scale,
                        (const float *)h0_d, do_d, (const float *)dht_d, dq_d, dk_d, dv_d,
                        (float *)dg_d, (float *)db_d, (float *)dh0_d, ws, NULL);

@@ -46,7 +46,7 @@ gdn_state_choice gdn_pick_state_variant(const gdn_state_variant *v, int n, int B
     for (int i = 0; i < n; ++i) {
         if (v[i].bv > V) continue;
         struct cudaFuncAttributes fa;
-        GDN_CUDA_CHECK(cudaFuncGetAttributes(&fa, v[i].kernel));
+        GDN_CUDA_CHECK(cudaFuncGetAttributes(&fa, (const void *)v[i].kernel));
         const int threads = v[i].bv * 4, warps = threads / 32;
         const long blocks = (long)BH * (V / v[i].bv);
         const size_t sm_min = v[i].smem(min_slots);
@@ -79,6 +79,18 @@ gdn_state_choice gdn_pick_state_variant(const gdn_state_variant *v, int n, int B
         GDN_CUDA_DIE("gated delta rule: no state-pass variant fits this device");
     }
     return best;
+}
+
+void gdn_launch_state_pass(const gdn_state_variant *v, const gdn_delta_args *a, int max_slots,
+                           int share, const char *name, cudaStream_t st) {
+    const int nv = (a->V >= 128 && a->K <= 128) ? 3 : 2;
+    const gdn_state_choice ch = gdn_pick_state_variant(v, nv, a->B * a->H, a->V, 2, max_slots, share);
+    int i = 0;
+    while (v[i].bv != ch.bv) ++i;
+    const size_t sm = v[i].smem(ch.slots);
+    gdn_cuda_set_smem((const void *)v[i].kernel, sm, name);
+    v[i].kernel<<<dim3(a->V / ch.bv, a->B * a->H), ch.bv * 4, sm, st>>>(*a, ch.slots);
+    GDN_CUDA_CHECK_LAUNCH();
 }
 
 void gdn_cuda_delta_check_shape(const gdn_delta_shape *s) {
@@ -157,10 +169,10 @@ static void side_stream(cudaStream_t *aux, cudaEvent_t *ev /* [4] */) {
     for (int i = 0; i < 4; ++i) ev[i] = events[dev][i];
 }
 
-void gdn_cuda_delta_fwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
-                        const void *k, const void *v, const float *g, const float *beta,
-                        float scale, const float *h0, void *o, float *ht, void *workspace,
-                        void *stream) {
+/* The argument block of a call: shape, workspace and the forward inputs. */
+static gdn_delta_args delta_args(const gdn_delta_shape *s, gdn_cuda_precision p, float scale,
+                                 void *workspace, const void *q, const void *k, const void *v,
+                                 const float *g, const float *beta, const float *h0) {
     gdn_cuda_delta_check_shape(s);
     gdn_delta_args a;
     gdn_delta_args_init(&a, s, p, scale, workspace);
@@ -170,13 +182,26 @@ void gdn_cuda_delta_fwd(const gdn_delta_shape *s, gdn_cuda_precision p, const vo
     a.g = g;
     a.beta = beta;
     a.h0 = h0;
+    return a;
+}
+
+/* No tokens: the state passes through, dst [B,H,K,V] = src, or zero where src is NULL. */
+static void state_passthrough(float *dst, const float *src, const gdn_delta_shape *s, cudaStream_t st) {
+    const size_t nst = (size_t)s->B * s->H * s->K * s->V * sizeof(float);
+    if (dst && src) GDN_CUDA_CHECK(cudaMemcpyAsync(dst, src, nst, cudaMemcpyDeviceToDevice, st));
+    else if (dst) GDN_CUDA_CHECK(cudaMemsetAsync(dst, 0, nst, st));
+}
+
+void gdn_cuda_delta_fwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
+                        const void *k, const void *v, const float *g, const float *beta,
+                        float scale, const float *h0, void *o, float *ht, void *workspace,
+                        void *stream) {
+    gdn_delta_args a = delta_args(s, p, scale, workspace, q, k, v, g, beta, h0);
     a.o = o;
     a.ht = ht;
     cudaStream_t st = (cudaStream_t)stream;
-    if (s->T == 0) { /* no tokens: the state passes through */
-        const size_t nst = (size_t)s->B * s->H * s->K * s->V * sizeof(float);
-        if (ht && h0) GDN_CUDA_CHECK(cudaMemcpyAsync(ht, h0, nst, cudaMemcpyDeviceToDevice, st));
-        else if (ht) GDN_CUDA_CHECK(cudaMemsetAsync(ht, 0, nst, st));
+    if (s->T == 0) {
+        state_passthrough(ht, h0, s, st);
         return;
     }
     if (a.NT < 2) {
@@ -214,15 +239,7 @@ static void delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void
                       const float *h0, const void *d_o, const float *dht, void *dq, void *dk,
                       void *dv, float *dg, float *dbeta, float *dh0, void *workspace, void *stream,
                       int recompute) {
-    gdn_cuda_delta_check_shape(s);
-    gdn_delta_args a;
-    gdn_delta_args_init(&a, s, p, scale, workspace);
-    a.q = q;
-    a.k = k;
-    a.v = v;
-    a.g = g;
-    a.beta = beta;
-    a.h0 = h0;
+    gdn_delta_args a = delta_args(s, p, scale, workspace, q, k, v, g, beta, h0);
     a.d_o = d_o;
     a.dht = dht;
     a.dq = dq;
@@ -233,9 +250,7 @@ static void delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void
     a.dh0 = dh0;
     cudaStream_t st = (cudaStream_t)stream;
     if (s->T == 0) {
-        const size_t nst = (size_t)s->B * s->H * s->K * s->V * sizeof(float);
-        if (dh0 && dht) GDN_CUDA_CHECK(cudaMemcpyAsync(dh0, dht, nst, cudaMemcpyDeviceToDevice, st));
-        else if (dh0) GDN_CUDA_CHECK(cudaMemsetAsync(dh0, 0, nst, st));
+        state_passthrough(dh0, dht, s, st);
         return;
     }
     /* The reverse state pass needs only G, W (intra) and dVl; it runs on a second stream beside

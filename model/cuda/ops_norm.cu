@@ -28,6 +28,46 @@ extern "C" size_t gdn_cuda_norm_workspace(int N, int D) {
  * of 256 and the pointers are aligned, else 1. */
 #define ROW_LOOP(j) for (int j = lane * VW; j < D; j += 32 * VW)
 
+/* Forward kernels (and the L2 backward): one warp per row. */
+static __device__ __forceinline__ int norm_fwd_row() {
+    return blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+}
+static unsigned norm_fwd_grid(int N) { return (unsigned)((N + NORM_FWD_WARPS - 1) / NORM_FWD_WARPS); }
+
+/* Sum of squares of the row at x + o (length D), on every lane of the warp. */
+template <int VW, typename S>
+static __device__ __forceinline__ float norm_row_sumsq(const S *x, size_t o, int D, int lane) {
+    float ss = 0.0f;
+    ROW_LOOP(j) {
+        float a[VW];
+        ops_ldv<VW>(x, o + j, a);
+#pragma unroll
+        for (int e = 0; e < VW; e++) ss += a[e] * a[e];
+    }
+    return ops_warp_sum(ss);
+}
+
+/* Weight-gradient kernels: the warp's dw row in dynamic shared memory [warps][D], zeroed. */
+static __device__ __forceinline__ float *norm_warp_dw(int D) {
+    extern __shared__ float norm_sdw[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float *sdw = norm_sdw + (size_t)warp * D;
+    for (int j = lane; j < D; j += 32) sdw[j] = 0.0f;
+    __syncwarp();
+    return sdw;
+}
+/* The block's partial dw: the warps' rows added in warp order. */
+static __device__ __forceinline__ void norm_block_partial(float *part, int D) {
+    extern __shared__ float norm_sdw[];
+    const int nw = blockDim.x >> 5;
+    __syncthreads();
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        float s = 0.0f;
+        for (int v = 0; v < nw; v++) s += norm_sdw[(size_t)v * D + j];
+        part[(size_t)blockIdx.x * D + j] = s;
+    }
+}
+
 /* Launches kernel<T, 8> or kernel<T, 1>. */
 #define NORM_LAUNCH(kernel, T, vec, grid, threads, smem, ...)                                         \
     do {                                                                                              \
@@ -43,18 +83,10 @@ static int norm_vec(int D, const void *a, const void *b, const void *c = NULL, c
 /* ---- RMSNorm --------------------------------------------------------------------------------- */
 template <typename T, int VW>
 __global__ void k_rmsnorm_fwd(T *y, float *rstd, const float *x, const float *w, int N, int D, float eps) {
-    const int lane = threadIdx.x & 31;
-    const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, n = norm_fwd_row();
     if (n >= N) return;
     const size_t o = (size_t)n * D;
-    float ss = 0.0f;
-    ROW_LOOP(j) {
-        float a[VW];
-        ops_ldv<VW>(x, o + j, a);
-#pragma unroll
-        for (int e = 0; e < VW; e++) ss += a[e] * a[e];
-    }
-    ss = ops_warp_sum(ss);
+    const float ss = norm_row_sumsq<VW>(x, o, D, lane);
     const float r = 1.0f / sqrtf(ss / (float)D + eps);
     if (lane == 0) rstd[n] = r;
     ROW_LOOP(j) {
@@ -71,11 +103,8 @@ __global__ void k_rmsnorm_fwd(T *y, float *rstd, const float *x, const float *w,
 template <typename T, int VW>
 __global__ void k_rmsnorm_bwd(float *dx, int accumulate, T *dx_act, float *part, const float *dy,
                               const float *x, const float *w, const float *rstd, int N, int D) {
-    extern __shared__ float norm_sdw[]; /* [warps][D] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    float *sdw = norm_sdw + (size_t)warp * D;
-    for (int j = lane; j < D; j += 32) sdw[j] = 0.0f;
-    __syncwarp();
+    float *sdw = norm_warp_dw(D);
     const int n0 = blockIdx.x * NORM_ROWS, n1 = min(n0 + NORM_ROWS, N);
     for (int n = n0 + warp; n < n1; n += nw) {
         const size_t o = (size_t)n * D;
@@ -107,18 +136,13 @@ __global__ void k_rmsnorm_bwd(float *dx, int accumulate, T *dx_act, float *part,
             if (dx_act) ops_stv<VW>(dx_act, o + j, d);
         }
     }
-    __syncthreads();
-    for (int j = threadIdx.x; j < D; j += blockDim.x) {
-        float s = 0.0f;
-        for (int v = 0; v < nw; v++) s += norm_sdw[(size_t)v * D + j];
-        part[(size_t)blockIdx.x * D + j] = s;
-    }
+    norm_block_partial(part, D);
 }
 
 extern "C" void gdn_cuda_rmsnorm_fwd(gdn_cuda_precision p, void *y, float *rstd, const float *x,
                                      const float *w, int N, int D, float eps, void *stream) {
     if (N <= 0 || D <= 0) return;
-    const unsigned grid = (unsigned)((N + NORM_FWD_WARPS - 1) / NORM_FWD_WARPS);
+    const unsigned grid = norm_fwd_grid(N);
     const int vec = norm_vec(D, y, x, w);
     OPS_DISPATCH(p, T, NORM_LAUNCH(k_rmsnorm_fwd, T, vec, grid, 32 * NORM_FWD_WARPS, 0, (T *)y, rstd, x, w, N, D, eps));
     GDN_CUDA_CHECK_LAUNCH();
@@ -141,18 +165,10 @@ extern "C" void gdn_cuda_rmsnorm_bwd(gdn_cuda_precision p, float *dx, int accumu
 /* ---- L2 norm ----------------------------------------------------------------------------------- */
 template <typename T, int VW>
 __global__ void k_l2norm_fwd(T *y, float *r, const T *x, int N, int D) {
-    const int lane = threadIdx.x & 31;
-    const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, n = norm_fwd_row();
     if (n >= N) return;
     const size_t o = (size_t)n * D;
-    float ss = 0.0f;
-    ROW_LOOP(j) {
-        float a[VW];
-        ops_ldv<VW>(x, o + j, a);
-#pragma unroll
-        for (int e = 0; e < VW; e++) ss += a[e] * a[e];
-    }
-    ss = ops_warp_sum(ss);
+    const float ss = norm_row_sumsq<VW>(x, o, D, lane);
     const float rn = 1.0f / sqrtf(ss + NORM_L2_EPS);
     if (lane == 0) r[n] = rn;
     ROW_LOOP(j) {
@@ -167,8 +183,7 @@ __global__ void k_l2norm_fwd(T *y, float *r, const T *x, int N, int D) {
 /* dx = r (dy - y (dy . y)). */
 template <typename T, int VW>
 __global__ void k_l2norm_bwd(T *dx, const T *dy, const T *y, const float *r, int N, int D) {
-    const int lane = threadIdx.x & 31;
-    const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, n = norm_fwd_row();
     if (n >= N) return;
     const size_t o = (size_t)n * D;
     float dot = 0.0f;
@@ -194,7 +209,7 @@ __global__ void k_l2norm_bwd(T *dx, const T *dy, const T *y, const float *r, int
 extern "C" void gdn_cuda_l2norm_fwd(gdn_cuda_precision p, void *y, float *r, const void *x, int N, int D,
                                     void *stream) {
     if (N <= 0 || D <= 0) return;
-    const unsigned grid = (unsigned)((N + NORM_FWD_WARPS - 1) / NORM_FWD_WARPS);
+    const unsigned grid = norm_fwd_grid(N);
     const int vec = norm_vec(D, y, x);
     OPS_DISPATCH(p, T, NORM_LAUNCH(k_l2norm_fwd, T, vec, grid, 32 * NORM_FWD_WARPS, 0, (T *)y, r, (const T *)x, N, D));
     GDN_CUDA_CHECK_LAUNCH();
@@ -203,7 +218,7 @@ extern "C" void gdn_cuda_l2norm_fwd(gdn_cuda_precision p, void *y, float *r, con
 extern "C" void gdn_cuda_l2norm_bwd(gdn_cuda_precision p, void *dx, const void *dy, const void *y,
                                     const float *r, int N, int D, void *stream) {
     if (N <= 0 || D <= 0) return;
-    const unsigned grid = (unsigned)((N + NORM_FWD_WARPS - 1) / NORM_FWD_WARPS);
+    const unsigned grid = norm_fwd_grid(N);
     const int vec = norm_vec(D, dx, dy, y);
     OPS_DISPATCH(p, T, NORM_LAUNCH(k_l2norm_bwd, T, vec, grid, 32 * NORM_FWD_WARPS, 0,
                                    (T *)dx, (const T *)dy, (const T *)y, r, N, D));
@@ -214,18 +229,10 @@ extern "C" void gdn_cuda_l2norm_bwd(gdn_cuda_precision p, void *dx, const void *
 template <typename T, int VW>
 __global__ void k_gated_fwd(T *y, float *rstd, const T *x, const T *z, const float *w, int N, int D,
                             float eps) {
-    const int lane = threadIdx.x & 31;
-    const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, n = norm_fwd_row();
     if (n >= N) return;
     const size_t o = (size_t)n * D;
-    float ss = 0.0f;
-    ROW_LOOP(j) {
-        float a[VW];
-        ops_ldv<VW>(x, o + j, a);
-#pragma unroll
-        for (int e = 0; e < VW; e++) ss += a[e] * a[e];
-    }
-    ss = ops_warp_sum(ss);
+    const float ss = norm_row_sumsq<VW>(x, o, D, lane);
     const float r = 1.0f / sqrtf(ss / (float)D + eps);
     if (lane == 0) rstd[n] = r;
     ROW_LOOP(j) {
@@ -244,11 +251,8 @@ __global__ void k_gated_fwd(T *y, float *rstd, const T *x, const T *z, const flo
 template <typename T, int VW>
 __global__ void k_gated_bwd(T *dx, T *dz, float *part, const float *dy, const T *x, const T *z,
                             const float *w, const float *rstd, int N, int D) {
-    extern __shared__ float norm_sdw[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    float *sdw = norm_sdw + (size_t)warp * D;
-    for (int j = lane; j < D; j += 32) sdw[j] = 0.0f;
-    __syncwarp();
+    float *sdw = norm_warp_dw(D);
     const int n0 = blockIdx.x * NORM_ROWS, n1 = min(n0 + NORM_ROWS, N);
     for (int n = n0 + warp; n < n1; n += nw) {
         const size_t o = (size_t)n * D;
@@ -285,19 +289,14 @@ __global__ void k_gated_bwd(T *dx, T *dz, float *part, const float *dy, const T 
             ops_stv<VW>(dx, o + j, d);
         }
     }
-    __syncthreads();
-    for (int j = threadIdx.x; j < D; j += blockDim.x) {
-        float s = 0.0f;
-        for (int v = 0; v < nw; v++) s += norm_sdw[(size_t)v * D + j];
-        part[(size_t)blockIdx.x * D + j] = s;
-    }
+    norm_block_partial(part, D);
 }
 
 extern "C" void gdn_cuda_gated_rmsnorm_fwd(gdn_cuda_precision p, void *y, float *rstd, const void *x,
                                            const void *z, const float *w, int N, int D, float eps,
                                            void *stream) {
     if (N <= 0 || D <= 0) return;
-    const unsigned grid = (unsigned)((N + NORM_FWD_WARPS - 1) / NORM_FWD_WARPS);
+    const unsigned grid = norm_fwd_grid(N);
     const int vec = norm_vec(D, y, x, z, w);
     OPS_DISPATCH(p, T, NORM_LAUNCH(k_gated_fwd, T, vec, grid, 32 * NORM_FWD_WARPS, 0,
                                    (T *)y, rstd, (const T *)x, (const T *)z, w, N, D, eps));

@@ -120,34 +120,30 @@ static __device__ __forceinline__ float ops_warp_max(float x) {
     return x;
 }
 
-/* Block-wide sum for blockDim.x a multiple of 32 (<= 1024); `red` is __shared__ [32]. All
- * threads get the result. Warp partials are added in warp order. */
-static __device__ __forceinline__ float ops_block_sum(float x, float *red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    x = ops_warp_sum(x);
+/* Block-wide reductions for blockDim.x a multiple of 32 (<= 1024); `red` is __shared__ [32].
+ * All threads get the result. Warp partials are combined in warp order. */
+
+/* Warp w's reduced value x into red[w], visible to the whole block; returns the warp count. */
+template <typename T> static __device__ __forceinline__ int ops_block_stage(T x, T *red) {
     __syncthreads(); /* red may still be read by a previous call */
-    if (lane == 0) red[warp] = x;
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
     __syncthreads();
+    return blockDim.x >> 5;
+}
+static __device__ __forceinline__ float ops_block_sum(float x, float *red) {
+    const int nw = ops_block_stage(ops_warp_sum(x), red);
     float s = 0.0f;
     for (int w = 0; w < nw; w++) s += red[w];
     return s;
 }
 static __device__ __forceinline__ double ops_block_sum_d(double x, double *red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    x = ops_warp_sum_d(x);
-    __syncthreads();
-    if (lane == 0) red[warp] = x;
-    __syncthreads();
+    const int nw = ops_block_stage(ops_warp_sum_d(x), red);
     double s = 0.0;
     for (int w = 0; w < nw; w++) s += red[w];
     return s;
 }
 static __device__ __forceinline__ float ops_block_max(float x, float *red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    x = ops_warp_max(x);
-    __syncthreads();
-    if (lane == 0) red[warp] = x;
-    __syncthreads();
+    const int nw = ops_block_stage(ops_warp_max(x), red);
     float m = red[0];
     for (int w = 1; w < nw; w++) m = fmaxf(m, red[w]);
     return m;
