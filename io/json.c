@@ -171,7 +171,8 @@ static int parse_escape(parser *ps, strbuf *b) {
         cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
     }
     unsigned char u[4];
-    sb_put(b, u, (size_t)io_utf8_encode(cp, u));
+    const int n = io_utf8_encode(cp, u);
+    sb_put(b, u, (size_t)n);
     return 0;
 }
 
