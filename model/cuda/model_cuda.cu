@@ -122,6 +122,8 @@ struct gdn_cuda_model {
     int *perm_h, *seg_start_h, *seg_token_h;
     int n_seg;
     int has_grad, has_logits;
+    gdn_cuda_seq_hooks hooks;
+    int seq;                 /* hooks set: this model runs one segment of longer sequences */
 };
 
 /* ---- layout ------------------------------------------------------------------------------------ */
@@ -385,6 +387,20 @@ extern "C" void gdn_cuda_model_zero_grads(gdn_cuda_model *m) {
     GDN_CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->t->total * sizeof(float), m->stream));
 }
 
+/* ---- sequence parallelism ------------------------------------------------------------------------- */
+extern "C" void gdn_cuda_model_set_seq_hooks(gdn_cuda_model *m, const gdn_cuda_seq_hooks *hooks) {
+    if (!hooks) {
+        m->seq = 0;
+        return;
+    }
+    if (m->T < m->cfg.conv_width - 1)
+        GDN_CUDA_DIE("sequence parallelism: segments of %d tokens are shorter than the convolution halo (%d rows)",
+                     m->T, m->cfg.conv_width - 1);
+    m->hooks = *hooks;
+    m->seq = 1;
+    GDN_CUDA_DIE("sequence parallelism: the CUDA model's boundary exchange is not implemented yet");
+}
+
 /* ---- profiler --------------------------------------------------------------------------------------------- */
 static void prof_begin(gdn_cuda_model *m, int cat) {
     if (!m->prof_on || m->prof_n >= PROF_MAX) return;
@@ -463,9 +479,9 @@ static void block_forward(gdn_cuda_model *m, int l) {
                 gdn_cuda_linear_fwd(bl, p, FP32, L->ap, L->h1, wgt(m, off->a_proj), N, D, H, 0.0f);
                 gdn_cuda_linear_fwd(bl, p, FP32, L->bp, L->h1, wgt(m, off->b_proj), N, D, H, 0.0f));
 
-    PF(PR_CONV, gdn_cuda_conv_fwd(p, L->qc, L->qp, P + off->q_conv, B, T, HK, W, s);
-                gdn_cuda_conv_fwd(p, L->kc, L->kp, P + off->k_conv, B, T, HK, W, s);
-                gdn_cuda_conv_fwd(p, L->vc, L->vp, P + off->v_conv, B, T, HV, W, s));
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_LINEAR, L->qc, L->qp, P + off->q_conv, NULL, B, T, HK, W, s);
+                gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_LINEAR, L->kc, L->kp, P + off->k_conv, NULL, B, T, HK, W, s);
+                gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_LINEAR, L->vc, L->vp, P + off->v_conv, NULL, B, T, HV, W, s));
     void *tmp = m->dq1; /* backward scratch, free during the forward pass */
     PF(PR_ACT, gdn_cuda_silu_fwd(p, tmp, L->qc, (size_t)N * HK, s));
     PF(PR_NORM, gdn_cuda_l2norm_fwd(p, L->q, L->rq, tmp, N * H, K, s));
@@ -617,12 +633,12 @@ static void block_backward(gdn_cuda_model *m, int l) {
     /* q, k: L2 norm, SiLU, convolution; v: SiLU, convolution; then the gates. */
     PF(PR_NORM, gdn_cuda_l2norm_bwd(p, m->dq1, m->dqn, L->q, L->rq, N * H, K, s));
     PF(PR_ACT, gdn_cuda_silu_bwd(p, m->dq1, m->dq1, L->qc, (size_t)N * HK, s));
-    PF(PR_CONV, gdn_cuda_conv_bwd(p, m->dqn, G + off->q_conv, m->dq1, L->qp, P + off->q_conv, B, T, HK, W, ws, s));
+    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_LINEAR, m->dqn, G + off->q_conv, NULL, m->dq1, L->qp, P + off->q_conv, NULL, B, T, HK, W, ws, s));
     PF(PR_NORM, gdn_cuda_l2norm_bwd(p, m->dk1, m->dkn, L->k, L->rk, N * H, K, s));
     PF(PR_ACT, gdn_cuda_silu_bwd(p, m->dk1, m->dk1, L->kc, (size_t)N * HK, s));
-    PF(PR_CONV, gdn_cuda_conv_bwd(p, m->dkn, G + off->k_conv, m->dk1, L->kp, P + off->k_conv, B, T, HK, W, ws, s));
+    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_LINEAR, m->dkn, G + off->k_conv, NULL, m->dk1, L->kp, P + off->k_conv, NULL, B, T, HK, W, ws, s));
     PF(PR_ACT, gdn_cuda_silu_bwd(p, m->dv, m->dv, L->vc, (size_t)N * HV, s));
-    PF(PR_CONV, gdn_cuda_conv_bwd(p, m->dvp, G + off->v_conv, m->dv, L->vp, P + off->v_conv, B, T, HV, W, ws, s));
+    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_LINEAR, m->dvp, G + off->v_conv, NULL, m->dv, L->vp, P + off->v_conv, NULL, B, T, HV, W, ws, s));
     PF(PR_ACT, gdn_cuda_decay_gate_bwd(p, m->dap, G + off->A_log, G + off->dt_bias, m->dg, L->ap, P + off->A_log,
                                        P + off->dt_bias, N, H, ws, s);
                gdn_cuda_beta_bwd(p, m->dbp, m->dbeta, L->beta, beta_scale(c), (size_t)N * H, s));

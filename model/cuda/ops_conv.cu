@@ -192,9 +192,10 @@ __global__ void k_conv_reduce(float *dw, const float *part, int nblk, int C, int
     dw[(size_t)c * W + j] += (float)s;
 }
 
-extern "C" void gdn_cuda_conv_fwd(gdn_cuda_precision p, void *y, const void *x, const float *w, int B,
-                                  int T, int C, int W, void *stream) {
+extern "C" void gdn_cuda_conv_fwd(gdn_cuda_precision p, gdn_cuda_conv_act act, void *y, const void *x,
+                                  const float *w, const void *halo, int B, int T, int C, int W, void *stream) {
     conv_check(W);
+    if (act != GDN_CUDA_CONV_LINEAR || halo) GDN_CUDA_DIE("short convolution: SiLU and halo are not implemented yet");
     const size_t n = (size_t)B * T * C;
     if (!n) return;
     if (W == 4 && ops_vec8((size_t)C, y, x, w)) {
@@ -207,9 +208,12 @@ extern "C" void gdn_cuda_conv_fwd(gdn_cuda_precision p, void *y, const void *x, 
     GDN_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void gdn_cuda_conv_bwd(gdn_cuda_precision p, void *dx, float *dw, const void *dy, const void *x,
-                                  const float *w, int B, int T, int C, int W, void *ws, void *stream) {
+extern "C" void gdn_cuda_conv_bwd(gdn_cuda_precision p, gdn_cuda_conv_act act, void *dx, float *dw, void *dhalo,
+                                  const void *dy, const void *x, const float *w, const void *halo, int B, int T,
+                                  int C, int W, void *ws, void *stream) {
     conv_check(W);
+    if (act != GDN_CUDA_CONV_LINEAR || halo || dhalo)
+        GDN_CUDA_DIE("short convolution: SiLU and halo are not implemented yet");
     const int BT = B * T;
     if (BT <= 0 || C <= 0) return;
     const int nblk = (BT + CONV_ROWS - 1) / CONV_ROWS;

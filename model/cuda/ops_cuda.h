@@ -138,20 +138,29 @@ void gdn_cuda_gated_rmsnorm_bwd(gdn_cuda_precision p,
                                 const float *rstd, /* [N] */
                                 int N, int D, void *ws, void *stream);
 
-/* ---- short convolution (depthwise, causal, width W <= 8, no bias, no halo: zeros before t=0) --- */
+/* ---- short convolution (depthwise, causal, width W <= 8, no bias) ---------------------------
+ * y = act(conv(x)), act = identity or SiLU (GDN_CUDA_CONV_SILU: the model's q, k, v path).
+ * Rows before t = 0 of each sequence come from halo [B,W-1,C] (act; the previous segment's last
+ * W-1 rows, oldest first: sequence parallelism) or are zero when halo is NULL.
+ * The backward takes dy = dL/dy and recomputes conv(x) where SiLU needs it, so the forward
+ * saves nothing but x (and the halo). */
+typedef enum { GDN_CUDA_CONV_LINEAR = 0, GDN_CUDA_CONV_SILU = 1 } gdn_cuda_conv_act;
 size_t gdn_cuda_conv_workspace(int B, int T, int C, int W);
-void gdn_cuda_conv_fwd(gdn_cuda_precision p,
-                       void *y,         /* [B,T,C] act */
-                       const void *x,   /* [B,T,C] act */
-                       const float *w,  /* [C,W] */
+void gdn_cuda_conv_fwd(gdn_cuda_precision p, gdn_cuda_conv_act act,
+                       void *y,           /* [B,T,C] act */
+                       const void *x,     /* [B,T,C] act */
+                       const float *w,    /* [C,W] */
+                       const void *halo,  /* [B,W-1,C] act or NULL */
                        int B, int T, int C, int W, void *stream);
-/* dx overwritten, dw += . */
-void gdn_cuda_conv_bwd(gdn_cuda_precision p,
-                       void *dx,        /* [B,T,C] act */
-                       float *dw,       /* [C,W] */
-                       const void *dy,  /* [B,T,C] act */
-                       const void *x,   /* [B,T,C] act */
-                       const float *w,  /* [C,W] */
+/* dx overwritten, dw += , dhalo overwritten (NULL: not wanted). */
+void gdn_cuda_conv_bwd(gdn_cuda_precision p, gdn_cuda_conv_act act,
+                       void *dx,          /* [B,T,C] act */
+                       float *dw,         /* [C,W] */
+                       void *dhalo,       /* [B,W-1,C] act or NULL */
+                       const void *dy,    /* [B,T,C] act: gradient of the output y */
+                       const void *x,     /* [B,T,C] act */
+                       const float *w,    /* [C,W] */
+                       const void *halo,  /* [B,W-1,C] act or NULL (as in the forward) */
                        int B, int T, int C, int W, void *ws, void *stream);
 
 /* ---- elementwise ----------------------------------------------------------------------------- */

@@ -311,11 +311,11 @@ static void test_conv(int B, int T, int C, int W) {
     gdn_conv_fwd_f64(y, x, w, NULL, B, T, C, W);
     gdn_conv_bwd_f64(dx, dw, NULL, dy, x, w, NULL, B, T, C, W);
     void *yd = nan_act(n), *dxd = nan_act(n), *ws = dmalloc(gdn_cuda_conv_workspace(B, T, C, W));
-    gdn_cuda_conv_fwd(P, yd, xd, wd, B, T, C, W, NULL);
+    gdn_cuda_conv_fwd(P, GDN_CUDA_CONV_LINEAR, yd, xd, wd, NULL, B, T, C, W, NULL);
     cmp(op, "y", down_act(yd, n), y, n);
     float *dw2 = dcopy_f32(dwd, nw);
-    gdn_cuda_conv_bwd(P, dxd, dwd, dyd, xd, wd, B, T, C, W, ws, NULL);
-    gdn_cuda_conv_bwd(P, dxd, dw2, dyd, xd, wd, B, T, C, W, ws, NULL);
+    gdn_cuda_conv_bwd(P, GDN_CUDA_CONV_LINEAR, dxd, dwd, NULL, dyd, xd, wd, NULL, B, T, C, W, ws, NULL);
+    gdn_cuda_conv_bwd(P, GDN_CUDA_CONV_LINEAR, dxd, dw2, NULL, dyd, xd, wd, NULL, B, T, C, W, ws, NULL);
     same_bits(op, "dw", dwd, dw2, nw);
     cmp(op, "dx", down_act(dxd, n), dx, n);
     cmp(op, "dw+=", down_f32(dwd, nw), dw, nw);
