@@ -1,18 +1,27 @@
-/* Depthwise causal short convolution (width W <= CONV_MAX_W, no bias), zeros before t = 0.
+/* Depthwise causal short convolution (width W <= CONV_MAX_W, no bias) with the activation fused:
+ * y = act(u), u = conv(x), act = identity or SiLU, computed in fp32 and stored once. Rows before
+ * t = 0 come from the halo (the previous segment's last W-1 rows) or are zero.
  *
- * Backward: a block owns CONV_ROWS consecutive rows (b, t) and CONV_THREADS channels; each
- * thread walks its rows in order, writing dx and summing its channel's dw taps in registers,
- * then stores them as the block's partial. Partials are added in block order, so dw is the same
- * on every run. */
+ * Backward: with SiLU the pre-activation u is recomputed from x (and the halo) for every row a
+ * tap needs, and du = dy silu'(u) stays in fp32. A block owns CONV_ROWS consecutive rows (b, t)
+ * and a tile of channels; each thread walks its rows in order, writing dx and summing its
+ * channels' dw taps in registers, then stores them as the block's partial. Partials are added in
+ * block order, so dw is the same on every run. The halo gradient (W-1 rows per sequence) is a
+ * separate small kernel.
+ *
+ * Aliasing: a block reads rows of dy, x and the halo that neighbouring blocks own, so dx must not
+ * alias dy, x or halo, and dhalo must alias none of the inputs. */
 #include "model/cuda/ops_util.cuh"
 
 #define CONV_MAX_W 8
 #define CONV_ROWS 128
 #define CONV_THREADS 128
 
-static void conv_check(int W) {
+static void conv_check(gdn_cuda_conv_act act, int W) {
     if (W < 1 || W > CONV_MAX_W)
         GDN_CUDA_DIE("short convolution: width %d is not supported (1..%d)", W, CONV_MAX_W);
+    if (act != GDN_CUDA_CONV_LINEAR && act != GDN_CUDA_CONV_SILU)
+        GDN_CUDA_DIE("short convolution: activation %d is not GDN_CUDA_CONV_LINEAR or GDN_CUDA_CONV_SILU", (int)act);
 }
 
 extern "C" size_t gdn_cuda_conv_workspace(int B, int T, int C, int W) {
@@ -20,50 +29,75 @@ extern "C" size_t gdn_cuda_conv_workspace(int B, int T, int C, int W) {
     return nblk * (size_t)W * (size_t)C * sizeof(float);
 }
 
-/* y[b,t,c] = sum_j w[c,j] x[b, t-(W-1)+j, c]. */
+/* ---- generic path: any W, one channel per thread ---------------------------------------------- */
+
+/* Input row t (-(W-1) <= t < T) of sequence b, channel c: the halo for t < 0 (zero without one). */
 template <typename T>
-__global__ void k_conv_fwd(T *y, const T *x, const float *w, int T_, int C, int W, size_t n) {
+static __device__ __forceinline__ float conv_x(const T *x, const T *halo, int b, int t, int T_, int C, int W, int c) {
+    if (t >= 0) return ops_ld(x, ((size_t)b * T_ + t) * C + c);
+    if (!halo) return 0.0f;
+    return ops_ld(halo, ((size_t)b * (W - 1) + (W - 1) + t) * C + c);
+}
+
+/* u[b,t,c] = sum_j w[c,j] x[b, t-(W-1)+j, c]  (0 <= t < T). */
+template <typename T>
+static __device__ __forceinline__ float conv_u(const T *x, const T *halo, const float *w, int b, int t, int T_, int C,
+                                               int W, int c) {
+    float a = 0.0f;
+    for (int j = 0; j < W; j++) a += w[(size_t)c * W + j] * conv_x(x, halo, b, t - (W - 1) + j, T_, C, W, c);
+    return a;
+}
+
+/* du[b,t,c]: dy, times silu'(u) with SiLU (0 <= t < T). */
+template <typename T, bool SILU>
+static __device__ __forceinline__ float conv_du(const T *dy, const T *x, const T *halo, const float *w, int b, int t,
+                                                int T_, int C, int W, int c) {
+    const float g = ops_ld(dy, ((size_t)b * T_ + t) * C + c);
+    if constexpr (SILU) return g * ops_dsilu(conv_u(x, halo, w, b, t, T_, C, W, c));
+    return g;
+}
+
+template <typename T, bool SILU>
+__global__ void k_conv_fwd(T *y, const T *x, const float *w, const T *halo, int T_, int C, int W, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const int c = (int)(i % C);
         const size_t bt = i / C;
-        const int t = (int)(bt % T_);
-        float acc = 0.0f;
-        for (int j = 0; j < W; j++) {
-            const int ti = t - (W - 1) + j;
-            if (ti >= 0) acc += w[(size_t)c * W + j] * ops_ld(x, i - (size_t)(W - 1 - j) * C);
-        }
-        ops_st(y, i, acc);
+        const int t = (int)(bt % T_), b = (int)(bt / T_);
+        const float u = conv_u(x, halo, w, b, t, T_, C, W, c);
+        ops_st(y, i, SILU ? ops_silu(u) : u);
     }
 }
 
-/* dx[t] = sum_j w[j] dy[t+(W-1)-j] (t+(W-1)-j < T);  dw[j] += sum_t dy[t] x[t-(W-1)+j].
+/* dx[t] = sum_j w[j] du[t+(W-1)-j] (t+(W-1)-j < T);  dw[j] += sum_t du[t] x[t-(W-1)+j].
  * grid (row blocks, channel tiles) */
-template <typename T>
-__global__ void k_conv_bwd(T *dx, float *part, const T *dy, const T *x, const float *w, int BT, int T_,
-                           int C, int W) {
+template <typename T, bool SILU>
+__global__ void k_conv_bwd(T *dx, float *part, const T *dy, const T *x, const float *w, const T *halo, int BT,
+                           int T_, int C, int W) {
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    float wc[CONV_MAX_W], acc[CONV_MAX_W];
+    float acc[CONV_MAX_W];
 #pragma unroll
-    for (int j = 0; j < CONV_MAX_W; j++) {
-        wc[j] = j < W ? w[(size_t)c * W + j] : 0.0f;
-        acc[j] = 0.0f;
-    }
+    for (int j = 0; j < CONV_MAX_W; j++) acc[j] = 0.0f;
     const int r0 = blockIdx.x * CONV_ROWS, r1 = min(r0 + CONV_ROWS, BT);
     for (int bt = r0; bt < r1; bt++) {
-        const int t = bt % T_;
-        const size_t i = (size_t)bt * C + c;
-        const float g = ops_ld(dy, i);
-        float d = 0.0f;
+        const int t = bt % T_, b = bt / T_;
+        float d = 0.0f, g0 = 0.0f; /* g0 = du[t], from tap W-1 */
 #pragma unroll
         for (int j = 0; j < CONV_MAX_W; j++) {
             if (j >= W) break;
             const int to = t + (W - 1) - j; /* output time that reads x[t] through tap j */
-            if (to < T_) d += wc[j] * ops_ld(dy, i + (size_t)(W - 1 - j) * C);
-            const int ti = t - (W - 1) + j; /* input time tap j of output t reads */
-            if (ti >= 0) acc[j] += g * ops_ld(x, i - (size_t)(W - 1 - j) * C);
+            if (to < T_) {
+                const float g = conv_du<T, SILU>(dy, x, halo, w, b, to, T_, C, W, c);
+                d += w[(size_t)c * W + j] * g;
+                if (j == W - 1) g0 = g;
+            }
         }
-        ops_st(dx, i, d);
+#pragma unroll
+        for (int j = 0; j < CONV_MAX_W; j++) {
+            if (j >= W) break;
+            acc[j] += g0 * conv_x(x, halo, b, t - (W - 1) + j, T_, C, W, c);
+        }
+        ops_st(dx, (size_t)bt * C + c, d);
     }
     float *pb = part + (size_t)blockIdx.x * W * C;
 #pragma unroll
@@ -71,11 +105,28 @@ __global__ void k_conv_bwd(T *dx, float *part, const T *dy, const T *x, const fl
         if (j < W) pb[(size_t)j * C + c] = acc[j];
 }
 
-/* The common case, 8-wide: W = 4 and C a multiple of 8 (16-byte accesses). A thread owns 8
- * channels over a block of rows, holds their taps in registers and slides a window of rows, so
- * each row is read once. grid (row blocks, channel-group tiles). */
+/* dhalo[b,r,c] (input time r-(W-1)) = sum_j w[c,j] du[b, r-j, c] over 0 <= r-j < T. */
+template <typename T, bool SILU>
+__global__ void k_conv_dhalo(T *dhalo, const T *dy, const T *x, const float *w, const T *halo, int T_, int C, int W,
+                             size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % C);
+        const size_t br = i / C;
+        const int r = (int)(br % (W - 1)), b = (int)(br / (W - 1));
+        float d = 0.0f;
+        for (int j = 0; j <= r; j++)
+            if (r - j < T_) d += w[(size_t)c * W + j] * conv_du<T, SILU>(dy, x, halo, w, b, r - j, T_, C, W, c);
+        ops_st(dhalo, i, d);
+    }
+}
+
+/* ---- the common case, 8-wide: W = 4 and C a multiple of 8 (16-byte accesses) ------------------
+ * A thread owns 8 channels over a block of rows, holds their taps in registers and slides a
+ * window of rows, so each row is read once (re-read only where a block or a sequence starts).
+ * grid (row blocks, channel-group tiles). */
 #define CONV_FWD_ROWS 32
 
+/* v = row `row` (global b*T + t) at channels c..c+7, or zeros when !valid. */
 template <typename T>
 static __device__ __forceinline__ void conv_row8(float *v, const T *p, int row, int C, int c, bool valid) {
     if (valid) {
@@ -86,94 +137,120 @@ static __device__ __forceinline__ void conv_row8(float *v, const T *p, int row, 
     }
 }
 
+/* v = input row t (t >= -3) of sequence b: x for 0 <= t < T, the halo for t < 0, else zeros. */
+template <typename T>
+static __device__ __forceinline__ void conv_in8(float *v, const T *x, const T *halo, int b, int t, int T_, int C,
+                                                int c) {
+    if (t >= 0) conv_row8(v, x, b * T_ + t, C, c, t < T_);
+    else conv_row8(v, halo, b * 3 + 3 + t, C, c, halo != NULL);
+}
+
 static __device__ __forceinline__ void conv_taps8(float *wv, const float *w, int c) {
 #pragma unroll
     for (int q = 0; q < 4; q++) ops_ldv<8>(w, (size_t)c * 4 + 8 * q, wv + 8 * q); /* wv[k*4+j] = w[c+k, j] */
 }
 
-template <typename T>
-__global__ void k_conv4_fwd8(T *y, const T *x, const float *w, int BT, int T_, int C) {
-    const int c = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
-    if (c >= C) return;
-    float wv[32], x0[8], x1[8], x2[8]; /* x0, x1, x2: rows t-3, t-2, t-1 */
-    conv_taps8(wv, w, c);
-    const int r0 = blockIdx.x * CONV_FWD_ROWS, r1 = min(r0 + CONV_FWD_ROWS, BT), t0 = r0 % T_;
-    conv_row8(x0, x, r0 - 3, C, c, t0 >= 3);
-    conv_row8(x1, x, r0 - 2, C, c, t0 >= 2);
-    conv_row8(x2, x, r0 - 1, C, c, t0 >= 1);
-    for (int bt = r0, t = t0; bt < r1; bt++, t = t + 1 == T_ ? 0 : t + 1) {
-        if (t == 0) /* a new sequence: nothing before it */
+/* u = sum_j w[j] xr[j] for input rows xr[0..3] = t-3 .. t (the forward's order of terms). */
+static __device__ __forceinline__ void conv_u8(float *u, const float *wv, const float (*xr)[8]) {
 #pragma unroll
-            for (int k = 0; k < 8; k++) x0[k] = x1[k] = x2[k] = 0.0f;
-        float xc[8], acc[8];
-        ops_ldv<8>(x, (size_t)bt * C + c, xc);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            float a = 0.0f;
-            a += wv[k * 4] * x0[k];
-            a += wv[k * 4 + 1] * x1[k];
-            a += wv[k * 4 + 2] * x2[k];
-            a += wv[k * 4 + 3] * xc[k];
-            acc[k] = a;
-            x0[k] = x1[k];
-            x1[k] = x2[k];
-            x2[k] = xc[k];
-        }
-        ops_stv<8>(y, (size_t)bt * C + c, acc);
+    for (int k = 0; k < 8; k++) {
+        float a = 0.0f;
+        a += wv[k * 4] * xr[0][k];
+        a += wv[k * 4 + 1] * xr[1][k];
+        a += wv[k * 4 + 2] * xr[2][k];
+        a += wv[k * 4 + 3] * xr[3][k];
+        u[k] = a;
     }
 }
 
-/* Backward with two windows: dy rows t .. t+3 (zero past the sequence end) and x rows t-3 .. t
- * (zero before its start). grid (row blocks of CONV_ROWS, channel-group tiles). */
-template <typename T>
-__global__ void k_conv4_bwd8(T *dx, float *part, const T *dy, const T *x, const float *w, int BT, int T_, int C) {
+template <typename T, bool SILU>
+__global__ void k_conv4_fwd8(T *y, const T *x, const float *w, const T *halo, int BT, int T_, int C) {
+    const int c = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
+    if (c >= C) return;
+    float wv[32], xw[4][8]; /* xw[i]: input row t-3+i */
+    conv_taps8(wv, w, c);
+    const int r0 = blockIdx.x * CONV_FWD_ROWS, r1 = min(r0 + CONV_FWD_ROWS, BT);
+    for (int bt = r0, t = r0 % T_; bt < r1; bt++, t = t + 1 == T_ ? 0 : t + 1) {
+        if (bt == r0 || t == 0) { /* rows t-3 .. t-1: this sequence's, or its halo */
+            const int b = bt / T_;
+#pragma unroll
+            for (int i = 0; i < 3; i++) conv_in8(xw[i], x, halo, b, t - 3 + i, T_, C, c);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 3; i++)
+#pragma unroll
+                for (int k = 0; k < 8; k++) xw[i][k] = xw[i + 1][k];
+        }
+        ops_ldv<8>(x, (size_t)bt * C + c, xw[3]);
+        float u[8];
+        conv_u8(u, wv, xw);
+        if constexpr (SILU)
+#pragma unroll
+            for (int k = 0; k < 8; k++) u[k] = ops_silu(u[k]);
+        ops_stv<8>(y, (size_t)bt * C + c, u);
+    }
+}
+
+/* g = du of row bt (zero when !valid); xr[0..3]: input rows bt-3 .. bt (read with SiLU only). */
+template <typename T, bool SILU>
+static __device__ __forceinline__ void conv_du8(float *g, const T *dy, int bt, int C, int c, bool valid,
+                                                const float *wv, const float (*xr)[8]) {
+    conv_row8(g, dy, bt, C, c, valid);
+    if constexpr (SILU) {
+        if (!valid) return;
+        float u[8];
+        conv_u8(u, wv, xr);
+#pragma unroll
+        for (int k = 0; k < 8; k++) g[k] *= ops_dsilu(u[k]);
+    }
+}
+
+/* Backward with two windows: du rows t .. t+3 (zero past the sequence end) and input rows
+ * t-3 .. t-3+NX-1: t-3 .. t for dw, and with SiLU also t+1 .. t+3, the inputs of u[t+3].
+ * grid (row blocks of CONV_ROWS, channel-group tiles). */
+template <typename T, bool SILU>
+__global__ void k_conv4_bwd8(T *dx, float *part, const T *dy, const T *x, const float *w, const T *halo, int BT,
+                             int T_, int C) {
+    constexpr int NX = SILU ? 7 : 4;
     const int c = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
     if (c >= C) return;
     float wv[32], acc[32]; /* acc[j * 8 + k]: tap j, channel c + k */
     conv_taps8(wv, w, c);
 #pragma unroll
     for (int k = 0; k < 32; k++) acc[k] = 0.0f;
-    float g0[8], g1[8], g2[8], g3[8]; /* dy rows t, t+1, t+2, t+3 */
-    float x0[8], x1[8], x2[8], x3[8]; /* x rows t-3, t-2, t-1, t */
-    const int r0 = blockIdx.x * CONV_ROWS, r1 = min(r0 + CONV_ROWS, BT), t0 = r0 % T_;
-    conv_row8(x0, x, r0 - 3, C, c, t0 >= 3);
-    conv_row8(x1, x, r0 - 2, C, c, t0 >= 2);
-    conv_row8(x2, x, r0 - 1, C, c, t0 >= 1);
-    for (int bt = r0, t = t0; bt < r1; bt++, t = t + 1 == T_ ? 0 : t + 1) {
-        if (bt == r0 || t == 0) { /* (re)fill the dy window inside this sequence */
-            conv_row8(g0, dy, bt, C, c, true);
-            conv_row8(g1, dy, bt + 1, C, c, t + 1 < T_);
-            conv_row8(g2, dy, bt + 2, C, c, t + 2 < T_);
-            conv_row8(g3, dy, bt + 3, C, c, t + 3 < T_);
+    float g[4][8];  /* g[m]: du row t+m */
+    float xw[7][8]; /* xw[i]: input row t-3+i, i < NX */
+    const int r0 = blockIdx.x * CONV_ROWS, r1 = min(r0 + CONV_ROWS, BT);
+    for (int bt = r0, t = r0 % T_; bt < r1; bt++, t = t + 1 == T_ ? 0 : t + 1) {
+        if (bt == r0 || t == 0) { /* (re)fill both windows inside this sequence */
+            const int b = bt / T_;
+#pragma unroll
+            for (int i = 0; i < NX; i++) conv_in8(xw[i], x, halo, b, t - 3 + i, T_, C, c);
+#pragma unroll
+            for (int m = 0; m < 4; m++) conv_du8<T, SILU>(g[m], dy, bt + m, C, c, t + m < T_, wv, xw + m);
         } else {
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                g0[k] = g1[k];
-                g1[k] = g2[k];
-                g2[k] = g3[k];
-            }
-            conv_row8(g3, dy, bt + 3, C, c, t + 3 < T_);
-        }
-        if (t == 0)
+            for (int i = 0; i + 1 < NX; i++)
 #pragma unroll
-            for (int k = 0; k < 8; k++) x0[k] = x1[k] = x2[k] = 0.0f;
-        ops_ldv<8>(x, (size_t)bt * C + c, x3);
+                for (int k = 0; k < 8; k++) xw[i][k] = xw[i + 1][k];
+            conv_row8(xw[NX - 1], x, bt + NX - 4, C, c, t + NX - 4 < T_);
+#pragma unroll
+            for (int m = 0; m < 3; m++)
+#pragma unroll
+                for (int k = 0; k < 8; k++) g[m][k] = g[m + 1][k];
+            conv_du8<T, SILU>(g[3], dy, bt + 3, C, c, t + 3 < T_, wv, xw + 3);
+        }
         float d[8];
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            float a = 0.0f; /* dx[t] = sum_j w[j] dy[t+3-j] */
-            a += wv[k * 4] * g3[k];
-            a += wv[k * 4 + 1] * g2[k];
-            a += wv[k * 4 + 2] * g1[k];
-            a += wv[k * 4 + 3] * g0[k];
+            float a = 0.0f; /* dx[t] = sum_j w[j] du[t+3-j] */
+            a += wv[k * 4] * g[3][k];
+            a += wv[k * 4 + 1] * g[2][k];
+            a += wv[k * 4 + 2] * g[1][k];
+            a += wv[k * 4 + 3] * g[0][k];
             d[k] = a;
-            acc[k] += g0[k] * x0[k]; /* dw[j] += dy[t] x[t-3+j] */
-            acc[8 + k] += g0[k] * x1[k];
-            acc[16 + k] += g0[k] * x2[k];
-            acc[24 + k] += g0[k] * x3[k];
-            x0[k] = x1[k];
-            x1[k] = x2[k];
-            x2[k] = x3[k];
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[j * 8 + k] += g[0][k] * xw[j][k]; /* dw[j] += du[t] x[t-3+j] */
         }
         ops_stv<8>(dx, (size_t)bt * C + c, d);
     }
@@ -192,43 +269,67 @@ __global__ void k_conv_reduce(float *dw, const float *part, int nblk, int C, int
     dw[(size_t)c * W + j] += (float)s;
 }
 
-extern "C" void gdn_cuda_conv_fwd(gdn_cuda_precision p, gdn_cuda_conv_act act, void *y, const void *x,
-                                  const float *w, const void *halo, int B, int T, int C, int W, void *stream) {
-    conv_check(W);
-    if (act != GDN_CUDA_CONV_LINEAR || halo) GDN_CUDA_DIE("short convolution: SiLU and halo are not implemented yet");
+/* Threads per block for `groups` 8-channel groups: whole warps, at most 64. */
+static int conv_threads8(int groups) { return groups < 64 ? ((groups + 31) / 32) * 32 : 64; }
+
+template <typename E, bool SILU>
+static void conv_fwd_launch(void *y, const void *x, const float *w, const void *halo, int B, int T, int C, int W,
+                            cudaStream_t s) {
     const size_t n = (size_t)B * T * C;
-    if (!n) return;
-    if (W == 4 && ops_vec8((size_t)C, y, x, w)) {
-        const int BT = B * T, groups = C / 8, threads = groups < 64 ? ((groups + 31) / 32) * 32 : 64;
+    if (W == 4 && ops_vec8((size_t)C, y, x, w, halo)) {
+        const int BT = B * T, groups = C / 8, threads = conv_threads8(groups);
         dim3 grid((unsigned)((BT + CONV_FWD_ROWS - 1) / CONV_FWD_ROWS), (unsigned)((groups + threads - 1) / threads));
-        OPS_DISPATCH(p, E, k_conv4_fwd8<E><<<grid, threads, 0, OPS_STREAM(stream)>>>((E *)y, (const E *)x, w, BT, T, C));
+        k_conv4_fwd8<E, SILU><<<grid, threads, 0, s>>>((E *)y, (const E *)x, w, (const E *)halo, BT, T, C);
     } else {
-        OPS_DISPATCH(p, E, k_conv_fwd<E><<<ops_grid(n, 256), 256, 0, OPS_STREAM(stream)>>>((E *)y, (const E *)x, w, T, C, W, n));
+        k_conv_fwd<E, SILU><<<ops_grid(n, 256), 256, 0, s>>>((E *)y, (const E *)x, w, (const E *)halo, T, C, W, n);
     }
     GDN_CUDA_CHECK_LAUNCH();
+}
+
+template <typename E, bool SILU>
+static void conv_bwd_launch(void *dx, float *dw, void *dhalo, const void *dy, const void *x, const float *w,
+                            const void *halo, int B, int T, int C, int W, float *part, cudaStream_t s) {
+    const size_t nh = (size_t)B * (W - 1) * C;
+    if (dhalo && nh) { /* also for T = 0: zeros */
+        k_conv_dhalo<E, SILU><<<ops_grid(nh, 256), 256, 0, s>>>((E *)dhalo, (const E *)dy, (const E *)x, w,
+                                                                (const E *)halo, T, C, W, nh);
+        GDN_CUDA_CHECK_LAUNCH();
+    }
+    const int BT = B * T;
+    if (BT <= 0 || C <= 0) return;
+    const int nblk = (BT + CONV_ROWS - 1) / CONV_ROWS;
+    if (W == 4 && ops_vec8((size_t)C, dx, dy, x, w, part) && ops_vec8((size_t)C, halo)) {
+        const int groups = C / 8, threads = conv_threads8(groups);
+        dim3 grid((unsigned)nblk, (unsigned)((groups + threads - 1) / threads));
+        k_conv4_bwd8<E, SILU><<<grid, threads, 0, s>>>((E *)dx, part, (const E *)dy, (const E *)x, w,
+                                                       (const E *)halo, BT, T, C);
+    } else {
+        dim3 grid((unsigned)nblk, (unsigned)((C + CONV_THREADS - 1) / CONV_THREADS));
+        k_conv_bwd<E, SILU><<<grid, CONV_THREADS, 0, s>>>((E *)dx, part, (const E *)dy, (const E *)x, w,
+                                                          (const E *)halo, BT, T, C, W);
+    }
+    GDN_CUDA_CHECK_LAUNCH();
+    k_conv_reduce<<<(C * W + 255) / 256, 256, 0, s>>>(dw, part, nblk, C, W);
+    GDN_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void gdn_cuda_conv_fwd(gdn_cuda_precision p, gdn_cuda_conv_act act, void *y, const void *x,
+                                  const float *w, const void *halo, int B, int T, int C, int W, void *stream) {
+    conv_check(act, W);
+    if ((size_t)B * T * C == 0) return;
+    const bool silu = act == GDN_CUDA_CONV_SILU;
+    OPS_DISPATCH(p, E,
+                 if (silu) conv_fwd_launch<E, true>(y, x, w, halo, B, T, C, W, OPS_STREAM(stream));
+                 else conv_fwd_launch<E, false>(y, x, w, halo, B, T, C, W, OPS_STREAM(stream)));
 }
 
 extern "C" void gdn_cuda_conv_bwd(gdn_cuda_precision p, gdn_cuda_conv_act act, void *dx, float *dw, void *dhalo,
                                   const void *dy, const void *x, const float *w, const void *halo, int B, int T,
                                   int C, int W, void *ws, void *stream) {
-    conv_check(W);
-    if (act != GDN_CUDA_CONV_LINEAR || halo || dhalo)
-        GDN_CUDA_DIE("short convolution: SiLU and halo are not implemented yet");
-    const int BT = B * T;
-    if (BT <= 0 || C <= 0) return;
-    const int nblk = (BT + CONV_ROWS - 1) / CONV_ROWS;
+    conv_check(act, W);
+    const bool silu = act == GDN_CUDA_CONV_SILU;
     float *part = (float *)ws;
-    if (W == 4 && ops_vec8((size_t)C, dx, dy, x, w, part)) {
-        const int groups = C / 8, threads = groups < 64 ? ((groups + 31) / 32) * 32 : 64;
-        dim3 grid((unsigned)nblk, (unsigned)((groups + threads - 1) / threads));
-        OPS_DISPATCH(p, E, k_conv4_bwd8<E><<<grid, threads, 0, OPS_STREAM(stream)>>>(
-                               (E *)dx, part, (const E *)dy, (const E *)x, w, BT, T, C));
-    } else {
-        dim3 grid((unsigned)nblk, (unsigned)((C + CONV_THREADS - 1) / CONV_THREADS));
-        OPS_DISPATCH(p, E, k_conv_bwd<E><<<grid, CONV_THREADS, 0, OPS_STREAM(stream)>>>(
-                               (E *)dx, part, (const E *)dy, (const E *)x, w, BT, T, C, W));
-    }
-    GDN_CUDA_CHECK_LAUNCH();
-    k_conv_reduce<<<(C * W + 255) / 256, 256, 0, OPS_STREAM(stream)>>>(dw, part, nblk, C, W);
-    GDN_CUDA_CHECK_LAUNCH();
+    OPS_DISPATCH(p, E,
+                 if (silu) conv_bwd_launch<E, true>(dx, dw, dhalo, dy, x, w, halo, B, T, C, W, part, OPS_STREAM(stream));
+                 else conv_bwd_launch<E, false>(dx, dw, dhalo, dy, x, w, halo, B, T, C, W, part, OPS_STREAM(stream)));
 }

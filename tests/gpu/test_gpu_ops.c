@@ -300,27 +300,44 @@ static void test_gated(int N, int D) {
 }
 
 /* ---- convolution ------------------------------------------------------------------------------------------ */
-static void test_conv(int B, int T, int C, int W) {
+/* y = act(conv(x)) against the fp64 conv then SiLU; the backward against SiLU's backward at
+ * u = conv(x) then the conv's. The first backward also writes dhalo (checked with or without a
+ * halo: NULL stands for zero rows that still get a gradient); the second passes dhalo NULL and
+ * must give the same dw bit for bit. */
+static void test_conv(int B, int T, int C, int W, gdn_cuda_conv_act act, int with_halo) {
     char op[64];
-    snprintf(op, sizeof op, "conv B%d T%d C%d W%d", B, T, C, W);
-    const size_t n = (size_t)B * T * C, nw = (size_t)C * W;
+    const int silu = act == GDN_CUDA_CONV_SILU;
+    snprintf(op, sizeof op, "conv%s%s B%d T%d C%d W%d", silu ? " silu" : "", with_halo ? " halo" : "", B, T, C, W);
+    const size_t n = (size_t)B * T * C, nw = (size_t)C * W, nh = (size_t)B * (W - 1) * C;
     double *x = rnd(n, -1, 1), *w = rnd(nw, -0.5, 0.5), *dy = rnd(n, -1, 1), *dw0 = rnd(nw, -1, 1);
-    void *xd = up_act(x, n), *dyd = up_act(dy, n);
+    double *halo = with_halo ? rnd(nh, -1, 1) : NULL;
+    void *xd = up_act(x, n), *dyd = up_act(dy, n), *halod = halo ? up_act(halo, nh) : NULL;
     float *wd = up_f32(w, nw), *dwd = up_f32(dw0, nw);
-    double *y = zeros(n), *dx = zeros(n), *dw = copy_d(dw0, nw);
-    gdn_conv_fwd_f64(y, x, w, NULL, B, T, C, W);
-    gdn_conv_bwd_f64(dx, dw, NULL, dy, x, w, NULL, B, T, C, W);
-    void *yd = nan_act(n), *dxd = nan_act(n), *ws = dmalloc(gdn_cuda_conv_workspace(B, T, C, W));
-    gdn_cuda_conv_fwd(P, GDN_CUDA_CONV_LINEAR, yd, xd, wd, NULL, B, T, C, W, NULL);
+    double *u = zeros(n), *y = zeros(n), *du = copy_d(dy, n), *dx = zeros(n), *dw = copy_d(dw0, nw), *dh = zeros(nh);
+    gdn_conv_fwd_f64(u, x, w, halo, B, T, C, W);
+    memcpy(y, u, n * sizeof *y);
+    if (silu) {
+        gdn_silu_fwd_f64(y, u, n);
+        gdn_silu_bwd_f64(du, dy, u, n);
+    }
+    gdn_conv_bwd_f64(dx, dw, dh, du, x, w, halo, B, T, C, W);
+    void *yd = nan_act(n), *dxd = nan_act(n), *dhd = nan_act(nh), *ws = dmalloc(gdn_cuda_conv_workspace(B, T, C, W));
+    gdn_cuda_conv_fwd(P, act, yd, xd, wd, halod, B, T, C, W, NULL);
     cmp(op, "y", down_act(yd, n), y, n);
     float *dw2 = dcopy_f32(dwd, nw);
-    gdn_cuda_conv_bwd(P, GDN_CUDA_CONV_LINEAR, dxd, dwd, NULL, dyd, xd, wd, NULL, B, T, C, W, ws, NULL);
-    gdn_cuda_conv_bwd(P, GDN_CUDA_CONV_LINEAR, dxd, dw2, NULL, dyd, xd, wd, NULL, B, T, C, W, ws, NULL);
+    gdn_cuda_conv_bwd(P, act, dxd, dwd, dhd, dyd, xd, wd, halod, B, T, C, W, ws, NULL);
+    gdn_cuda_conv_bwd(P, act, dxd, dw2, NULL, dyd, xd, wd, halod, B, T, C, W, ws, NULL);
     same_bits(op, "dw", dwd, dw2, nw);
     cmp(op, "dx", down_act(dxd, n), dx, n);
     cmp(op, "dw+=", down_f32(dwd, nw), dw, nw);
-    free(x); free(w); free(dy); free(dw0); free(y); free(dx); free(dw);
+    cmp(op, "dhalo", down_act(dhd, nh), dh, nh);
+    free(x); free(w); free(dy); free(dw0); free(halo); free(u); free(y); free(du); free(dx); free(dw); free(dh);
     dfree_all();
+}
+/* Both activations, with and without a halo (W >= 2). */
+static void test_conv_all(int B, int T, int C, int W) {
+    for (int a = 0; a < 2; a++)
+        for (int h = 0; h < 2; h++) test_conv(B, T, C, W, a ? GDN_CUDA_CONV_SILU : GDN_CUDA_CONV_LINEAR, h);
 }
 
 /* ---- elementwise --------------------------------------------------------------------------------------- */
@@ -558,10 +575,18 @@ int main(void) {
         test_l2norm(45, 256); /* 8-wide path */
         test_gated(70, 96);
         test_gated(200, 512);
-        test_conv(3, 21, 45, 4);
-        test_conv(2, 300, 130, 3);
-        test_conv(2, 150, 64, 4); /* 8-wide paths (W 4, C % 8 == 0) */
-        test_conv(1, 77, 256, 4);
+        test_conv_all(3, 21, 45, 4); /* generic paths */
+        test_conv_all(2, 300, 130, 3);
+        test_conv_all(5, 7, 13, 3);
+        test_conv_all(4, 1, 13, 3);  /* T < W-1: the halo rows feed every output */
+        test_conv_all(2, 30, 13, 8); /* widest */
+        test_conv_all(2, 150, 64, 4); /* 8-wide paths (W 4, C % 8 == 0) */
+        test_conv_all(1, 77, 256, 4);
+        test_conv_all(3, 130, 1032, 4); /* a partial last channel tile; row blocks start mid-sequence */
+        test_conv_all(40, 7, 16, 4);    /* many sequences per row block; blocks start at t = 1, 2 (halo) */
+        test_conv_all(5, 1, 8, 4);      /* T = 1, 2, 3: shorter than the window */
+        test_conv_all(4, 2, 24, 4);
+        test_conv_all(3, 3, 16, 4);
         test_silu_swiglu(1001);
         test_silu_swiglu(4096); /* 8-wide path */
         test_gates(300, 3, 1.0);
