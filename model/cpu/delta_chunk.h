@@ -46,6 +46,9 @@ static inline void delta_check_shape(const gdn_delta_shape *s, const char *who) 
                 s->T, s->H, s->K, s->V);
     if (s->chunk != 16 && s->chunk != 32 && s->chunk != 64)
         GDN_DIE("%s: chunk size %d is not supported; use 16, 32 or 64", who, s->chunk);
+    if (s->qk_heads != 0 && s->qk_heads != s->H)
+        GDN_DIE("%s: qk_heads=%d is not supported on the CPU (q, k must have one head per value "
+                "head: set qk_heads to 0 or H=%d)", who, s->qk_heads, s->H);
 }
 
 /* Rows n of the chunk starting at token t0: the chunk size, or what is left of the sequence. */

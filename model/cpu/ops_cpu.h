@@ -10,6 +10,8 @@ typedef struct {
     int B, T, H;  /* batch, sequence length, heads */
     int K, V;     /* key and value head dimensions */
     int chunk;    /* chunk size: 16, 32 or 64 */
+    int qk_heads; /* 0 or H: q, k have H heads; else H % qk_heads == 0 and value head h reads
+                     q, k head h / (H / qk_heads) (grouped value heads; the CUDA path only) */
 } gdn_delta_shape;
 
 #define GDN_OPS_REAL float

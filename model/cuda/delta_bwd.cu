@@ -4,7 +4,9 @@
  *                mode 2: D^T and the intra-chunk gate term
  *   k_state_bwd  per (V tile, head), chunks in reverse: dh (gradient of the state leaving each
  *                chunk), dv_new = dVl + diag(r) K dS, dh0
- *   k_grad       per (chunk, head): dq, dk, dv, dbeta and dg, the WY backward included. */
+ *   k_grad       per (chunk, head): dq, dk, dv, dbeta and dg, the WY backward included
+ *   k_group_sum  where value heads share q/k heads: dq, dk = fixed-order sums of k_grad's
+ *                per-value-head parts. */
 #include "model/cuda/delta_common.cuh"
 
 /* ============ intra-chunk backward pieces: dVl, D^T and the intra gate term ===================
@@ -32,15 +34,15 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const
     float *sCol = sG + 64;      /* [4][64] column sums, one row per row block wm */
     float *sRow = sCol + 4 * 64; /* [2][64] row sums, one row per column half */
 
-    const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hq = h / a.group;
     const int t0 = c * GDN_CHUNK, L = min(GDN_CHUNK, a.T - t0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 3, n0 = (warp >> 2) * 32;
     const int j0 = wm * 16 + frag_r(0); /* rows j0, j0+8 (columns n0..n0+31) of this thread */
     const E *dog = (const E *)a.d_o + tok_off(a, b, t0, h, V);
     const E *vng = (const E *)a.Vn + row_off(a, bh, c, 0, V);
 
-    tile_load_async(sQ, LDK, (const E *)a.q + tok_off(a, b, t0, h, K), (long)a.H * K, 64, K, L);
-    tile_load_async(sK, LDK, (const E *)a.k + tok_off(a, b, t0, h, K), (long)a.H * K, 64, K, L);
+    tile_load_async(sQ, LDK, (const E *)a.q + qk_off(a, b, t0, hq), qk_ld(a), 64, K, L);
+    tile_load_async(sK, LDK, (const E *)a.k + qk_off(a, b, t0, hq), qk_ld(a), 64, K, L);
     tile_load_async(sG, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
     tile_load_async(sStage, LDP, dog, (long)a.H * V, 64, 64, L);
     if (mode & 2) tile_load_async(sStage + 64 * LDP, LDP, vng, V, 64, 64, 64);
@@ -151,25 +153,26 @@ template <typename E, int K, int BV> static size_t state_bwd_smem(int slots) {
 }
 
 /* Issue the cp.async group of tile `tile` into `dst` (a K tile also brings dO, dVl and G into
- * the small buffer `small` / `gsb`); past the first chunk the group is empty. */
+ * the small buffer `small` / `gsb`); past the first chunk the group is empty. h: the value head
+ * (bh % H), hq: its q/k head. */
 template <typename E, int K, int BV>
 __device__ __forceinline__ void state_bwd_issue(const gdn_delta_args &a, int tile, E *dst, E *small,
-                                                float *gsb, int bh, int b, int h, int v0) {
+                                                float *gsb, int bh, int b, int h, int hq, int v0) {
     constexpr int LDT = pad_ld<E>(K), LDU = pad_ld<E>(BV);
     const int s = tile / 3, which = tile - 3 * s;
     if (s < a.NT) {
         const int c = a.NT - 1 - s, L = min(GDN_CHUNK, a.T - c * GDN_CHUNK);
         if (which == 0) {
-            tile_load_async_t<E, 64, K, BV * 4>(dst, LDT, (const E *)a.k + tok_off(a, b, c * GDN_CHUNK, h, K),
-                                                (long)a.H * K, L);
+            tile_load_async_t<E, 64, K, BV * 4>(dst, LDT, (const E *)a.k + qk_off(a, b, c * GDN_CHUNK, hq),
+                                                qk_ld(a), L);
             tile_load_async_t<E, 64, BV, BV * 4>(small, LDU, (const E *)a.d_o + tok_off(a, b, c * GDN_CHUNK, h, a.V) + v0,
                                                  (long)a.H * a.V, L);
             tile_load_async_t<E, 64, BV, BV * 4>(small + 64 * LDU, LDU, (const E *)a.dVl + row_off(a, bh, c, 0, a.V) + v0,
                                                  a.V, 64);
             tile_load_async(gsb, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
         } else if (which == 1) {
-            tile_load_async_t<E, 64, K, BV * 4>(dst, LDT, (const E *)a.q + tok_off(a, b, c * GDN_CHUNK, h, K),
-                                                (long)a.H * K, L);
+            tile_load_async_t<E, 64, K, BV * 4>(dst, LDT, (const E *)a.q + qk_off(a, b, c * GDN_CHUNK, hq),
+                                                qk_ld(a), L);
         } else {
             tile_load_async_t<E, 64, K, BV * 4>(dst, LDT, (const E *)a.W + row_off(a, bh, c, 0, K), K, 64);
         }
@@ -181,9 +184,9 @@ __device__ __forceinline__ void state_bwd_issue(const gdn_delta_args &a, int til
 template <typename E, int K, int BV>
 __device__ __forceinline__ void state_bwd_refill(const gdn_delta_args &a, int &ti, int &sb_in, int nsb,
                                                  E *slot, E *sSmall, float *sG, int bh, int b, int h,
-                                                 int v0) {
+                                                 int hq, int v0) {
     constexpr int LDU = pad_ld<E>(BV);
-    state_bwd_issue<E, K, BV>(a, ti, slot, sSmall + sb_in * 2 * 64 * LDU, sG + sb_in * 64, bh, b, h, v0);
+    state_bwd_issue<E, K, BV>(a, ti, slot, sSmall + sb_in * 2 * 64 * LDU, sG + sb_in * 64, bh, b, h, hq, v0);
     if (ti % 3 == 0 && ++sb_in == nsb) sb_in = 0;
     ++ti;
 }
@@ -200,7 +203,7 @@ __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, in
     E *sY = sdS + K * LDU; /* [s gamma dO ; -dv_new], 128 x BV */
     float *sG = reinterpret_cast<float *>(sY + 128 * LDU);
 
-    const int bh = blockIdx.y, b = bh / a.H, h = bh % a.H, v0 = blockIdx.x * BV;
+    const int bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hq = h / a.group, v0 = blockIdx.x * BV;
     const int warp = threadIdx.x >> 5, wm = warp & 3, c0 = (warp >> 2) * 32, srow = wm * (K / 4);
     const int NT = a.NT;
     E *dVng = (E *)a.dVn;
@@ -222,7 +225,7 @@ __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, in
      * of the current step; `ti` = index of the next tile to issue */
     int sb_in = 0, ti = 0;
     for (; ti < slots; ++ti) {
-        state_bwd_issue<E, K, BV>(a, ti, ring + ti * 64 * LDT, sSmall + sb_in * 2 * 64 * LDU, sG + sb_in * 64, bh, b, h, v0);
+        state_bwd_issue<E, K, BV>(a, ti, ring + ti * 64 * LDT, sSmall + sb_in * 2 * 64 * LDU, sG + sb_in * 64, bh, b, h, hq, v0);
         if (ti % 3 == 0 && ++sb_in == nsb) sb_in = 0;
     }
     int cur = 0, prev = slots - 1, sb_out = 0;
@@ -236,7 +239,7 @@ __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, in
         cp_async_wait_dyn(slots - 2);
         __syncthreads();
         if (s >= 1) {
-            state_bwd_refill<E, K, BV>(a, ti, sb_in, nsb, ring + prev * 64 * LDT, sSmall, sG, bh, b, h, v0);
+            state_bwd_refill<E, K, BV>(a, ti, sb_in, nsb, ring + prev * 64 * LDT, sSmall, sG, bh, b, h, hq, v0);
         }
         tile_store(dhgc + (long)c * K * a.V, a.V, sdS, LDU, K, BV, K);
 
@@ -270,7 +273,7 @@ __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, in
         /* phase Q: dS = gamma_C dS + Q^T (s diag(gamma) dO) */
         cp_async_wait_dyn(slots - 2);
         __syncthreads();
-        state_bwd_refill<E, K, BV>(a, ti, sb_in, nsb, ring + prev * 64 * LDT, sSmall, sG, bh, b, h, v0);
+        state_bwd_refill<E, K, BV>(a, ti, sb_in, nsb, ring + prev * 64 * LDT, sSmall, sG, bh, b, h, hq, v0);
         const E *sQc = ring_take(ring, LDT, cur, prev, slots);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -282,7 +285,7 @@ __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, in
         /* phase W: dS -= W^T dv_new */
         cp_async_wait_dyn(slots - 2);
         __syncthreads();
-        state_bwd_refill<E, K, BV>(a, ti, sb_in, nsb, ring + prev * 64 * LDT, sSmall, sG, bh, b, h, v0);
+        state_bwd_refill<E, K, BV>(a, ti, sb_in, nsb, ring + prev * 64 * LDT, sSmall, sG, bh, b, h, hq, v0);
         const E *sWc = ring_take(ring, LDT, cur, prev, slots);
         warp_mma<MT, NTV, OP_KM, OP_KN>(dS, sWc + srow, LDT, sY + 64 * LDU + c0, LDU, 64);
         state_to_smem<E, MT, NTV, LDU>(sdS, dS, srow, c0);
@@ -353,9 +356,10 @@ template <typename E> static size_t grad_smem(int V, int nbuf) {
            tile_bytes<E>(64, V) + 64 * 68 * 4 + (2 + 4 + 3 * 2 + 1) * 64 * 4 + 8 * 4;
 }
 
+/* h: the value head (bh % H), hq: its q/k head. */
 template <typename E>
 __device__ __forceinline__ void grad_issue(const gdn_delta_args &a, grad_stage st, E *buf, int bh,
-                                           int b, int h, int c, int L) {
+                                           int b, int h, int hq, int c, int L) {
     const int K = a.K, V = a.V, LDP = pad_ld<E>(64), nV = V / 64, t0 = c * GDN_CHUNK;
     if (st.pass == 0) {
         const int v0 = st.vs * 64;
@@ -372,15 +376,18 @@ __device__ __forceinline__ void grad_issue(const gdn_delta_args &a, grad_stage s
         tile_load_async_t<E, 64, 64, 256>(buf + 2 * 64 * LDP, LDP, (const E *)a.h + so, V, 64);
         tile_load_async_t<E, 64, 64, 256>(buf + 3 * 64 * LDP, LDP, (const E *)a.dh + so, V, 64);
     } else {
-        tile_load_async_t<E, 64, 64, 256>(buf, LDP, (const E *)a.q + tok_off(a, b, t0, h, K) + st.k0,
-                                          (long)a.H * K, L);
-        tile_load_async_t<E, 64, 64, 256>(buf + 64 * LDP, LDP, (const E *)a.k + tok_off(a, b, t0, h, K) + st.k0,
-                                          (long)a.H * K, L);
+        tile_load_async_t<E, 64, 64, 256>(buf, LDP, (const E *)a.q + qk_off(a, b, t0, hq) + st.k0,
+                                          qk_ld(a), L);
+        tile_load_async_t<E, 64, 64, 256>(buf + 64 * LDP, LDP, (const E *)a.k + qk_off(a, b, t0, hq) + st.k0,
+                                          qk_ld(a), L);
     }
     cp_async_commit();
 }
 
-template <typename E> __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbuf) {
+/* D: the element type of dq, dk (E, or float for the per-value-head parts that the launcher
+ * passes in a.dq, a.dk where q/k heads are shared). */
+template <typename E, typename D>
+__global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbuf) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int K = a.K, V = a.V, nV = V / 64, nK = K / 64, LDP = pad_ld<E>(64), LDB = pad_ld<E>(V), LDF = 68;
     E *sStage = reinterpret_cast<E *>(smem); /* nbuf x 4 tiles */
@@ -398,10 +405,12 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_grad(const gdn
     float *sdG = sRowD + 2 * 64;
     float *sSds = sdG + 64; /* [8] <S,dS> per warp */
 
-    const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hq = h / a.group;
     const int t0 = c * GDN_CHUNK, L = min(GDN_CHUNK, a.T - t0);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wm = warp & 3, n0 = (warp >> 2) * 32;
     const int i0 = wm * 16 + frag_r(0), i1 = i0 + 8; /* rows of this thread (columns n0..n0+31) */
+    /* row strides of dq, dk ([B,T,H,K]: one q/k head per value head, or the per-value-head
+     * parts) and of dv */
     const long ldk = (long)a.H * K, ldv = (long)a.H * V;
     const int ns = nV + nK * (nV + 1);
 
@@ -411,7 +420,7 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_grad(const gdn
     tile_load_async(sG, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
     cp_async_commit();
     grad_stage cur = {0, 0, 0}, nxt = {0, 0, 0};
-    grad_issue<E>(a, nxt, sStage, bh, b, h, c, L);
+    grad_issue<E>(a, nxt, sStage, bh, b, h, hq, c, L);
     nxt = grad_next(nxt, nV);
 
     float A1[1][4][4], A2[1][4][4], A3[1][4][4], KK[1][4][4];
@@ -422,7 +431,7 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_grad(const gdn
     for (int s = 0; s < ns; ++s) {
         E *buf = sStage + (nbuf == 2 ? (s & 1) : 0) * 4 * 64 * LDP;
         if (nbuf == 2 && s + 1 < ns) {
-            grad_issue<E>(a, nxt, sStage + ((s + 1) & 1) * 4 * 64 * LDP, bh, b, h, c, L);
+            grad_issue<E>(a, nxt, sStage + ((s + 1) & 1) * 4 * 64 * LDP, bh, b, h, hq, c, L);
             nxt = grad_next(nxt, nV);
             cp_async_wait<1>();
         } else {
@@ -520,8 +529,8 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_grad(const gdn
             warp_mma<1, 4, OP_MK, OP_KN>(A2, sM + wm * 16 * LDP, LDP, sK + n0, LDP, 64); /* + M K */
             warp_mma<1, 4, OP_KM, OP_KN>(A2, sM + wm * 16, LDP, sK + n0, LDP, 64);       /* + M^T K */
             warp_mma<1, 4, OP_MK, OP_NK>(KK, sK + wm * 16 * LDP, LDP, sK + n0 * LDP, LDP, 64);
-            E *dqg = (E *)a.dq + tok_off(a, b, t0, h, K) + k0;
-            E *dkg = (E *)a.dk + tok_off(a, b, t0, h, K) + k0;
+            D *dqg = (D *)a.dq + tok_off(a, b, t0, h, K) + k0;
+            D *dkg = (D *)a.dk + tok_off(a, b, t0, h, K) + k0;
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -564,7 +573,7 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_grad(const gdn
         __syncthreads();
         cur = grad_next(cur, nV);
         if (nbuf == 1 && s + 1 < ns) {
-            grad_issue<E>(a, nxt, sStage, bh, b, h, c, L);
+            grad_issue<E>(a, nxt, sStage, bh, b, h, hq, c, L);
             nxt = grad_next(nxt, nV);
         }
     }
@@ -634,15 +643,62 @@ template <typename E, int K> static void launch_state_bwd_t(const gdn_delta_args
     gdn_launch_state_pass(v, a, 8, share, "k_state_bwd", st);
 }
 
+/* ============================ group sum of dq, dk ===========================================
+ * Where `group` value heads share one q/k head: dq, dk [B,T,Hq,K] = the sum of k_grad's fp32
+ * parts [B,T,H,K] over value heads hq*group .. hq*group+group-1 (adjacent rows of the parts:
+ * output row (b,t,hq) reads part rows (b,t,hq)*group + j). Added in head order j in fp32 and
+ * rounded once to E: no atomics, the same bits on every run. Four columns per thread,
+ * blockIdx.y = 0: dq, 1: dk. */
+template <typename E> __global__ void __launch_bounds__(256) k_group_sum(const gdn_delta_args a) {
+    const float *part = blockIdx.y ? a.dk_part : a.dq_part;
+    E *out = (E *)(blockIdx.y ? a.dk : a.dq);
+    const int K = a.K, grp = a.group, sh = __ffs(K >> 2) - 1; /* K/4 = 2^sh pieces per row */
+    const size_t n4 = ((size_t)a.B * a.T * a.Hq * K) >> 2;
+    const size_t step = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += step) {
+        const size_t row = i >> sh;
+        const float *p = part + row * grp * K + ((i & ((1u << sh) - 1)) << 2);
+        float4 acc = *reinterpret_cast<const float4 *>(p);
+        for (int j = 1; j < grp; ++j) {
+            const float4 x = *reinterpret_cast<const float4 *>(p + (size_t)j * K);
+            acc.x += x.x;
+            acc.y += x.y;
+            acc.z += x.z;
+            acc.w += x.w;
+        }
+        store2(out + 4 * i, acc.x, acc.y);
+        store2(out + 4 * i + 2, acc.z, acc.w);
+    }
+}
+
+template <typename E> static void launch_group_sum_t(const gdn_delta_args *a, cudaStream_t st) {
+    const size_t n4 = ((size_t)a->B * a->T * a->Hq * a->K) >> 2;
+    const size_t blocks = (n4 + 255) / 256;
+    k_group_sum<E><<<dim3((unsigned)(blocks < 8192 ? blocks : 8192), 2), 256, 0, st>>>(*a);
+    GDN_CUDA_CHECK_LAUNCH();
+}
+
 template <typename E> static void launch_grad_t(const gdn_delta_args *a, cudaStream_t st) {
     /* double-buffered stages only where two blocks still fit on a multiprocessor (measured at
      * B4 T4096 H16 D128: one double-buffered block per multiprocessor 0.69 ms, two
      * single-buffered ones 0.57 ms) */
     const int nbuf = grad_smem<E>(a->V, 2) <= 113 * 1024 ? 2 : 1;
     const size_t sm = grad_smem<E>(a->V, nbuf);
-    gdn_cuda_set_smem((const void *)k_grad<E>, sm, "k_grad");
-    k_grad<E><<<dim3(a->NT, a->B * a->H), 256, sm, st>>>(*a, nbuf);
+    const dim3 grid(a->NT, a->B * a->H);
+    if (a->group == 1) {
+        gdn_cuda_set_smem((const void *)k_grad<E, E>, sm, "k_grad");
+        k_grad<E, E><<<grid, 256, sm, st>>>(*a, nbuf);
+        GDN_CUDA_CHECK_LAUNCH();
+        return;
+    }
+    /* shared q/k heads: each value head's dq, dk in fp32 to the workspace, then the group sum */
+    gdn_delta_args parts = *a;
+    parts.dq = a->dq_part;
+    parts.dk = a->dk_part;
+    gdn_cuda_set_smem((const void *)k_grad<E, float>, sm, "k_grad");
+    k_grad<E, float><<<grid, 256, sm, st>>>(parts, nbuf);
     GDN_CUDA_CHECK_LAUNCH();
+    launch_group_sum_t<E>(a, st);
 }
 
 void gdn_delta_launch_dv_local(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st, int mode) {

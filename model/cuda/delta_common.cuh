@@ -21,19 +21,24 @@
 #define GDN_CHUNK 64
 typedef __nv_bfloat16 bf16;
 
-/* Everything a kernel needs, passed by value. Element pointers are E* (bf16 or float). */
+/* Everything a kernel needs, passed by value. Element pointers are E* (bf16 or float).
+ * H counts value heads; q and k have Hq = H / group heads and value head h reads q/k head
+ * h / group (group = 1: one q/k head per value head). */
 typedef struct {
     int B, T, H, K, V, NT; /* NT = number of chunks per sequence */
+    int Hq, group;         /* q/k heads, value heads per q/k head */
     int c0, c1;            /* chunk range of a forward launch (the forward runs in two halves) */
     float scale;
-    const void *q, *k, *v;  /* [B,T,H,K] / [B,T,H,V] */
+    const void *q, *k;      /* [B,T,Hq,K] */
+    const void *v;          /* [B,T,H,V] */
     const float *g, *beta;  /* [B,T,H] */
     const float *h0;        /* [B,H,K,V] or NULL */
     void *o;                /* [B,T,H,V] */
     float *ht;              /* [B,H,K,V] or NULL */
     const void *d_o;        /* [B,T,H,V] */
     const float *dht;       /* [B,H,K,V] or NULL */
-    void *dq, *dk, *dv;     /* [B,T,H,K] / [B,T,H,V] */
+    void *dq, *dk;          /* [B,T,Hq,K] */
+    void *dv;               /* [B,T,H,V] */
     float *dg, *dbeta;      /* [B,T,H] */
     float *dh0;             /* [B,H,K,V] or NULL */
     /* workspace; "rows" tensors are chunk-padded: [B*H, NT*64, D] */
@@ -48,12 +53,19 @@ typedef struct {
     void *Dm;        /* [B*H, NT, 64, 64] D^T: Dm[j][i] = s (dO_i . Vn_j) exp(G_i - G_j), i >= j */
     float *dG1;      /* [B*H, NT*64] intra-chunk output term of dG */
     float *carry;    /* [B*H, K, V] fp32 state between the two halves of the forward state pass */
+    float *dq_part, *dk_part; /* [B,T,H,K] fp32 dq, dk of each value head where group > 1
+                                 (k_grad writes these, a group sum makes dq, dk); else NULL */
 } gdn_delta_args;
 
-/* Byte offsets of the workspace tensors. */
+/* Byte offsets of the workspace tensors (dq_part, dk_part only where qk heads are shared). */
 typedef struct {
-    size_t G, Tm, W, U, Vn, h, dVl, dVn, dh, Dm, dG1, carry, total;
+    size_t G, Tm, W, U, Vn, h, dVl, dVn, dh, Dm, dG1, carry, dq_part, dk_part, total;
 } gdn_delta_ws;
+
+/* Value heads per q/k head of a shape (1 where qk_heads is 0 or H). */
+static inline int gdn_delta_group(const gdn_delta_shape *s) {
+    return s->qk_heads > 0 ? s->H / s->qk_heads : 1;
+}
 
 static inline size_t gdn_ws_round(size_t x) { return (x + 255) & ~(size_t)255; }
 
@@ -78,6 +90,12 @@ static inline gdn_delta_ws gdn_delta_ws_layout(const gdn_delta_shape *s, size_t 
     GDN_WS_TAKE(Dm, rows * GDN_CHUNK * es);
     GDN_WS_TAKE(dG1, rows * 4);
     GDN_WS_TAKE(carry, BH * K * V * 4);
+    w.dq_part = w.dk_part = 0;
+    if (gdn_delta_group(s) > 1) {
+        const size_t ntok = (size_t)s->B * s->T * s->H;
+        GDN_WS_TAKE(dq_part, ntok * K * 4);
+        GDN_WS_TAKE(dk_part, ntok * K * 4);
+    }
 #undef GDN_WS_TAKE
     w.total = off;
     return w;
@@ -362,6 +380,12 @@ __device__ __forceinline__ void state_to_smem(E *sS, const float (&S)[MT][NT][4]
 __device__ __forceinline__ long tok_off(const gdn_delta_args &a, int b, int t, int h, int D) {
     return (((long)b * a.T + t) * a.H + h) * D;
 }
+/* Element offset of token row (b, t) of q/k head hq (h / group for value head h) in a [B,T,Hq,K]
+ * tensor; its token rows are qk_ld(a) elements apart. */
+__device__ __forceinline__ long qk_off(const gdn_delta_args &a, int b, int t, int hq) {
+    return (((long)b * a.T + t) * a.Hq + hq) * a.K;
+}
+__device__ __forceinline__ long qk_ld(const gdn_delta_args &a) { return (long)a.Hq * a.K; }
 /* Element offset of row r of chunk c of head bh in a chunk-padded [B*H, NT*64, D] tensor. */
 __device__ __forceinline__ long row_off(const gdn_delta_args &a, int bh, int c, int r, int D) {
     return (((long)bh * a.NT + c) * GDN_CHUNK + r) * D;
@@ -376,6 +400,7 @@ void gdn_delta_launch_state_fwd(const gdn_delta_args *a, gdn_cuda_precision p, c
 void gdn_delta_launch_output(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st);
 void gdn_delta_launch_dv_local(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st, int mode);
 void gdn_delta_launch_state_bwd(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st, int share);
+/* k_grad, then where group > 1 the group sum of its per-value-head dq, dk into dq, dk. */
 void gdn_delta_launch_grad(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st);
 
 /* The state passes come in V-tile widths BV = 32, 64, 128 (BV/8 warps, 32 columns per warp);

@@ -1,8 +1,14 @@
 /* The gated delta rule on NVIDIA GPUs (sm_90): chunked forward and backward (DESIGN 4.2-4.4).
  *
  * Same math, layouts and NULL conventions as gdn_delta_fwd_f32 / gdn_delta_bwd_f32 in
- * model/cpu/ops_cpu_decl.h:
- *   q, k: [B,T,H,K]; v, o: [B,T,H,V]; g, beta: [B,T,H]; states h0, ht, dht, dh0: [B,H,K,V].
+ * model/cpu/ops_cpu_decl.h, with Hq = s->qk_heads (or H where it is 0):
+ *   q, k, dq, dk: [B,T,Hq,K]; v, o, dv: [B,T,H,V]; g, beta, dg, dbeta: [B,T,H];
+ *   states h0, ht, dht, dh0: [B,H,K,V].
+ * Grouped value heads: where Hq < H (H % Hq == 0), value head h reads q, k head h / (H / Hq),
+ * so that several value heads share one q/k head without copies; dq and dk are then summed over
+ * the H / Hq value heads of each group (in fp32, in a fixed order, rounded once: the same bits
+ * on every run). The result equals the H-head op on q, k with each q/k head repeated H / Hq
+ * times, with dq, dk summed over the repeats. Where Hq == H nothing changes.
  * The GPU path always uses chunk 64 internally (the result does not depend on the chunk size up
  * to rounding), so s->chunk is ignored. K and V must be 64, 128 or 256; T and B*H are free.
  *
@@ -34,7 +40,8 @@ int gdn_cuda_device_count(void);
 /* Dies with a message naming the offending field when the shape is not supported. */
 void gdn_cuda_delta_check_shape(const gdn_delta_shape *s);
 
-/* Bytes of device scratch memory that gdn_cuda_delta_fwd / _bwd need for this shape. */
+/* Bytes of device scratch memory that gdn_cuda_delta_fwd / _bwd need for this shape (with
+ * grouped value heads 8*B*T*H*K bytes more: the backward's fp32 per-value-head dq, dk). */
 size_t gdn_cuda_delta_workspace_bytes(const gdn_delta_shape *s, gdn_cuda_precision p);
 
 /* ---- device-pointer launchers (asynchronous on `stream`, a cudaStream_t or NULL) ------------
@@ -46,8 +53,8 @@ size_t gdn_cuda_delta_workspace_bytes(const gdn_delta_shape *s, gdn_cuda_precisi
  * work on `stream` is as for a single kernel; calls for one device should come from one host
  * thread at a time. */
 void gdn_cuda_delta_fwd(const gdn_delta_shape *s, gdn_cuda_precision p,
-                        const void *q,       /* [B,T,H,K] */
-                        const void *k,       /* [B,T,H,K] */
+                        const void *q,       /* [B,T,Hq,K] */
+                        const void *k,       /* [B,T,Hq,K] */
                         const void *v,       /* [B,T,H,V] */
                         const float *g,      /* [B,T,H] */
                         const float *beta,   /* [B,T,H] */
@@ -59,8 +66,8 @@ void gdn_cuda_delta_fwd(const gdn_delta_shape *s, gdn_cuda_precision p,
 
 /* Backward of gdn_cuda_delta_fwd; recomputes the forward intermediates it needs. */
 void gdn_cuda_delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p,
-                        const void *q,       /* [B,T,H,K] */
-                        const void *k,       /* [B,T,H,K] */
+                        const void *q,       /* [B,T,Hq,K] */
+                        const void *k,       /* [B,T,Hq,K] */
                         const void *v,       /* [B,T,H,V] */
                         const float *g,      /* [B,T,H] */
                         const float *beta,   /* [B,T,H] */
@@ -68,8 +75,8 @@ void gdn_cuda_delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p,
                         const float *h0,     /* [B,H,K,V] or NULL */
                         const void *d_o,     /* [B,T,H,V] */
                         const float *dht,    /* [B,H,K,V] or NULL */
-                        void *dq,            /* [B,T,H,K] */
-                        void *dk,            /* [B,T,H,K] */
+                        void *dq,            /* [B,T,Hq,K] */
+                        void *dk,            /* [B,T,Hq,K] */
                         void *dv,            /* [B,T,H,V] */
                         float *dg,           /* [B,T,H] */
                         float *dbeta,        /* [B,T,H] */
@@ -88,7 +95,8 @@ void gdn_cuda_delta_bwd_saved(const gdn_delta_shape *s, gdn_cuda_precision p, co
 
 /* ---- host convenience: HOST float arrays in and out, exactly the CPU semantics --------------
  * Copies the inputs to the device (rounding q, k, v, d_o to bf16 in BF16 mode), runs, copies the
- * results back (widening bf16 to float). Synchronous. For tests and the `gdn op` command. */
+ * results back (widening bf16 to float). Synchronous. For tests and the `gdn op` command.
+ * Layouts as above (q, k, dq, dk with Hq heads). */
 void gdn_cuda_delta_fwd_host(const gdn_delta_shape *s, gdn_cuda_precision p, const float *q,
                              const float *k, const float *v, const float *g, const float *beta,
                              float scale, const float *h0, float *o, float *ht);
@@ -111,7 +119,8 @@ enum {
     GDN_CUDA_PHASE_STATE_BWD,  /* reverse state pass: dh per chunk, dv_new, dh0 */
     GDN_CUDA_PHASE_DT,         /* D^T and the intra-chunk gate term (per chunk; overlaps the
                                   reverse state pass) */
-    GDN_CUDA_PHASE_GRAD,       /* dq, dk, dv, dbeta, dg incl. the WY backward (per chunk) */
+    GDN_CUDA_PHASE_GRAD,       /* dq, dk, dv, dbeta, dg incl. the WY backward (per chunk), and
+                                  with grouped value heads the group sum of dq, dk */
     GDN_CUDA_PHASES
 };
 typedef struct {

@@ -176,11 +176,11 @@ template <typename E> __global__ void __launch_bounds__(256, 3) k_intra(const gd
     float *sG = reinterpret_cast<float *>(sTbg + 64 * LDT);
     float *sB = sG + 64, *sFb = sB + 64, *sFbg = sFb + 64;
 
-    const int c = a.c0 + blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int c = a.c0 + blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hq = h / a.group;
     const int t0 = c * GDN_CHUNK, L = min(GDN_CHUNK, a.T - t0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 3, n0 = (warp >> 2) * 32;
 
-    tile_load_async(sK, LDK, (const E *)a.k + tok_off(a, b, t0, h, K), (long)a.H * K, 64, K, L);
+    tile_load_async(sK, LDK, (const E *)a.k + qk_off(a, b, t0, hq), qk_ld(a), 64, K, L);
     tile_load_async(sV, LDV, (const E *)a.v + tok_off(a, b, t0, h, V), (long)a.H * V, 64, V, L);
     cp_async_commit();
 
@@ -285,10 +285,10 @@ template <typename E, int K, int BV> static size_t state_fwd_smem(int slots) {
 
 /* Issue the cp.async group of tile `tile` into ring slot `slot` (a W tile also brings U and G
  * into small buffer `sb`); past the last chunk the group is empty, which keeps the count of
- * pending groups uniform. */
+ * pending groups uniform. hq: the q/k head of value head bh % H. */
 template <typename E, int K, int BV>
 __device__ __forceinline__ void state_fwd_issue(const gdn_delta_args &a, int tile, E *dst, E *u,
-                                                float *gsb, int bh, int b, int h, int v0) {
+                                                float *gsb, int bh, int b, int hq, int v0) {
     constexpr int LDT = pad_ld<E>(K), LDU = pad_ld<E>(BV);
     const int c = a.c0 + (tile >> 1);
     if (c < a.c1) {
@@ -298,8 +298,8 @@ __device__ __forceinline__ void state_fwd_issue(const gdn_delta_args &a, int til
             tile_load_async(gsb, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
         } else {
             const int L = min(GDN_CHUNK, a.T - c * GDN_CHUNK);
-            tile_load_async_t<E, 64, K, BV * 4>(dst, LDT, (const E *)a.k + tok_off(a, b, c * GDN_CHUNK, h, K),
-                                                (long)a.H * K, L);
+            tile_load_async_t<E, 64, K, BV * 4>(dst, LDT, (const E *)a.k + qk_off(a, b, c * GDN_CHUNK, hq),
+                                                qk_ld(a), L);
         }
     }
     cp_async_commit();
@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(BV * 4) k_state_fwd(const gdn_delta_args a, in
     E *sVn = sS + K * LDU;
     float *sG = reinterpret_cast<float *>(sVn + 64 * LDU);
 
-    const int bh = blockIdx.y, b = bh / a.H, h = bh % a.H, v0 = blockIdx.x * BV;
+    const int bh = blockIdx.y, b = bh / a.H, hq = (bh % a.H) / a.group, v0 = blockIdx.x * BV;
     const int warp = threadIdx.x >> 5, wm = warp & 3, c0 = (warp >> 2) * 32, srow = wm * (K / 4);
     const int NT = a.NT;
     E *Vng = (E *)a.Vn;
@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(BV * 4) k_state_fwd(const gdn_delta_args a, in
      * next W tile to issue / of the current chunk */
     int sb_in = 0;
     for (int i = 0; i < slots; ++i) {
-        state_fwd_issue<E, K, BV>(a, i, ring + i * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * 64, bh, b, h, v0);
+        state_fwd_issue<E, K, BV>(a, i, ring + i * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * 64, bh, b, hq, v0);
         if ((i & 1) == 0 && ++sb_in == nsb) sb_in = 0;
     }
     int cur = 0, prev = slots - 1, sb_out = 0;
@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(BV * 4) k_state_fwd(const gdn_delta_args a, in
         __syncthreads();
         if (c > a.c0) {
             const int t = 2 * (c - a.c0) - 1 + slots;
-            state_fwd_issue<E, K, BV>(a, t, ring + prev * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * 64, bh, b, h, v0);
+            state_fwd_issue<E, K, BV>(a, t, ring + prev * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * 64, bh, b, hq, v0);
             if ((t & 1) == 0 && ++sb_in == nsb) sb_in = 0;
         }
         tile_store(hgc + (long)c * K * a.V, a.V, sS, LDU, K, BV, K);
@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(BV * 4) k_state_fwd(const gdn_delta_args a, in
         __syncthreads();
         {
             const int t = 2 * (c - a.c0) + slots;
-            state_fwd_issue<E, K, BV>(a, t, ring + prev * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * 64, bh, b, h, v0);
+            state_fwd_issue<E, K, BV>(a, t, ring + prev * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * 64, bh, b, hq, v0);
             if ((t & 1) == 0 && ++sb_in == nsb) sb_in = 0;
         }
 
@@ -437,13 +437,13 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_output(const g
     E *sVn = sP + 64 * LDP;
     float *sG = reinterpret_cast<float *>(sVn + 64 * LDP);
 
-    const int c = a.c0 + blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int c = a.c0 + blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hq = h / a.group;
     const int t0 = c * GDN_CHUNK, L = min(GDN_CHUNK, a.T - t0);
     const int warp = threadIdx.x >> 5, wm = warp & 3, n0 = (warp >> 2) * 32;
     const int i0 = wm * 16 + frag_r(0);
 
-    tile_load_async(sQ, LDK, (const E *)a.q + tok_off(a, b, t0, h, K), (long)a.H * K, 64, K, L);
-    tile_load_async(sKS, LDK, (const E *)a.k + tok_off(a, b, t0, h, K), (long)a.H * K, 64, K, L);
+    tile_load_async(sQ, LDK, (const E *)a.q + qk_off(a, b, t0, hq), qk_ld(a), 64, K, L);
+    tile_load_async(sKS, LDK, (const E *)a.k + qk_off(a, b, t0, hq), qk_ld(a), 64, K, L);
     tile_load_async(sG, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
     cp_async_commit();
     cp_async_wait<0>();

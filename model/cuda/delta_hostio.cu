@@ -70,8 +70,9 @@ void gdn_cuda_delta_fwd_host(const gdn_delta_shape *s, gdn_cuda_precision p, con
                              float scale, const float *h0, float *o, float *ht) {
     gdn_cuda_delta_check_shape(s);
     const size_t ntok = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
+    const size_t nqk = ntok / gdn_delta_group(s) * s->K; /* q, k: [B,T,qk_heads,K] */
     const size_t es = gdn_delta_elem_size(p);
-    void *dq = upload(q, ntok * s->K, p), *dk = upload(k, ntok * s->K, p), *dv = upload(v, ntok * s->V, p);
+    void *dq = upload(q, nqk, p), *dk = upload(k, nqk, p), *dv = upload(v, ntok * s->V, p);
     void *dg = upload(g, ntok, GDN_CUDA_FP32), *db = upload(beta, ntok, GDN_CUDA_FP32);
     void *dh0 = upload(h0, nst, GDN_CUDA_FP32);
     void *dout = gdn_delta_alloc_poisoned(ntok * s->V, es);
@@ -92,13 +93,14 @@ void gdn_cuda_delta_bwd_host(const gdn_delta_shape *s, gdn_cuda_precision p, con
                              float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dh0) {
     gdn_cuda_delta_check_shape(s);
     const size_t ntok = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
+    const size_t nqk = ntok / gdn_delta_group(s) * s->K; /* q, k, dq, dk: [B,T,qk_heads,K] */
     const size_t es = gdn_delta_elem_size(p);
-    void *q_d = upload(q, ntok * s->K, p), *k_d = upload(k, ntok * s->K, p), *v_d = upload(v, ntok * s->V, p);
+    void *q_d = upload(q, nqk, p), *k_d = upload(k, nqk, p), *v_d = upload(v, ntok * s->V, p);
     void *g_d = upload(g, ntok, GDN_CUDA_FP32), *b_d = upload(beta, ntok, GDN_CUDA_FP32);
     void *h0_d = upload(h0, nst, GDN_CUDA_FP32);
     void *do_d = upload(d_o, ntok * s->V, p);
     void *dht_d = upload(dht, nst, GDN_CUDA_FP32);
-    void *dq_d = gdn_delta_alloc_poisoned(ntok * s->K, es), *dk_d = gdn_delta_alloc_poisoned(ntok * s->K, es);
+    void *dq_d = gdn_delta_alloc_poisoned(nqk, es), *dk_d = gdn_delta_alloc_poisoned(nqk, es);
     void *dv_d = gdn_delta_alloc_poisoned(ntok * s->V, es);
     void *dg_d = gdn_delta_alloc_poisoned(ntok, 4), *db_d = gdn_delta_alloc_poisoned(ntok, 4);
     void *dh0_d = dh0 ? gdn_delta_alloc_poisoned(nst, 4) : NULL;
@@ -107,8 +109,8 @@ void gdn_cuda_delta_bwd_host(const gdn_delta_shape *s, gdn_cuda_precision p, con
                        (const float *)h0_d, do_d, (const float *)dht_d, dq_d, dk_d, dv_d,
                        (float *)dg_d, (float *)db_d, (float *)dh0_d, ws, NULL);
     GDN_CUDA_CHECK(cudaDeviceSynchronize());
-    download(dq, dq_d, ntok * s->K, p);
-    download(dk, dk_d, ntok * s->K, p);
+    download(dq, dq_d, nqk, p);
+    download(dk, dk_d, nqk, p);
     download(dv, dv_d, ntok * s->V, p);
     download(dg, dg_d, ntok, GDN_CUDA_FP32);
     download(dbeta, db_d, ntok, GDN_CUDA_FP32);

@@ -104,6 +104,9 @@ void gdn_cuda_delta_check_shape(const gdn_delta_shape *s) {
     if (s->V != 64 && s->V != 128 && s->V != 256)
         GDN_CUDA_DIE("gated delta rule (cuda): value head dim V=%d is not supported; use 64, 128 or 256",
                      s->V);
+    if (s->qk_heads < 0 || (s->qk_heads > 0 && s->H % s->qk_heads != 0))
+        GDN_CUDA_DIE("gated delta rule (cuda): qk_heads=%d is neither 0 (q, k with one head per "
+                     "value head) nor a divisor of the value heads H=%d", s->qk_heads, s->H);
     if ((long)s->B * s->H > 65535)
         GDN_CUDA_DIE("gated delta rule (cuda): B*H=%ld exceeds the grid limit 65535; split the batch",
                      (long)s->B * s->H);
@@ -124,6 +127,8 @@ void gdn_delta_args_init(gdn_delta_args *a, const gdn_delta_shape *s, gdn_cuda_p
     a->H = s->H;
     a->K = s->K;
     a->V = s->V;
+    a->group = gdn_delta_group(s);
+    a->Hq = s->H / a->group;
     a->NT = (s->T + GDN_CHUNK - 1) / GDN_CHUNK;
     a->c0 = 0;
     a->c1 = a->NT;
@@ -142,6 +147,10 @@ void gdn_delta_args_init(gdn_delta_args *a, const gdn_delta_shape *s, gdn_cuda_p
     a->Dm = base + w.Dm;
     a->dG1 = (float *)(base + w.dG1);
     a->carry = (float *)(base + w.carry);
+    if (a->group > 1) {
+        a->dq_part = (float *)(base + w.dq_part);
+        a->dk_part = (float *)(base + w.dk_part);
+    }
 }
 
 /* ---- device-pointer launchers --------------------------------------------------------------- */

@@ -130,6 +130,7 @@ void gdn_cuda_delta_time(const gdn_delta_shape *s, gdn_cuda_precision p, int war
     gdn_cuda_delta_check_shape(s);
     if (repeats < 1) repeats = 1;
     const size_t ntok = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
+    const size_t nqk = ntok / gdn_delta_group(s) * s->K; /* q, k, dq, dk: [B,T,qk_heads,K] */
     const size_t es = gdn_delta_elem_size(p);
     bench_ctx c;
     c.s = s;
@@ -138,8 +139,8 @@ void gdn_cuda_delta_time(const gdn_delta_shape *s, gdn_cuda_precision p, int war
     GDN_CUDA_CHECK(cudaMalloc(&c.ws, gdn_cuda_delta_workspace_bytes(s, p)));
     gdn_delta_args_init(&c.a, s, p, c.scale, c.ws);
     gdn_delta_args *a = &c.a;
-    a->q = random_tensor(ntok * s->K, 1, 0, 1.f, s->K, p);
-    a->k = random_tensor(ntok * s->K, 2, 0, 1.f, s->K, p);
+    a->q = random_tensor(nqk, 1, 0, 1.f, s->K, p);
+    a->k = random_tensor(nqk, 2, 0, 1.f, s->K, p);
     a->v = random_tensor(ntok * s->V, 3, 0, 1.f, 0, p);
     a->g = (const float *)random_tensor(ntok, 4, 1, 0.1f, 0, GDN_CUDA_FP32);
     a->beta = (const float *)random_tensor(ntok, 5, 2, 1.f, 0, GDN_CUDA_FP32);
@@ -148,8 +149,8 @@ void gdn_cuda_delta_time(const gdn_delta_shape *s, gdn_cuda_precision p, int war
     a->dht = (const float *)random_tensor(nst, 8, 0, 0.1f, 0, GDN_CUDA_FP32);
     a->o = gdn_delta_alloc_poisoned(ntok * s->V, es);
     a->ht = (float *)gdn_delta_alloc_poisoned(nst, 4);
-    a->dq = gdn_delta_alloc_poisoned(ntok * s->K, es);
-    a->dk = gdn_delta_alloc_poisoned(ntok * s->K, es);
+    a->dq = gdn_delta_alloc_poisoned(nqk, es);
+    a->dk = gdn_delta_alloc_poisoned(nqk, es);
     a->dv = gdn_delta_alloc_poisoned(ntok * s->V, es);
     a->dg = (float *)gdn_delta_alloc_poisoned(ntok, 4);
     a->dbeta = (float *)gdn_delta_alloc_poisoned(ntok, 4);

@@ -1,8 +1,12 @@
 /* Timing of the CUDA gated delta rule at the DESIGN 11 shapes (bf16): forward,
  * forward+backward (the backward recomputing the forward intermediates, and reusing them),
  * medians of repeats with CUDA events after warm-up, and each kernel phase alone. Prints one
- * table. Exit 77 without a CUDA device.
- * Usage: bench_gpu_delta [repeats [B T H D [warmup]]]  (one shape; warmup 0 for profilers) */
+ * table. Also the 512M model's delta layer (6 heads of K 256, V 512, each split into 2 value
+ * heads of 256 columns) twice: with its own q/k per value head (the packed copies) and with the
+ * 2 value heads of a head sharing one q/k head (qk_heads 6, no copies). Exit 77 without a CUDA
+ * device.
+ * Usage: bench_gpu_delta [repeats [B T H D [warmup [qk_heads]]]]  (one shape; warmup 0 for
+ * profilers) */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -21,31 +25,38 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_gpu_delta: cudaGetDeviceProperties failed\n");
         return 1;
     }
-    gdn_delta_shape shapes[3] = {
-        {4, 4096, 16, 128, 128, 64},
-        {2, 16384, 16, 128, 128, 64},
-        {1, 8192, 96, 128, 128, 64},
+    enum { NSHAPES = 5 };
+    gdn_delta_shape shapes[NSHAPES] = {
+        {4, 4096, 16, 128, 128, 64, 0},
+        {2, 16384, 16, 128, 128, 64, 0},
+        {1, 8192, 96, 128, 128, 64, 0},
+        {16, 2048, 12, 256, 256, 64, 0}, /* 512M layer, q/k copied per value head */
+        {16, 2048, 12, 256, 256, 64, 6}, /* 512M layer, 2 value heads per q/k head */
     };
-    int n = 3, warmup = 5;
+    int n = NSHAPES, warmup = 5;
     if (argc >= 6) {
-        gdn_delta_shape one = {atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[5]), 64};
+        const int D = atoi(argv[5]);
+        gdn_delta_shape one = {atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), D, D, 64,
+                               argc >= 8 ? atoi(argv[7]) : 0};
         shapes[0] = one;
         n = 1;
         if (argc >= 7) warmup = atoi(argv[6]);
     }
-    gdn_cuda_delta_timing tm[3];
+    gdn_cuda_delta_timing tm[NSHAPES];
     for (int i = 0; i < n; i++) gdn_cuda_delta_time(&shapes[i], GDN_CUDA_BF16, warmup, repeats, &tm[i]);
 
     printf("\ngated delta rule, CUDA bf16, %s (%d SMs), median of %d\n", prop.name,
            prop.multiProcessorCount, repeats);
-    printf("%-22s %9s %9s %9s", "shape", "fwd ms", "f+b ms", "f+b saved");
+    printf("%-28s %9s %9s %9s", "shape", "fwd ms", "f+b ms", "f+b saved");
     for (int p = 0; p < GDN_CUDA_PHASES; p++) printf(" %9s", gdn_cuda_delta_phase_name(p));
     printf("\n");
     for (int i = 0; i < n; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "B%d T%d H%d D%d", shapes[i].B, shapes[i].T, shapes[i].H,
-                 shapes[i].K);
-        printf("%-22s %9.3f %9.3f %9.3f", name, tm[i].fwd_ms, tm[i].fwdbwd_ms, tm[i].fwdbwd_saved_ms);
+        char name[64], qk[24] = "";
+        if (shapes[i].qk_heads > 0 && shapes[i].qk_heads != shapes[i].H)
+            snprintf(qk, sizeof qk, " qk%d", shapes[i].qk_heads);
+        snprintf(name, sizeof name, "B%d T%d H%d D%d%s", shapes[i].B, shapes[i].T, shapes[i].H,
+                 shapes[i].K, qk);
+        printf("%-28s %9.3f %9.3f %9.3f", name, tm[i].fwd_ms, tm[i].fwdbwd_ms, tm[i].fwdbwd_saved_ms);
         for (int p = 0; p < GDN_CUDA_PHASES; p++) printf(" %9.3f", tm[i].phase_ms[p]);
         printf("\n");
     }

@@ -5,6 +5,14 @@
  * before each call and the device outputs are NaN-poisoned by the wrappers, so an element the
  * kernels skip fails the comparison.
  *
+ * Grouped value heads (qk_heads < H: value head h reads q, k head h / (H / qk_heads)): the
+ * reference is the CPU op on q, k expanded to H heads on the host, its dq, dk summed over each
+ * group. Besides, the grouped GPU run must give the same bits as the GPU run on the expanded
+ * q, k (the kernels read the same values): o, ht, dv, dg, dbeta, dh0 always, dq and dk where the
+ * group sum can be redone here exactly (fp32: the fixed-order fp32 sum of the expanded run's
+ * per-head dq, dk; or one value head per q/k head). A bad qk_heads must stop the CUDA shape
+ * check and the CPU op with a message naming the field.
+ *
  * Two ways in: the host-array wrappers (forward, then the backward recomputing the forward
  * intermediates), and the device-pointer launchers on a stream (forward, then
  * gdn_cuda_delta_bwd_saved reusing the forward's workspace).
@@ -23,6 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cuda_runtime.h>
 
 #include "model/cpu/ops_cpu.h"
@@ -34,32 +45,51 @@ typedef struct {
     int with_h0, with_dht;
     double gmin; /* g uniform in [gmin, 0) */
     const char *what;
+    int qk_heads; /* 0: q, k per value head; else value head h reads q, k head h / (H / qk_heads) */
 } gpu_case;
 
 static const gpu_case cases[] = {
-    {1, 64, 1, 64, 64, 1, 1, -0.2, "one full chunk"},
-    {2, 100, 2, 64, 64, 0, 0, -0.2, "T=100, no h0/dht"},
-    {1, 200, 2, 128, 128, 1, 1, -0.2, "K=V=128, T=200"},
-    {1, 150, 1, 256, 256, 1, 1, -0.2, "K=V=256, T=150"},
-    {2, 77, 1, 64, 128, 0, 1, -0.2, "K=64 V=128, dht only"},
-    {1, 130, 2, 128, 64, 1, 0, -0.2, "K=128 V=64, h0 only"},
-    {1, 100, 2, 64, 64, 1, 1, -20.0, "strong decay (g down to -20)"},
-    {1, 333, 1, 256, 64, 1, 1, -0.1, "K=256 V=64, T=333"},
+    {1, 64, 1, 64, 64, 1, 1, -0.2, "one full chunk", 0},
+    {2, 100, 2, 64, 64, 0, 0, -0.2, "T=100, no h0/dht", 0},
+    {1, 200, 2, 128, 128, 1, 1, -0.2, "K=V=128, T=200", 0},
+    {1, 150, 1, 256, 256, 1, 1, -0.2, "K=V=256, T=150", 0},
+    {2, 77, 1, 64, 128, 0, 1, -0.2, "K=64 V=128, dht only", 0},
+    {1, 130, 2, 128, 64, 1, 0, -0.2, "K=128 V=64, h0 only", 0},
+    {1, 100, 2, 64, 64, 1, 1, -20.0, "strong decay (g down to -20)", 0},
+    {1, 333, 1, 256, 64, 1, 1, -0.1, "K=256 V=64, T=333", 0},
 };
-static const gpu_case small_case = {1, 70, 1, 64, 64, 1, 1, -0.2, "sanitizer case"};
+static const gpu_case small_case = {1, 70, 1, 64, 64, 1, 1, -0.2, "sanitizer case", 0};
+static const gpu_case small_gva_case = {1, 70, 2, 64, 64, 1, 1, -0.2, "sanitizer case, GVA", 1};
+/* grouped value heads (fp64 reference on q, k expanded to H heads, and the bitwise comparison
+ * with the GPU run on the expanded q, k) */
+static const gpu_case gva_cases[] = {
+    {2, 100, 4, 64, 64, 0, 1, -0.2, "GVA 2 per q/k head", 2},
+    {1, 130, 2, 256, 256, 1, 1, -0.2, "GVA 2 per q/k head", 1},
+    {1, 77, 6, 128, 64, 1, 0, -0.2, "GVA 2 per q/k head", 3},
+    {2, 90, 6, 64, 128, 1, 1, -0.2, "GVA 3 per q/k head", 2},
+    {1, 200, 4, 128, 128, 1, 1, -0.2, "GVA 4 per q/k head", 1},
+    {1, 100, 2, 64, 64, 1, 1, -0.2, "qk_heads = H (no grouping)", 2},
+};
 /* through the device launchers with the saved-intermediates backward (marked * in the log) */
 static const gpu_case device_cases[] = {
-    {1, 200, 2, 128, 128, 1, 1, -0.2, "device path, saved fwd"},
-    {2, 77, 1, 64, 128, 0, 1, -0.2, "device path, saved fwd"},
-    {1, 140, 1, 256, 256, 1, 0, -0.2, "device path, saved fwd"},
+    {1, 200, 2, 128, 128, 1, 1, -0.2, "device path, saved fwd", 0},
+    {2, 77, 1, 64, 128, 0, 1, -0.2, "device path, saved fwd", 0},
+    {1, 140, 1, 256, 256, 1, 0, -0.2, "device path, saved fwd", 0},
+    {2, 100, 4, 64, 64, 1, 1, -0.2, "device path, saved fwd, GVA", 2},
+    {1, 130, 2, 256, 256, 0, 1, -0.2, "device path, saved fwd, GVA", 1},
 };
 /* repeatability shapes (no fp64 reference: larger, many blocks per launch) */
 static const gpu_case repeat_cases[] = {
-    {2, 1000, 4, 128, 128, 1, 1, -0.2, "repeat"},
-    {3, 333, 3, 64, 64, 0, 1, -0.2, "repeat"},
-    {1, 515, 2, 256, 256, 1, 1, -0.2, "repeat"},
-    {2, 256, 2, 64, 128, 1, 0, -5.0, "repeat"},
+    {2, 1000, 4, 128, 128, 1, 1, -0.2, "repeat", 0},
+    {3, 333, 3, 64, 64, 0, 1, -0.2, "repeat", 0},
+    {1, 515, 2, 256, 256, 1, 1, -0.2, "repeat", 0},
+    {2, 256, 2, 64, 128, 1, 0, -5.0, "repeat", 0},
+    {2, 300, 4, 128, 128, 1, 1, -0.2, "repeat", 2},
+    {1, 515, 2, 256, 256, 1, 1, -0.2, "repeat", 1},
 };
+
+/* q/k heads of a case */
+static int case_qk_heads(const gpu_case *c) { return c->qk_heads ? c->qk_heads : c->H; }
 
 static float bf16_round(float x) {
     uint32_t u;
@@ -104,6 +134,40 @@ static double *alloc_d(size_t n) {
     double *d = calloc(n, sizeof(double));
     if (!d) { fprintf(stderr, "out of memory\n"); exit(1); }
     return d;
+}
+
+/* x [N, Hq, D] -> [N, Hq*group, D] with head h a copy of head h / group (elements of es bytes). */
+static void *expand_heads(const void *x, size_t N, int Hq, int group, int D, size_t es) {
+    const size_t row = (size_t)D * es;
+    unsigned char *y = malloc(N * Hq * group * row);
+    if (!y) { fprintf(stderr, "out of memory\n"); exit(1); }
+    for (size_t r = 0; r < N * Hq; r++)
+        for (int j = 0; j < group; j++)
+            memcpy(y + (r * group + j) * row, (const unsigned char *)x + r * row, row);
+    return y;
+}
+
+/* x [N, Hq*group, D] -> [N, Hq, D]: the sum over the heads of each group. */
+static double *sum_groups_d(const double *x, size_t N, int Hq, int group, int D) {
+    double *y = alloc_d(N * Hq * D);
+    for (size_t r = 0; r < N * Hq; r++)
+        for (int j = 0; j < group; j++)
+            for (int i = 0; i < D; i++) y[r * D + i] += x[(r * group + j) * D + i];
+    return y;
+}
+
+/* The same in float, added in head order from the first head of the group: the order and the
+ * precision of the GPU group sum. */
+static float *sum_groups_f(const float *x, size_t N, int Hq, int group, int D) {
+    float *y = malloc(N * Hq * D * sizeof(float));
+    if (!y) { fprintf(stderr, "out of memory\n"); exit(1); }
+    for (size_t r = 0; r < N * Hq; r++)
+        for (int i = 0; i < D; i++) {
+            float acc = x[r * group * D + i];
+            for (int j = 1; j < group; j++) acc += x[(r * group + j) * D + i];
+            y[r * D + i] = acc;
+        }
+    return y;
 }
 
 #define CK(call)                                                                             \
@@ -169,7 +233,8 @@ typedef struct {
 } case_inputs;
 
 static case_inputs make_inputs(const gpu_case *c, int bf, unsigned long long seed) {
-    const size_t ntok = (size_t)c->B * c->T * c->H, nqk = ntok * c->K, nv = ntok * c->V;
+    const size_t ntok = (size_t)c->B * c->T * c->H, nv = ntok * c->V;
+    const size_t nqtok = (size_t)c->B * c->T * case_qk_heads(c), nqk = nqtok * c->K; /* q, k rows */
     const size_t nst = (size_t)c->B * c->H * c->K * c->V;
     case_inputs in;
     in.q = alloc_d(nqk);
@@ -182,8 +247,8 @@ static case_inputs make_inputs(const gpu_case *c, int bf, unsigned long long see
     in.dht = c->with_dht ? alloc_d(nst) : NULL;
     fd_fill_uniform(in.q, nqk, -1, 1, seed + 1);
     fd_fill_uniform(in.k, nqk, -1, 1, seed + 2);
-    l2norm_rows(in.q, ntok, c->K);
-    l2norm_rows(in.k, ntok, c->K);
+    l2norm_rows(in.q, nqtok, c->K);
+    l2norm_rows(in.k, nqtok, c->K);
     fd_fill_uniform(in.v, nv, -1, 1, seed + 3);
     fd_fill_uniform(in.g, ntok, c->gmin, 0, seed + 4);
     fd_fill_uniform(in.beta, ntok, 0.05, 0.95, seed + 5);
@@ -215,7 +280,8 @@ static void gpu_device_path(const gdn_delta_shape *s, gdn_cuda_precision p, cons
     const int bf = p == GDN_CUDA_BF16;
     const size_t es = bf ? 2 : 4;
     const size_t ntok = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
-    const size_t nqk = ntok * s->K, nv = ntok * s->V;
+    const int Hq = s->qk_heads ? s->qk_heads : s->H;
+    const size_t nqk = (size_t)s->B * s->T * Hq * s->K, nv = ntok * s->V; /* q, k, dq, dk */
     void *q_d = dev_upload(q, nqk, bf), *k_d = dev_upload(k, nqk, bf), *v_d = dev_upload(v, nv, bf);
     void *g_d = dev_upload(g, ntok, 0), *b_d = dev_upload(beta, ntok, 0), *h0_d = dev_upload(h0, nst, 0);
     void *do_d = dev_upload(d_o, nv, bf), *dht_d = dev_upload(dht, nst, 0);
@@ -244,28 +310,42 @@ static void gpu_device_path(const gdn_delta_shape *s, gdn_cuda_precision p, cons
         if (all[i]) CK(cudaFree(all[i]));
 }
 
+/* The start of a case's log line. */
+static void print_case(const gpu_case *c, int bf, int device_path, const char *what) {
+    printf("%-4s%s B%d T%-4d H%d qk%d K%-3d V%-3d h0=%d dht=%d %-34s", bf ? "bf16" : "fp32",
+           device_path ? "*" : " ", c->B, c->T, c->H, case_qk_heads(c), c->K, c->V, c->with_h0,
+           c->with_dht, what);
+}
+
 /* Runs one case in one precision (device_path: device launchers with the saved-intermediates
  * backward instead of the host wrappers); returns the number of failed comparisons. */
 static int run_case(const gpu_case *c, gdn_cuda_precision p, unsigned long long seed, int device_path) {
     const int bf = p == GDN_CUDA_BF16;
     const double tol = bf ? 1e-2 : 1e-4;
-    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64};
-    const size_t ntok = (size_t)c->B * c->T * c->H, nqk = ntok * c->K, nv = ntok * c->V;
+    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads};
+    gdn_delta_shape sx = s; /* the CPU op: q, k expanded to one head per value head */
+    sx.qk_heads = c->H;     /* (the CPU accepts qk_heads == H) */
+    const int Hq = case_qk_heads(c), grp = c->H / Hq;
+    const size_t nbt = (size_t)c->B * c->T, ntok = nbt * c->H, nv = ntok * c->V;
+    const size_t nqk = nbt * Hq * c->K, nqkx = ntok * c->K; /* q/k as given, expanded */
     const size_t nst = (size_t)c->B * c->H * c->K * c->V;
     const double scale = 1.0 / sqrt((double)c->K);
 
     case_inputs in = make_inputs(c, bf, seed);
-    const double *q = in.q, *k = in.k, *v = in.v, *g = in.g, *beta = in.beta, *d_o = in.d_o;
+    const double *v = in.v, *g = in.g, *beta = in.beta, *d_o = in.d_o;
     const double *h0 = in.h0, *dht = in.dht;
     const float *qf = in.qf, *kf = in.kf, *vf = in.vf, *gf = in.gf, *bef = in.bef, *dof = in.dof;
     const float *h0f = in.h0f, *dhtf = in.dhtf;
 
-    /* reference */
+    /* reference: the H-head op on the expanded q, k; dq, dk summed over each group */
+    double *qx = expand_heads(in.q, nbt, Hq, grp, c->K, sizeof(double));
+    double *kx = expand_heads(in.k, nbt, Hq, grp, c->K, sizeof(double));
     double *o = alloc_d(nv), *ht = alloc_d(nst);
-    double *dq = alloc_d(nqk), *dk = alloc_d(nqk), *dv = alloc_d(nv), *dg = alloc_d(ntok);
+    double *dqx = alloc_d(nqkx), *dkx = alloc_d(nqkx), *dv = alloc_d(nv), *dg = alloc_d(ntok);
     double *db = alloc_d(ntok), *dh0 = alloc_d(nst);
-    gdn_delta_fwd_f64(&s, q, k, v, g, beta, scale, h0, o, ht);
-    gdn_delta_bwd_f64(&s, q, k, v, g, beta, scale, h0, d_o, dht, dq, dk, dv, dg, db, dh0);
+    gdn_delta_fwd_f64(&sx, qx, kx, v, g, beta, scale, h0, o, ht);
+    gdn_delta_bwd_f64(&sx, qx, kx, v, g, beta, scale, h0, d_o, dht, dqx, dkx, dv, dg, db, dh0);
+    double *dq = sum_groups_d(dqx, nbt, Hq, grp, c->K), *dk = sum_groups_d(dkx, nbt, Hq, grp, c->K);
 
     /* GPU */
     float *o_g = nan_f32(nv), *ht_g = nan_f32(nst);
@@ -287,8 +367,7 @@ static int run_case(const gpu_case *c, gdn_cuda_precision p, unsigned long long 
     };
     int fails = 0;
     double worst = 0;
-    printf("%-4s%s B%d T%-4d H%d K%-3d V%-3d h0=%d dht=%d %-30s", bf ? "bf16" : "fp32",
-           device_path ? "*" : " ", c->B, c->T, c->H, c->K, c->V, c->with_h0, c->with_dht, c->what);
+    print_case(c, bf, device_path, c->what);
     for (size_t i = 0; i < sizeof(cmp) / sizeof(cmp[0]); i++) {
         const double e = fd_rel_err_f32(cmp[i].x, cmp[i].ref, cmp[i].n);
         printf(" %s %.1e", cmp[i].name, e);
@@ -301,9 +380,29 @@ static int run_case(const gpu_case *c, gdn_cuda_precision p, unsigned long long 
     printf("  max %.1e %s\n", worst, fails ? "FAIL" : "ok");
 
     free_inputs(&in);
+    free(qx); free(kx); free(dqx); free(dkx);
     free(o); free(ht); free(dq); free(dk); free(dv); free(dg); free(db); free(dh0);
     free(o_g); free(ht_g); free(dq_g); free(dk_g); free(dv_g); free(dg_g); free(db_g); free(dh0_g);
     return fails;
+}
+
+/* Prints " name =" when x and y [n] hold the same bits and no NaN, else what differs; returns 0
+ * or 1. */
+static int bits_differ(const char *name, const float *x, const float *y, size_t n) {
+    size_t nd = 0, nnan = 0;
+    double dmax = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (x[j] != x[j]) nnan++;
+        if (memcmp(&x[j], &y[j], sizeof(float))) {
+            nd++;
+            const double d = fabs((double)x[j] - y[j]);
+            if (!(d <= dmax)) dmax = d;
+        }
+    }
+    if (nd) printf(" %s DIFF(%zu of %zu, max %.1e)", name, nd, n, dmax);
+    else if (nnan) printf(" %s NaN(%zu of %zu)", name, nnan, n);
+    else printf(" %s =", name);
+    return nd || nnan;
 }
 
 /* Runs the forward and the backward of one case twice on the same inputs, through the host
@@ -311,8 +410,9 @@ static int run_case(const gpu_case *c, gdn_cuda_precision p, unsigned long long 
  * every output must be bitwise identical. Returns the number of outputs that differ. */
 static int repeat_case(const gpu_case *c, gdn_cuda_precision p, unsigned long long seed, int device_path) {
     const int bf = p == GDN_CUDA_BF16;
-    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64};
-    const size_t ntok = (size_t)c->B * c->T * c->H, nqk = ntok * c->K, nv = ntok * c->V;
+    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads};
+    const size_t ntok = (size_t)c->B * c->T * c->H, nv = ntok * c->V;
+    const size_t nqk = (size_t)c->B * c->T * case_qk_heads(c) * c->K;
     const size_t nst = (size_t)c->B * c->H * c->K * c->V;
     const float scale = (float)(1.0 / sqrt((double)c->K));
 
@@ -336,25 +436,10 @@ static int repeat_case(const gpu_case *c, gdn_cuda_precision p, unsigned long lo
                                     x[4], x[5], x[6], x[7]);
         }
     }
-    printf("%-4s%s B%d T%-4d H%d K%-3d V%-3d h0=%d dht=%d %-30s", bf ? "bf16" : "fp32",
-           device_path ? "*" : " ", c->B, c->T, c->H, c->K, c->V, c->with_h0, c->with_dht,
-           "twice: bitwise equal?");
+    print_case(c, bf, device_path, "twice: bitwise equal?");
     int fails = 0;
     for (int i = 0; i < 8; i++) {
-        size_t nd = 0;
-        double dmax = 0;
-        for (size_t j = 0; j < n[i]; j++)
-            if (memcmp(&out[0][i][j], &out[1][i][j], sizeof(float))) {
-                nd++;
-                const double d = fabs((double)out[0][i][j] - out[1][i][j]);
-                if (!(d <= dmax)) dmax = d;
-            }
-        if (nd) {
-            printf(" %s DIFF(%zu of %zu, max %.1e)", name[i], nd, n[i], dmax);
-            fails++;
-        } else {
-            printf(" %s =", name[i]);
-        }
+        fails += bits_differ(name[i], out[0][i], out[1][i], n[i]);
         free(out[0][i]);
         free(out[1][i]);
     }
@@ -363,14 +448,153 @@ static int repeat_case(const gpu_case *c, gdn_cuda_precision p, unsigned long lo
     return fails;
 }
 
-int main(int argc, char **argv) {
-    if (gdn_cuda_device_count() == 0) {
-        printf("SKIP: no CUDA device\n");
-        return 77;
+/* Grouped value heads against the ungrouped op on q, k expanded to H heads on the host, both on
+ * the GPU through the host wrappers. Every kernel reads the same values in both runs, so o, ht,
+ * dv, dg, dbeta, dh0 must be the same bits; dq and dk must be the fp32 sum, in head order, of
+ * the expanded run's per-head dq, dk, which is exactly comparable where those are the fp32
+ * parts (fp32 mode) or where a group has one head. Returns the number of outputs that differ. */
+static int equiv_case(const gpu_case *c, gdn_cuda_precision p, unsigned long long seed) {
+    const int bf = p == GDN_CUDA_BF16;
+    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads};
+    gdn_delta_shape sx = s;
+    sx.qk_heads = 0;
+    const int Hq = case_qk_heads(c), grp = c->H / Hq;
+    const size_t nbt = (size_t)c->B * c->T, ntok = nbt * c->H, nv = ntok * c->V;
+    const size_t nqk = nbt * Hq * c->K, nqkx = ntok * c->K;
+    const size_t nst = (size_t)c->B * c->H * c->K * c->V;
+    const float scale = (float)(1.0 / sqrt((double)c->K));
+
+    case_inputs in = make_inputs(c, bf, seed);
+    float *qx = expand_heads(in.qf, nbt, Hq, grp, c->K, sizeof(float));
+    float *kx = expand_heads(in.kf, nbt, Hq, grp, c->K, sizeof(float));
+    /* outputs o, ht, dq, dk, dv, dg, dbeta, dh0 of the grouped run [0] and the expanded run [1] */
+    const size_t n[2][8] = {{nv, nst, nqk, nqk, nv, ntok, ntok, nst},
+                            {nv, nst, nqkx, nqkx, nv, ntok, ntok, nst}};
+    const char *name[8] = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
+    float *out[2][8];
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < 8; i++) out[r][i] = nan_f32(n[r][i]);
+        float **x = out[r];
+        const gdn_delta_shape *sr = r ? &sx : &s;
+        const float *q = r ? qx : in.qf, *k = r ? kx : in.kf;
+        gdn_cuda_delta_fwd_host(sr, p, q, k, in.vf, in.gf, in.bef, scale, in.h0f, x[0], x[1]);
+        gdn_cuda_delta_bwd_host(sr, p, q, k, in.vf, in.gf, in.bef, scale, in.h0f, in.dof, in.dhtf,
+                                x[2], x[3], x[4], x[5], x[6], x[7]);
     }
+    const int sums_exact = !bf || grp == 1;
+    float *dq_sum = sum_groups_f(out[1][2], nbt, Hq, grp, c->K);
+    float *dk_sum = sum_groups_f(out[1][3], nbt, Hq, grp, c->K);
+    print_case(c, bf, 0, "same bits as expanded q, k?");
+    int fails = 0;
+    for (int i = 0; i < 8; i++) {
+        if ((i == 2 || i == 3) && !sums_exact) {
+            printf(" %s -", name[i]); /* bf16 parts: covered by the fp64 comparison */
+            continue;
+        }
+        const float *ref = i == 2 ? dq_sum : i == 3 ? dk_sum : out[1][i];
+        fails += bits_differ(name[i], out[0][i], ref, n[0][i]);
+    }
+    printf("  %s\n", fails ? "FAIL" : "ok");
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < 8; i++) free(out[r][i]);
+    free(dq_sum);
+    free(dk_sum);
+    free(qx);
+    free(kx);
+    free_inputs(&in);
+    return fails;
+}
+
+/* ---- qk_heads validation (host only: runs before any CUDA call, in child processes) ---------- */
+static void cuda_check_call(const gdn_delta_shape *s) { gdn_cuda_delta_check_shape(s); }
+
+/* gdn_delta_fwd_f64 / gdn_delta_bwd_f64 on zero inputs of shape s with q, k of H heads (the
+ * backward only where the shape must be rejected: its outputs share buffers) */
+static void cpu_fwd_call(const gdn_delta_shape *s) {
+    const size_t ntok = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
+    double *qk = alloc_d(ntok * s->K + 1), *v = alloc_d(ntok * s->V + 1), *gb = alloc_d(ntok + 1);
+    double *o = alloc_d(ntok * s->V + 1), *ht = alloc_d(nst);
+    gdn_delta_fwd_f64(s, qk, qk, v, gb, gb, 1.0, NULL, o, ht);
+    free(qk); free(v); free(gb); free(o); free(ht);
+}
+static void cpu_bwd_call(const gdn_delta_shape *s) {
+    const size_t ntok = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
+    double *qk = alloc_d(ntok * s->K + 1), *v = alloc_d(ntok * s->V + 1), *gb = alloc_d(ntok + 1);
+    double *dqk = alloc_d(ntok * s->K + 1), *dv = alloc_d(ntok * s->V + 1);
+    double *dgb = alloc_d(ntok + 1), *dh0 = alloc_d(nst);
+    gdn_delta_bwd_f64(s, qk, qk, v, gb, gb, 1.0, NULL, v, NULL, dqk, dqk, dv, dgb, dgb, dh0);
+    free(qk); free(v); free(gb); free(dqk); free(dv); free(dgb); free(dh0);
+}
+
+/* Runs fn(s) in a child process with its stderr captured. Expected outcome: with `want` NULL
+ * the call returns (the shape is accepted), else the child exits with status 1 and a message
+ * containing `want`. Prints the outcome; returns 0 as expected, 1 otherwise. */
+static int child_outcome(const char *what, void (*fn)(const gdn_delta_shape *),
+                         const gdn_delta_shape *s, const char *want) {
+    int fd[2];
+    if (pipe(fd) != 0) { perror("pipe"); exit(1); }
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid < 0) { perror("fork"); exit(1); }
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 2);
+        fn(s);
+        fflush(NULL);
+        _exit(0);
+    }
+    close(fd[1]);
+    char msg[2048];
+    size_t len = 0;
+    ssize_t r;
+    while (len + 1 < sizeof msg && (r = read(fd[0], msg + len, sizeof msg - 1 - len)) > 0)
+        len += (size_t)r;
+    msg[len] = 0;
+    close(fd[0]);
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) { perror("waitpid"); exit(1); }
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const int ok = want ? code == 1 && strstr(msg, want) != NULL : code == 0;
+    char *nl = strchr(msg, '\n');
+    if (nl) *nl = 0;
+    printf("shape check: %-44s %s  (exit %d%s%s)\n", what, ok ? "ok" : "FAIL", code,
+           len ? ": " : "", msg);
+    return !ok;
+}
+
+static int shape_checks(void) {
+    const gdn_delta_shape g = {1, 64, 4, 64, 64, 64, 2}; /* 4 value heads, 2 q/k heads */
+    gdn_delta_shape bad3 = g, neg = g, more = g, all = g, zero = g;
+    bad3.qk_heads = 3;
+    neg.qk_heads = -1;
+    more.qk_heads = 8;
+    all.qk_heads = 4;
+    zero.qk_heads = 0;
+    const gdn_delta_shape cpu = {1, 5, 2, 8, 8, 16, 1}; /* 2 value heads, 1 q/k head */
+    gdn_delta_shape cpu_h = cpu;
+    cpu_h.qk_heads = 2;
+    int f = 0;
+    f += child_outcome("cuda: H=4 qk_heads=3 rejected", cuda_check_call, &bad3, "qk_heads=3");
+    f += child_outcome("cuda: H=4 qk_heads=-1 rejected", cuda_check_call, &neg, "qk_heads=-1");
+    f += child_outcome("cuda: H=4 qk_heads=8 rejected", cuda_check_call, &more, "qk_heads=8");
+    f += child_outcome("cuda: H=4 qk_heads=2 accepted", cuda_check_call, &g, NULL);
+    f += child_outcome("cuda: H=4 qk_heads=4 accepted", cuda_check_call, &all, NULL);
+    f += child_outcome("cuda: H=4 qk_heads=0 accepted", cuda_check_call, &zero, NULL);
+    f += child_outcome("cpu fwd: H=2 qk_heads=1 rejected", cpu_fwd_call, &cpu, "qk_heads=1");
+    f += child_outcome("cpu bwd: H=2 qk_heads=1 rejected", cpu_bwd_call, &cpu, "qk_heads=1");
+    f += child_outcome("cpu fwd: H=2 qk_heads=2 accepted", cpu_fwd_call, &cpu_h, NULL);
+    return f;
+}
+
+int main(int argc, char **argv) {
     const int small = argc > 1 && strcmp(argv[1], "--small") == 0;
     const int repeat_only = argc > 1 && strcmp(argv[1], "--repeat") == 0;
     int fails = 0;
+    if (!small && !repeat_only) fails += shape_checks(); /* before any CUDA call (fork) */
+    if (gdn_cuda_device_count() == 0) {
+        printf("SKIP: no CUDA device%s\n", fails ? " (but a shape check FAILED)" : "");
+        return fails ? 1 : 77;
+    }
     for (int pi = 0; pi < 2; pi++) {
         const gdn_cuda_precision p = pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32;
         if (small) {
@@ -378,10 +602,16 @@ int main(int argc, char **argv) {
             fails += run_case(&small_case, p, 1001, 1);
             fails += repeat_case(&small_case, p, 1002, 0);
             fails += repeat_case(&small_case, p, 1003, 1);
+            fails += run_case(&small_gva_case, p, 1004, 0);
+            fails += run_case(&small_gva_case, p, 1005, 1);
             continue;
         }
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) && !repeat_only; i++)
             fails += run_case(&cases[i], p, 100 * (i + 1), 0);
+        for (size_t i = 0; i < sizeof(gva_cases) / sizeof(gva_cases[0]) && !repeat_only; i++) {
+            fails += run_case(&gva_cases[i], p, 7000 + 100 * i, 0);
+            fails += equiv_case(&gva_cases[i], p, 7000 + 100 * i);
+        }
         for (size_t i = 0; i < sizeof(device_cases) / sizeof(device_cases[0]) && !repeat_only; i++)
             fails += run_case(&device_cases[i], p, 5000 + 100 * i, 1);
         for (size_t i = 0; i < sizeof(repeat_cases) / sizeof(repeat_cases[0]); i++)

@@ -75,7 +75,7 @@ static double cpu_reference(const gdn_param_table *t, const double *p64, int B, 
 
 /* Whether the delta-rule backward alone gives the same bits twice (host wrappers, random inputs). */
 static int delta_bwd_repeatable(gdn_cuda_precision p) {
-    const gdn_delta_shape s = {2, 150, 2, 64, 64, 64};
+    const gdn_delta_shape s = {2, 150, 2, 64, 64, 64, 0};
     const size_t nqk = (size_t)s.B * s.T * s.H * s.K, ng = (size_t)s.B * s.T * s.H;
     double *r = xmalloc(6 * nqk * sizeof(double));
     fd_fill_uniform(r, 6 * nqk, -1, 1, 5);
