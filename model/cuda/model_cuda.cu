@@ -21,28 +21,27 @@
 #define FP32 GDN_CUDA_FP32
 #define ALIGN 256
 
-/* Activations saved by one block for its backward pass (N = B*T rows). */
+/* Activations saved by one block for its backward pass (N = B*T rows). What is cheap to
+ * recompute is not saved: the norm outputs h1, h2 (from x and rstd), the convolution outputs
+ * (the convolution backward recomputes them from qp, kp, vp) and silu(gp) * up. */
 typedef struct {
     float *rstd1;            /* [N] */
-    void *h1;                /* [N,D] act */
     void *qp, *kp;           /* [N,HK] act, before the convolution */
     void *vp, *zp;           /* [N,HV] act (zp: output-gate pre-activation) */
     float *ap, *bp;          /* [N,H] decay and write-strength pre-activations */
-    void *qc, *kc;           /* [N,HK] act, after the convolution, before SiLU */
-    void *vc;                /* [N,HV] act */
-    void *q, *k;             /* [N,HK] act, L2-normalised */
+    void *q, *k;             /* [N,HK] act, silu(conv(.)) L2-normalised */
     float *rq, *rk;          /* [N*H] inverse norms */
-    void *v;                 /* [N,HV] act */
+    void *v;                 /* [N,HV] act, silu(conv(vp)) */
     float *g, *beta;         /* [N,H] */
     void *o;                 /* [N,HV] act, delta-rule output */
     float *rstd_o;           /* [N*H] */
     void *y;                 /* [N,HV] act, gated norm output */
     float *rstd2;            /* [N] */
-    void *h2;                /* [N,D] act */
-    void *gp, *up, *mm;      /* [N,F] act; mm = silu(gp) * up */
-    /* packed delta-rule inputs, kept for the backward (only when the plan packs heads) */
-    void *pq, *pk;           /* [N,H*S,Kp] act */
-    float *pg, *pbeta;       /* [N,H*S] */
+    void *gp, *up;           /* [N,F] act */
+    float *pg, *pbeta;       /* [N,H*S] packed gates (only when the plan packs heads) */
+    /* sequence parallelism (only while hooks are set; in the boundary allocation) */
+    void *halo[3], *tail[3], *dhalo[3], *dtail[3]; /* q, k, v: [B,W-1,HK|HV] act */
+    float *S_in, *S_out, *dS_in;                    /* [n_state] */
 } layer_acts;
 
 /* How the delta rule is called: directly, or on packed heads (ops_cuda.h, head packing). */
@@ -50,6 +49,7 @@ typedef struct {
     int packed;
     int S, Kp, Vs, Vp;       /* sub-heads per head, padded K, value columns per sub-head, padded */
     int v_same;              /* packed values have the layout of the unpacked ones (V = S * Vp) */
+    int qk_shared;           /* the S sub-heads of a head read its q, k in place (shape.qk_heads) */
     gdn_delta_shape shape;   /* the shape the kernels see */
 } delta_plan;
 
@@ -85,6 +85,7 @@ struct gdn_cuda_model {
     float *x;                /* [n_layers+1][N,D] */
     float *x_mid;            /* [n_layers][N,D] */
     layer_acts *L;           /* [n_layers] (host array of device pointers) */
+    void *hs;                /* [N,D] act: the current norm output h1 or h2 (recomputed in the backward) */
     float *rstdf;            /* [N] */
     void *hf;                /* [N,D] act */
     void *logits;            /* [N,vocab] act; dlogits after a forward with grad_scale != 0 */
@@ -102,6 +103,7 @@ struct gdn_cuda_model {
     void *dap, *dbp;         /* [N,H] act */
     /* packed heads for the delta rule (when dp.packed) */
     delta_plan dp;
+    void *pq, *pk;           /* [N,H*S,Kp] act (unless qk_shared) */
     void *pv, *po;           /* [N,H*S,Vp] act (po: output, then d_o in the backward; unless v_same) */
     void *pdq, *pdk;         /* [N,H*S,Kp] act */
     void *pdv;               /* [N,H*S,Vp] act (unless v_same) */
@@ -124,6 +126,9 @@ struct gdn_cuda_model {
     int has_grad, has_logits;
     gdn_cuda_seq_hooks hooks;
     int seq;                 /* hooks set: this model runs one segment of longer sequences */
+    char *sbuf;              /* allocation 3 (first set_seq_hooks): the boundary buffers of L */
+    float *dS_out;           /* [n_state] received gradient of the leaving state */
+    size_t n_state, n_halo[3];
 };
 
 /* ---- layout ------------------------------------------------------------------------------------ */
@@ -162,21 +167,20 @@ static size_t acts_layout(gdn_cuda_model *m, char *base) {
     F32(m->x_mid, (size_t)c->n_layers * N * D);
     for (int l = 0; l < c->n_layers; l++) {
         layer_acts *L = &m->L[l];
-        F32(L->rstd1, N); A(L->h1, N * D);
+        F32(L->rstd1, N);
         A(L->qp, N * HK); A(L->kp, N * HK); A(L->vp, N * HV); A(L->zp, N * HV);
         F32(L->ap, N * H); F32(L->bp, N * H);
-        A(L->qc, N * HK); A(L->kc, N * HK); A(L->vc, N * HV);
         A(L->q, N * HK); A(L->k, N * HK); F32(L->rq, N * H); F32(L->rk, N * H);
         A(L->v, N * HV); F32(L->g, N * H); F32(L->beta, N * H);
         A(L->o, N * HV); F32(L->rstd_o, N * H); A(L->y, N * HV);
-        F32(L->rstd2, N); A(L->h2, N * D);
-        A(L->gp, N * F); A(L->up, N * F); A(L->mm, N * F);
+        F32(L->rstd2, N);
+        A(L->gp, N * F); A(L->up, N * F);
         if (m->dp.packed) {
             const size_t HS = H * (size_t)m->dp.S;
-            A(L->pq, N * HS * (size_t)m->dp.Kp); A(L->pk, N * HS * (size_t)m->dp.Kp);
             F32(L->pg, N * HS); F32(L->pbeta, N * HS);
         }
     }
+    A(m->hs, N * D);
     F32(m->rstdf, N); A(m->hf, N * D); A(m->logits, N * (size_t)c->vocab_size);
     F32(m->dx, N * D);
     if (bf) A(m->dx_act, N * D);
@@ -189,7 +193,9 @@ static size_t acts_layout(gdn_cuda_model *m, char *base) {
     F32(m->dg, N * H); F32(m->dbeta, N * H); A(m->dap, N * H); A(m->dbp, N * H);
     if (m->dp.packed) {
         const size_t HS = H * (size_t)m->dp.S, nk = N * HS * (size_t)m->dp.Kp, nv = N * HS * (size_t)m->dp.Vp;
-        A(m->pdq, nk); A(m->pdk, nk);
+        if (!m->dp.qk_shared) {
+            A(m->pq, nk); A(m->pk, nk); A(m->pdq, nk); A(m->pdk, nk);
+        }
         if (!m->dp.v_same) {
             A(m->pv, nv); A(m->po, nv); A(m->pdv, nv);
         }
@@ -246,9 +252,11 @@ static delta_plan plan_delta(const gdn_config *c, int B, int T) {
     }
     d.packed = !(delta_dim_ok(K) && d.S == 1 && delta_dim_ok(V));
     d.v_same = d.Vp == d.Vs && d.S * d.Vs == V;
+    d.qk_shared = d.packed && d.Kp == K;
     d.shape.B = B;
     d.shape.T = T;
     d.shape.H = d.packed ? H * d.S : H;
+    d.shape.qk_heads = d.qk_shared ? H : 0;
     d.shape.K = d.packed ? d.Kp : K;
     d.shape.V = d.packed ? d.Vp : V;
     d.shape.chunk = c->chunk_size;
@@ -336,6 +344,7 @@ extern "C" void gdn_cuda_model_free(gdn_cuda_model *m) {
     gdn_cuda_blas_free(m->blas);
     GDN_CUDA_CHECK(cudaFree(m->pbuf));
     GDN_CUDA_CHECK(cudaFree(m->abuf));
+    if (m->sbuf) GDN_CUDA_CHECK(cudaFree(m->sbuf));
     if (m->prof_ev) {
         for (int i = 0; i < 2 * PROF_MAX; i++) GDN_CUDA_CHECK(cudaEventDestroy(m->prof_ev[i]));
         free(m->prof_ev);
@@ -388,6 +397,38 @@ extern "C" void gdn_cuda_model_zero_grads(gdn_cuda_model *m) {
 }
 
 /* ---- sequence parallelism ------------------------------------------------------------------------- */
+/* The boundary buffers of every layer (allocation 3, made once). */
+static void seq_alloc(gdn_cuda_model *m) {
+    const gdn_config *c = &m->cfg;
+    const delta_plan *d = &m->dp;
+    const size_t W1 = (size_t)c->conv_width - 1, B = (size_t)m->B, es = gdn_cuda_act_bytes(m->p);
+    const size_t HK = (size_t)c->n_heads * c->head_dim, HV = (size_t)c->n_heads * gdn_config_head_v(c);
+    m->n_state = B * (size_t)d->shape.H * (size_t)d->shape.K * (size_t)d->shape.V;
+    m->n_halo[0] = m->n_halo[1] = B * W1 * HK;
+    m->n_halo[2] = B * W1 * HV;
+    const size_t halo_bytes = (m->n_halo[0] + m->n_halo[1] + m->n_halo[2]) * es;
+    for (int pass = 0; pass < 2; pass++) { /* count, then carve */
+        size_t used = 0;
+        char *base = pass ? m->sbuf : NULL;
+        for (int l = 0; l < c->n_layers; l++) {
+            layer_acts *L = &m->L[l];
+            void **sets[4] = {L->halo, L->tail, L->dhalo, L->dtail};
+            for (int k = 0; k < 4; k++)
+                for (int i = 0; i < 3; i++) sets[k][i] = take(base, &used, m->n_halo[i] * es);
+            L->S_in = (float *)take(base, &used, m->n_state * sizeof(float));
+            L->S_out = (float *)take(base, &used, m->n_state * sizeof(float));
+            L->dS_in = (float *)take(base, &used, m->n_state * sizeof(float));
+        }
+        m->dS_out = (float *)take(base, &used, m->n_state * sizeof(float));
+        if (!pass && cudaMalloc((void **)&m->sbuf, used) != cudaSuccess) {
+            (void)cudaGetLastError();
+            GDN_CUDA_DIE("sequence parallelism: cannot allocate %.2f GiB for the boundary states and halos "
+                         "(%d layers x (3 states of %zu floats + 4 x %zu bytes of halos))",
+                         used / 1073741824.0, c->n_layers, m->n_state, halo_bytes);
+        }
+    }
+}
+
 extern "C" void gdn_cuda_model_set_seq_hooks(gdn_cuda_model *m, const gdn_cuda_seq_hooks *hooks) {
     if (!hooks) {
         m->seq = 0;
@@ -396,9 +437,12 @@ extern "C" void gdn_cuda_model_set_seq_hooks(gdn_cuda_model *m, const gdn_cuda_s
     if (m->T < m->cfg.conv_width - 1)
         GDN_CUDA_DIE("sequence parallelism: segments of %d tokens are shorter than the convolution halo (%d rows)",
                      m->T, m->cfg.conv_width - 1);
+    if (!hooks->fwd_halo || !hooks->fwd_state_in || !hooks->fwd_state_out || !hooks->bwd_state_out ||
+        !hooks->bwd_state_in || !hooks->bwd_halo)
+        GDN_CUDA_DIE("sequence parallelism: every hook must be set");
+    if (!m->sbuf) seq_alloc(m);
     m->hooks = *hooks;
     m->seq = 1;
-    GDN_CUDA_DIE("sequence parallelism: the CUDA model's boundary exchange is not implemented yet");
 }
 
 /* ---- profiler --------------------------------------------------------------------------------------------- */
@@ -436,26 +480,54 @@ static const void *wgt(const gdn_cuda_model *m, size_t off) {
 
 static float beta_scale(const gdn_config *c) { return c->allow_neg_eigval ? 2.0f : 1.0f; }
 
-/* The delta rule forward of one layer: o from q, k, v, g, beta. */
-static void delta_forward(gdn_cuda_model *m, const layer_acts *L) {
+/* The delta rule forward of layer l: o from q, k, v, g, beta (and the entering state from the
+ * previous segment under sequence parallelism). */
+static void delta_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
     const gdn_config *c = &m->cfg;
     const int N = m->N, H = c->n_heads, K = c->head_dim, V = gdn_config_head_v(c);
     const float scale = (float)(1.0 / sqrt((double)K));
     const delta_plan *d = &m->dp;
-    if (!d->packed) {
-        PF(PR_DELTA, gdn_cuda_delta_fwd(&d->shape, m->p, L->q, L->k, L->v, L->g, L->beta, scale, NULL, L->o, NULL,
-                                        m->delta_ws, m->stream));
-        return;
+    const void *q = L->q, *k = L->k, *v = L->v;
+    const float *g = L->g, *beta = L->beta;
+    void *o = L->o;
+    if (d->packed) {
+        if (!d->qk_shared) {
+            PF(PR_PACK, gdn_cuda_heads_pack(m->p, m->pq, L->q, N, H, K, d->S, K, d->Kp, 0, m->stream);
+                        gdn_cuda_heads_pack(m->p, m->pk, L->k, N, H, K, d->S, K, d->Kp, 0, m->stream));
+            q = m->pq;
+            k = m->pk;
+        }
+        if (!d->v_same) {
+            PF(PR_PACK, gdn_cuda_heads_pack(m->p, m->pv, L->v, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream));
+            v = m->pv;
+            o = m->po;
+        }
+        PF(PR_PACK, gdn_cuda_heads_pack(FP32, L->pg, L->g, N, H, 1, d->S, 1, 1, 0, m->stream);
+                    gdn_cuda_heads_pack(FP32, L->pbeta, L->beta, N, H, 1, d->S, 1, 1, 0, m->stream));
+        g = L->pg;
+        beta = L->pbeta;
     }
-    void *pv = d->v_same ? L->v : m->pv, *po = d->v_same ? L->o : m->po;
-    PF(PR_PACK, gdn_cuda_heads_pack(m->p, L->pq, L->q, N, H, K, d->S, K, d->Kp, 0, m->stream);
-                gdn_cuda_heads_pack(m->p, L->pk, L->k, N, H, K, d->S, K, d->Kp, 0, m->stream);
-                if (!d->v_same) gdn_cuda_heads_pack(m->p, pv, L->v, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream);
-                gdn_cuda_heads_pack(FP32, L->pg, L->g, N, H, 1, d->S, 1, 1, 0, m->stream);
-                gdn_cuda_heads_pack(FP32, L->pbeta, L->beta, N, H, 1, d->S, 1, 1, 0, m->stream));
-    PF(PR_DELTA, gdn_cuda_delta_fwd(&d->shape, m->p, L->pq, L->pk, pv, L->pg, L->pbeta, scale, NULL, po, NULL,
-                                    m->delta_ws, m->stream));
-    if (!d->v_same) PF(PR_PACK, gdn_cuda_heads_unpack(m->p, L->o, po, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream));
+    if (m->seq) m->hooks.fwd_state_in(m->hooks.user, l, L->S_in, m->n_state);
+    PF(PR_DELTA, gdn_cuda_delta_fwd(&d->shape, m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL, o,
+                                    m->seq ? L->S_out : NULL, m->delta_ws, m->stream));
+    if (m->seq) m->hooks.fwd_state_out(m->hooks.user, l, L->S_out, m->n_state);
+    if (d->packed && !d->v_same)
+        PF(PR_PACK, gdn_cuda_heads_unpack(m->p, L->o, m->po, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream));
+}
+
+/* Sequence parallelism, forward: this segment's last W-1 pre-convolution rows of q, k, v go to
+ * the hooks, the previous segment's come back as the convolution halo. */
+static void seq_halo_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
+    const int W1 = m->cfg.conv_width - 1, T = m->T;
+    const size_t es = gdn_cuda_act_bytes(m->p);
+    const void *src[3] = {L->qp, L->kp, L->vp};
+    for (int i = 0; i < 3 && W1 > 0; i++) {
+        const size_t row = m->n_halo[i] / ((size_t)m->B * W1) * es; /* one row of C elements */
+        PF(PR_COPY, GDN_CUDA_CHECK(cudaMemcpy2DAsync(L->tail[i], W1 * row, (const char *)src[i] + (size_t)(T - W1) * row,
+                                                     (size_t)T * row, W1 * row, (size_t)m->B,
+                                                     cudaMemcpyDeviceToDevice, m->stream)));
+    }
+    m->hooks.fwd_halo(m->hooks.user, l, L->halo, L->tail, m->n_halo);
 }
 
 static void block_forward(gdn_cuda_model *m, int l) {
@@ -471,38 +543,39 @@ static void block_forward(gdn_cuda_model *m, int l) {
     gdn_cuda_blas *bl = m->blas;
     void *s = m->stream;
 
-    PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, L->h1, L->rstd1, x, P + off->attn_norm, N, D, eps, s));
-    PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, p, L->qp, L->h1, wgt(m, off->q_proj), N, D, HK, 0.0f);
-                gdn_cuda_linear_fwd(bl, p, p, L->kp, L->h1, wgt(m, off->k_proj), N, D, HK, 0.0f);
-                gdn_cuda_linear_fwd(bl, p, p, L->vp, L->h1, wgt(m, off->v_proj), N, D, HV, 0.0f);
-                gdn_cuda_linear_fwd(bl, p, p, L->zp, L->h1, wgt(m, off->g_proj), N, D, HV, 0.0f);
-                gdn_cuda_linear_fwd(bl, p, FP32, L->ap, L->h1, wgt(m, off->a_proj), N, D, H, 0.0f);
-                gdn_cuda_linear_fwd(bl, p, FP32, L->bp, L->h1, wgt(m, off->b_proj), N, D, H, 0.0f));
+    void *h1 = m->hs;
+    PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, h1, L->rstd1, x, P + off->attn_norm, N, D, eps, s));
+    PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, p, L->qp, h1, wgt(m, off->q_proj), N, D, HK, 0.0f);
+                gdn_cuda_linear_fwd(bl, p, p, L->kp, h1, wgt(m, off->k_proj), N, D, HK, 0.0f);
+                gdn_cuda_linear_fwd(bl, p, p, L->vp, h1, wgt(m, off->v_proj), N, D, HV, 0.0f);
+                gdn_cuda_linear_fwd(bl, p, p, L->zp, h1, wgt(m, off->g_proj), N, D, HV, 0.0f);
+                gdn_cuda_linear_fwd(bl, p, FP32, L->ap, h1, wgt(m, off->a_proj), N, D, H, 0.0f);
+                gdn_cuda_linear_fwd(bl, p, FP32, L->bp, h1, wgt(m, off->b_proj), N, D, H, 0.0f));
 
-    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_LINEAR, L->qc, L->qp, P + off->q_conv, NULL, B, T, HK, W, s);
-                gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_LINEAR, L->kc, L->kp, P + off->k_conv, NULL, B, T, HK, W, s);
-                gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_LINEAR, L->vc, L->vp, P + off->v_conv, NULL, B, T, HV, W, s));
+    if (m->seq) seq_halo_forward(m, L, l);
+    const void *const *halo = m->seq ? (const void *const *)L->halo : NULL;
     void *tmp = m->dq1; /* backward scratch, free during the forward pass */
-    PF(PR_ACT, gdn_cuda_silu_fwd(p, tmp, L->qc, (size_t)N * HK, s));
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->qp, P + off->q_conv, halo ? halo[0] : NULL, B, T, HK, W, s));
     PF(PR_NORM, gdn_cuda_l2norm_fwd(p, L->q, L->rq, tmp, N * H, K, s));
-    PF(PR_ACT, gdn_cuda_silu_fwd(p, tmp, L->kc, (size_t)N * HK, s));
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->kp, P + off->k_conv, halo ? halo[1] : NULL, B, T, HK, W, s));
     PF(PR_NORM, gdn_cuda_l2norm_fwd(p, L->k, L->rk, tmp, N * H, K, s));
-    PF(PR_ACT, gdn_cuda_silu_fwd(p, L->v, L->vc, (size_t)N * HV, s);
-               gdn_cuda_decay_gate_fwd(L->g, L->ap, P + off->A_log, P + off->dt_bias, N, H, s);
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, L->v, L->vp, P + off->v_conv, halo ? halo[2] : NULL, B, T, HV, W, s));
+    PF(PR_ACT, gdn_cuda_decay_gate_fwd(L->g, L->ap, P + off->A_log, P + off->dt_bias, N, H, s);
                gdn_cuda_beta_fwd(L->beta, L->bp, beta_scale(c), (size_t)N * H, s));
 
-    delta_forward(m, L);
+    delta_forward(m, L, l);
 
     PF(PR_NORM, gdn_cuda_gated_rmsnorm_fwd(p, L->y, L->rstd_o, L->o, L->zp, P + off->o_norm, N * H, V, eps, s));
     PF(PR_COPY, GDN_CUDA_CHECK(cudaMemcpyAsync(xm, x, (size_t)N * D * sizeof(float), cudaMemcpyDeviceToDevice, m->stream)));
     PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, FP32, xm, L->y, wgt(m, off->o_proj), N, HV, D, 1.0f));
 
-    PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, L->h2, L->rstd2, xm, P + off->mlp_norm, N, D, eps, s));
-    PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, p, L->gp, L->h2, wgt(m, off->gate_proj), N, D, F, 0.0f);
-                gdn_cuda_linear_fwd(bl, p, p, L->up, L->h2, wgt(m, off->up_proj), N, D, F, 0.0f));
-    PF(PR_ACT, gdn_cuda_swiglu_fwd(p, L->mm, L->gp, L->up, (size_t)N * F, s));
+    void *h2 = m->hs, *mm = m->dup; /* mm: backward scratch, free during the forward pass */
+    PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, h2, L->rstd2, xm, P + off->mlp_norm, N, D, eps, s));
+    PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, p, L->gp, h2, wgt(m, off->gate_proj), N, D, F, 0.0f);
+                gdn_cuda_linear_fwd(bl, p, p, L->up, h2, wgt(m, off->up_proj), N, D, F, 0.0f));
+    PF(PR_ACT, gdn_cuda_swiglu_fwd(p, mm, L->gp, L->up, (size_t)N * F, s));
     PF(PR_COPY, GDN_CUDA_CHECK(cudaMemcpyAsync(xo, xm, (size_t)N * D * sizeof(float), cudaMemcpyDeviceToDevice, m->stream)));
-    PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, FP32, xo, L->mm, wgt(m, off->down_proj), N, F, D, 1.0f));
+    PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, FP32, xo, mm, wgt(m, off->down_proj), N, F, D, 1.0f));
 }
 
 extern "C" double gdn_cuda_model_forward(gdn_cuda_model *m, const int *tokens, const int *targets, float grad_scale,
@@ -573,28 +646,63 @@ extern "C" void gdn_cuda_model_download_logits(gdn_cuda_model *m, float *logits)
 }
 
 /* ---- backward ------------------------------------------------------------------------------------------ */
-/* The delta rule backward of one layer: dqn, dkn, dv (act), dg, dbeta from d_o. */
-static void delta_backward(gdn_cuda_model *m, const layer_acts *L) {
+/* The delta rule backward of layer l: dqn, dkn, dv (act), dg, dbeta from d_o (and the gradient of
+ * the leaving state from the next segment under sequence parallelism). */
+static void delta_backward(gdn_cuda_model *m, const layer_acts *L, int l) {
     const gdn_config *c = &m->cfg;
     const int N = m->N, H = c->n_heads, K = c->head_dim, V = gdn_config_head_v(c);
     const float scale = (float)(1.0 / sqrt((double)K));
     const delta_plan *d = &m->dp;
-    if (!d->packed) {
-        PF(PR_DELTA, gdn_cuda_delta_bwd(&d->shape, m->p, L->q, L->k, L->v, L->g, L->beta, scale, NULL, m->d_o, NULL,
-                                        m->dqn, m->dkn, m->dv, m->dg, m->dbeta, NULL, m->delta_ws, m->stream));
-        return;
+    const void *q = L->q, *k = L->k, *v = L->v, *d_o = m->d_o;
+    const float *g = L->g, *beta = L->beta;
+    void *dq = m->dqn, *dk = m->dkn, *dv = m->dv;
+    float *dg = m->dg, *dbeta = m->dbeta;
+    if (d->packed) {
+        if (!d->qk_shared) { /* repacked: cheaper than keeping the padded copies of every layer */
+            PF(PR_PACK, gdn_cuda_heads_pack(m->p, m->pq, L->q, N, H, K, d->S, K, d->Kp, 0, m->stream);
+                        gdn_cuda_heads_pack(m->p, m->pk, L->k, N, H, K, d->S, K, d->Kp, 0, m->stream));
+            q = m->pq;
+            k = m->pk;
+            dq = m->pdq;
+            dk = m->pdk;
+        }
+        if (!d->v_same) {
+            PF(PR_PACK, gdn_cuda_heads_pack(m->p, m->pv, L->v, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream);
+                        gdn_cuda_heads_pack(m->p, m->po, m->d_o, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream));
+            v = m->pv;
+            d_o = m->po;
+            dv = m->pdv;
+        }
+        g = L->pg; /* packed gates: saved by the forward */
+        beta = L->pbeta;
+        dg = m->pdg;
+        dbeta = m->pdbeta;
     }
-    void *pv = d->v_same ? L->v : m->pv, *pdo = d->v_same ? m->d_o : m->po, *pdv = d->v_same ? m->dv : m->pdv;
-    if (!d->v_same) /* q, k, g, beta: packed copies saved by the forward */
-        PF(PR_PACK, gdn_cuda_heads_pack(m->p, pv, L->v, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream);
-                    gdn_cuda_heads_pack(m->p, pdo, m->d_o, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream));
-    PF(PR_DELTA, gdn_cuda_delta_bwd(&d->shape, m->p, L->pq, L->pk, pv, L->pg, L->pbeta, scale, NULL, pdo, NULL, m->pdq,
-                                    m->pdk, pdv, m->pdg, m->pdbeta, NULL, m->delta_ws, m->stream));
-    PF(PR_PACK, gdn_cuda_heads_unpack(m->p, m->dqn, m->pdq, N, H, K, d->S, K, d->Kp, 0, m->stream);
-                gdn_cuda_heads_unpack(m->p, m->dkn, m->pdk, N, H, K, d->S, K, d->Kp, 0, m->stream);
-                if (!d->v_same) gdn_cuda_heads_unpack(m->p, m->dv, pdv, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream);
+    if (m->seq) m->hooks.bwd_state_out(m->hooks.user, l, m->dS_out, m->n_state);
+    PF(PR_DELTA, gdn_cuda_delta_bwd(&d->shape, m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL, d_o,
+                                    m->seq ? m->dS_out : NULL, dq, dk, dv, dg, dbeta, m->seq ? L->dS_in : NULL,
+                                    m->delta_ws, m->stream));
+    if (m->seq) m->hooks.bwd_state_in(m->hooks.user, l, L->dS_in, m->n_state);
+    if (!d->packed) return;
+    PF(PR_PACK, if (!d->qk_shared) {
+                    gdn_cuda_heads_unpack(m->p, m->dqn, m->pdq, N, H, K, d->S, K, d->Kp, 0, m->stream);
+                    gdn_cuda_heads_unpack(m->p, m->dkn, m->pdk, N, H, K, d->S, K, d->Kp, 0, m->stream);
+                }
+                if (!d->v_same) gdn_cuda_heads_unpack(m->p, m->dv, m->pdv, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream);
                 gdn_cuda_heads_unpack(FP32, m->dg, m->pdg, N, H, 1, d->S, 1, 1, 0, m->stream);
                 gdn_cuda_heads_unpack(FP32, m->dbeta, m->pdbeta, N, H, 1, d->S, 1, 1, 0, m->stream));
+}
+
+/* Sequence parallelism, backward: the gradients of the halo rows go to the hooks, and those of
+ * this segment's tail rows (from the next segment) are added to dqp, dkp, dvp. */
+static void seq_halo_backward(gdn_cuda_model *m, const layer_acts *L, int l, void *const dx[3]) {
+    const int W1 = m->cfg.conv_width - 1;
+    m->hooks.bwd_halo(m->hooks.user, l, L->dtail, L->dhalo, m->n_halo);
+    for (int i = 0; i < 3 && W1 > 0; i++) {
+        const size_t C = m->n_halo[i] / ((size_t)m->B * W1), es = gdn_cuda_act_bytes(m->p);
+        PF(PR_COPY, gdn_cuda_add_strided(m->p, (char *)dx[i] + (size_t)(m->T - W1) * C * es, (size_t)m->T * C,
+                                         L->dtail[i], (size_t)W1 * C, m->B, m->stream));
+    }
 }
 
 static void block_backward(gdn_cuda_model *m, int l) {
@@ -611,14 +719,18 @@ static void block_backward(gdn_cuda_model *m, int l) {
     void *s = m->stream, *ws = m->op_ws;
     const void *dres = m->dx_act ? m->dx_act : (const void *)m->dx; /* the residual gradient as act */
 
-    /* MLP: dx holds dL/dx_in[l+1] = dL/dx_mid through the residual. */
+    /* MLP: dx holds dL/dx_in[l+1] = dL/dx_mid through the residual. mm = silu(gp) up and h2 are
+     * recomputed (bitwise as in the forward) into scratch. */
+    void *mm = m->dup, *hs = m->hs;
+    PF(PR_ACT, gdn_cuda_swiglu_fwd(p, mm, L->gp, L->up, (size_t)N * F, s));
     PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dm, dres, wgt(m, off->down_proj), N, F, D, 0.0f);
-                gdn_cuda_linear_bwd_dw(bl, p, G + off->down_proj, dres, L->mm, N, F, D));
+                gdn_cuda_linear_bwd_dw(bl, p, G + off->down_proj, dres, mm, N, F, D));
     PF(PR_ACT, gdn_cuda_swiglu_bwd(p, m->dgp, m->dup, m->dm, L->gp, L->up, (size_t)N * F, s));
+    PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, hs, L->rstd2, xm, P + off->mlp_norm, N, D, (float)c->norm_eps, s));
     PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dh, m->dgp, wgt(m, off->gate_proj), N, D, F, 0.0f);
-                gdn_cuda_linear_bwd_dw(bl, p, G + off->gate_proj, m->dgp, L->h2, N, D, F);
+                gdn_cuda_linear_bwd_dw(bl, p, G + off->gate_proj, m->dgp, hs, N, D, F);
                 gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dh, m->dup, wgt(m, off->up_proj), N, D, F, 1.0f);
-                gdn_cuda_linear_bwd_dw(bl, p, G + off->up_proj, m->dup, L->h2, N, D, F));
+                gdn_cuda_linear_bwd_dw(bl, p, G + off->up_proj, m->dup, hs, N, D, F));
     PF(PR_NORM, gdn_cuda_rmsnorm_bwd(p, m->dx, 1, m->dx_act, G + off->mlp_norm, m->dh, xm, P + off->mlp_norm,
                                      L->rstd2, N, D, ws, s));
 
@@ -628,17 +740,23 @@ static void block_backward(gdn_cuda_model *m, int l) {
     PF(PR_NORM, gdn_cuda_gated_rmsnorm_bwd(p, m->d_o, m->dz, G + off->o_norm, m->dyo, L->o, L->zp, P + off->o_norm,
                                            L->rstd_o, N * H, V, ws, s));
 
-    delta_backward(m, L);
+    delta_backward(m, L, l);
 
-    /* q, k: L2 norm, SiLU, convolution; v: SiLU, convolution; then the gates. */
+    /* q, k: L2 norm, then SiLU and convolution (one op, recomputing the convolution); v: SiLU and
+     * convolution; then the gates. */
+    const int sq = m->seq;
     PF(PR_NORM, gdn_cuda_l2norm_bwd(p, m->dq1, m->dqn, L->q, L->rq, N * H, K, s));
-    PF(PR_ACT, gdn_cuda_silu_bwd(p, m->dq1, m->dq1, L->qc, (size_t)N * HK, s));
-    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_LINEAR, m->dqn, G + off->q_conv, NULL, m->dq1, L->qp, P + off->q_conv, NULL, B, T, HK, W, ws, s));
+    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, m->dqn, G + off->q_conv, sq ? L->dhalo[0] : NULL, m->dq1,
+                                  L->qp, P + off->q_conv, sq ? L->halo[0] : NULL, B, T, HK, W, ws, s));
     PF(PR_NORM, gdn_cuda_l2norm_bwd(p, m->dk1, m->dkn, L->k, L->rk, N * H, K, s));
-    PF(PR_ACT, gdn_cuda_silu_bwd(p, m->dk1, m->dk1, L->kc, (size_t)N * HK, s));
-    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_LINEAR, m->dkn, G + off->k_conv, NULL, m->dk1, L->kp, P + off->k_conv, NULL, B, T, HK, W, ws, s));
-    PF(PR_ACT, gdn_cuda_silu_bwd(p, m->dv, m->dv, L->vc, (size_t)N * HV, s));
-    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_LINEAR, m->dvp, G + off->v_conv, NULL, m->dv, L->vp, P + off->v_conv, NULL, B, T, HV, W, ws, s));
+    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, m->dkn, G + off->k_conv, sq ? L->dhalo[1] : NULL, m->dk1,
+                                  L->kp, P + off->k_conv, sq ? L->halo[1] : NULL, B, T, HK, W, ws, s));
+    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, m->dvp, G + off->v_conv, sq ? L->dhalo[2] : NULL, m->dv,
+                                  L->vp, P + off->v_conv, sq ? L->halo[2] : NULL, B, T, HV, W, ws, s));
+    if (sq) {
+        void *const dx[3] = {m->dqn, m->dkn, m->dvp};
+        seq_halo_backward(m, L, l, dx);
+    }
     PF(PR_ACT, gdn_cuda_decay_gate_bwd(p, m->dap, G + off->A_log, G + off->dt_bias, m->dg, L->ap, P + off->A_log,
                                        P + off->dt_bias, N, H, ws, s);
                gdn_cuda_beta_bwd(p, m->dbp, m->dbeta, L->beta, beta_scale(c), (size_t)N * H, s));
@@ -648,10 +766,11 @@ static void block_backward(gdn_cuda_model *m, int l) {
         {m->dqn, off->q_proj, HK}, {m->dkn, off->k_proj, HK}, {m->dvp, off->v_proj, HV},
         {m->dz, off->g_proj, HV},  {m->dap, off->a_proj, H},  {m->dbp, off->b_proj, H},
     };
+    PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, hs, L->rstd1, x, P + off->attn_norm, N, D, (float)c->norm_eps, s));
     for (int i = 0; i < 6; i++)
         PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dh, proj[i].dy, wgt(m, proj[i].w), N, D, proj[i].out,
                                            i ? 1.0f : 0.0f);
-                    gdn_cuda_linear_bwd_dw(bl, p, G + proj[i].w, proj[i].dy, L->h1, N, D, proj[i].out));
+                    gdn_cuda_linear_bwd_dw(bl, p, G + proj[i].w, proj[i].dy, hs, N, D, proj[i].out));
     PF(PR_NORM, gdn_cuda_rmsnorm_bwd(p, m->dx, 1, m->dx_act, G + off->attn_norm, m->dh, x, P + off->attn_norm,
                                      L->rstd1, N, D, ws, s));
 }

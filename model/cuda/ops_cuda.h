@@ -36,6 +36,10 @@ void gdn_cuda_to_act(gdn_cuda_precision p, void *dst, const float *src, size_t n
 void gdn_cuda_from_act(gdn_cuda_precision p, float *dst, const void *src, size_t n, void *stream);
 /* dst[n] = value (e.g. NaN to poison an output before a test). */
 void gdn_cuda_fill_f32(float *dst, float value, size_t n, void *stream);
+/* dst[b * dst_stride + i] += src[b * n + i] for b < B, i < n (act; the sum in fp32, one rounding):
+ * e.g. the gradient of each sequence's last rows arriving from the next segment. */
+void gdn_cuda_add_strided(gdn_cuda_precision p, void *dst, size_t dst_stride, const void *src, size_t n,
+                          int B, void *stream);
 
 /* ---- linear layers: y = x W^T with W [out, in] (cuBLAS, fp32 accumulation) ------------------
  * x, W and dy share the input type `in` (act): fp32 GEMMs in FP32 mode (no TF32), bf16 tensor-core

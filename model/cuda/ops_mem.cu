@@ -19,6 +19,14 @@ __global__ void k_fill_f32(float *dst, float value, size_t n) {
         dst[i] = value;
 }
 
+template <typename T>
+__global__ void k_add_strided(T *dst, size_t dst_stride, const T *src, size_t n, size_t total) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t b = i / n, j = i - b * n, d = b * dst_stride + j;
+        ops_st(dst, d, ops_ld(dst, d) + ops_ld(src, i));
+    }
+}
+
 /* One thread per column: consecutive threads read consecutive columns of each block's row. */
 __global__ void k_reduce_partials(float *dw, const float *part, int nblk, int D) {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
@@ -53,5 +61,14 @@ extern "C" void gdn_cuda_from_act(gdn_cuda_precision p, float *dst, const void *
 extern "C" void gdn_cuda_fill_f32(float *dst, float value, size_t n, void *stream) {
     if (!n) return;
     k_fill_f32<<<ops_grid(n, 256), 256, 0, OPS_STREAM(stream)>>>(dst, value, n);
+    GDN_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void gdn_cuda_add_strided(gdn_cuda_precision p, void *dst, size_t dst_stride, const void *src, size_t n,
+                                     int B, void *stream) {
+    const size_t total = n * (size_t)(B > 0 ? B : 0);
+    if (!total) return;
+    OPS_DISPATCH(p, T, k_add_strided<T><<<ops_grid(total, 256), 256, 0, OPS_STREAM(stream)>>>(
+                           (T *)dst, dst_stride, (const T *)src, n, total));
     GDN_CUDA_CHECK_LAUNCH();
 }

@@ -45,6 +45,8 @@ grep -E "^result:|FAIL|skipped" "$out/dp.txt" | grep -v "^result:"
 [ $dp_status -eq 0 ] || [ $dp_status -eq 77 ] || status=1
 
 echo "== benchmarks"
+./build-gpu/tests/gpu/bench_gpu_delta 20 > "$out/bench_delta.txt" 2>&1 || status=1
+cat "$out/bench_delta.txt"
 ./build-gpu/gdn bench --backend cuda --what delta --repeats 20 --json > "$out/bench.jsonl" || status=1
 ./build-gpu/gdn bench --backend cuda --what step --preset tiny --repeats 20 --json >> "$out/bench.jsonl" || status=1
 ./build-gpu/gdn bench --backend cuda --what step --preset gdn512m --repeats 5 --json >> "$out/bench.jsonl" || status=1

@@ -5,6 +5,8 @@
  *    direct, value heads split), tied and untied heads, beta = 2 sigmoid. Norm-wise relative
  *    error per tensor: fp32 < 1e-4, bf16 < 2e-2. A second GPU pass must give bitwise the same
  *    gradients.
+ * 1b. Segments: the model run as consecutive segments through in-process sequence-parallel
+ *    hooks (halo and state handed over in device memory) equals one pass: loss and gradients.
  * 2. Training: 200 AdamW steps of the `tiny` preset's shape (B16 x T128, byte-level KJV text,
  *    the preset's schedule, clip 1) on the CPU (fp32) and the GPU (fp32 and bf16) from the same
  *    weights and batches. The mean loss of the last 10 steps must be within 2% of the CPU's.
@@ -25,6 +27,7 @@
 #include <zlib.h>
 
 #include "model/cpu/model_cpu.h"
+#include "model/cuda/cuda_check.h"
 #include "model/cuda/model_cuda.h"
 #include "model/params.h"
 #include "tests/ref/fd.h"
@@ -75,7 +78,7 @@ static double cpu_reference(const gdn_param_table *t, const double *p64, int B, 
 
 /* Whether the delta-rule backward alone gives the same bits twice (host wrappers, random inputs). */
 static int delta_bwd_repeatable(gdn_cuda_precision p) {
-    const gdn_delta_shape s = {2, 150, 2, 64, 64, 64, 0};
+    const gdn_delta_shape s = {.B = 2, .T = 150, .H = 2, .K = 64, .V = 64, .chunk = 64};
     const size_t nqk = (size_t)s.B * s.T * s.H * s.K, ng = (size_t)s.B * s.T * s.H;
     double *r = xmalloc(6 * nqk * sizeof(double));
     fd_fill_uniform(r, 6 * nqk, -1, 1, 5);
@@ -103,6 +106,19 @@ typedef struct {
     int B, T;
 } grad_case;
 
+/* The weights the GPU multiplies with, in fp64 for the CPU reference: in bf16 mode every matrix
+ * that feeds a GEMM is read as bf16 (the embedding too when the LM head is tied to it; an untied
+ * embedding is only looked up, in fp32). */
+static void reference_params(const gdn_param_table *t, const float *p32, double *p64, int bf16) {
+    for (size_t i = 0; i < t->total; i++) p64[i] = p32[i];
+    if (!bf16) return;
+    for (int i = 0; i < t->n; i++) {
+        const gdn_param *q = &t->p[i];
+        if (q->ndim != 2 || (q->offset == t->embed && !t->cfg.tie_embeddings)) continue;
+        for (size_t j = 0; j < q->numel; j++) p64[q->offset + j] = bf16_round(p32[q->offset + j]);
+    }
+}
+
 static int grad_check(const grad_case *gc) {
     gdn_param_table t;
     gdn_param_table_build(&t, &gc->c);
@@ -125,16 +141,7 @@ static int grad_check(const grad_case *gc) {
     for (int pi = 0; pi < 2; pi++) {
         const gdn_cuda_precision p = pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32;
         const double tol = pi ? 2e-2 : 1e-4;
-        /* fp64 CPU reference on the weights the GPU multiplies with: in bf16 mode every matrix
-         * that feeds a GEMM is read as bf16 (the embedding too when the LM head is tied to it;
-         * an untied embedding is only looked up, in fp32). */
-        for (size_t i = 0; i < t.total; i++) p64[i] = p32[i];
-        if (pi)
-            for (int i = 0; i < t.n; i++) {
-                const gdn_param *q = &t.p[i];
-                if (q->ndim != 2 || (q->offset == t.embed && !gc->c.tie_embeddings)) continue;
-                for (size_t j = 0; j < q->numel; j++) p64[q->offset + j] = bf16_round(p32[q->offset + j]);
-            }
+        reference_params(&t, p32, p64, pi);
         int nv_ref = 0;
         const double loss_ref = cpu_reference(&t, p64, B, T, tok, tgt, logits_ref, g64, &nv_ref);
         gdn_cuda_model *m = gdn_cuda_model_create(&t, B, T, p);
@@ -184,6 +191,185 @@ static int grad_check(const grad_case *gc) {
         fails += !ok;
     }
     free(p32); free(p64); free(g64); free(tok); free(tgt); free(u); free(logits_ref); free(g); free(g2); free(logits);
+    gdn_param_table_free(&t);
+    return fails;
+}
+
+/* ---- 1b. segments (sequence parallelism) ----------------------------------------------------------- */
+/* In-process hooks: segment r of nseg reads what segment r-1 left in the store (forward) and
+ * what segment r+1 left (backward). All forwards run in segment order, then all backwards in
+ * reverse order, exactly the order the ranks of a pipeline see. */
+typedef struct {
+    gdn_cuda_model *m;               /* the segment running now */
+    int seg, nseg;
+    size_t es;                       /* act bytes */
+    float **S, **dS;                 /* [layers] device [n_state] */
+    void **tail, **dhalo;            /* [layers * 3] device [n_halo] */
+} seg_store;
+
+static void seg_copy(seg_store *c, void *dst, const void *src, size_t bytes) {
+    cudaStream_t s = (cudaStream_t)gdn_cuda_model_stream(c->m);
+    if (src) GDN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+    else GDN_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s));
+}
+static void *seg_buf(void **slot, size_t bytes) {
+    if (!*slot) GDN_CUDA_CHECK(cudaMalloc(slot, bytes));
+    return *slot;
+}
+static void seg_fwd_halo(void *u, int l, void *const halo[3], const void *const tail[3], const size_t n[3]) {
+    seg_store *c = u;
+    for (int i = 0; i < 3; i++) {
+        void *st = seg_buf(&c->tail[3 * l + i], n[i] * c->es);
+        seg_copy(c, halo[i], c->seg ? st : NULL, n[i] * c->es);
+        seg_copy(c, st, tail[i], n[i] * c->es);
+    }
+}
+static void seg_fwd_state_in(void *u, int l, float *S_in, size_t n) {
+    seg_store *c = u;
+    seg_copy(c, S_in, c->seg ? seg_buf((void **)&c->S[l], n * 4) : NULL, n * 4);
+}
+static void seg_fwd_state_out(void *u, int l, const float *S_out, size_t n) {
+    seg_store *c = u;
+    seg_copy(c, seg_buf((void **)&c->S[l], n * 4), S_out, n * 4);
+}
+static void seg_bwd_state_out(void *u, int l, float *dS_out, size_t n) {
+    seg_store *c = u;
+    seg_copy(c, dS_out, c->seg < c->nseg - 1 ? seg_buf((void **)&c->dS[l], n * 4) : NULL, n * 4);
+}
+static void seg_bwd_state_in(void *u, int l, const float *dS_in, size_t n) {
+    seg_store *c = u;
+    seg_copy(c, seg_buf((void **)&c->dS[l], n * 4), dS_in, n * 4);
+}
+static void seg_bwd_halo(void *u, int l, void *const dtail[3], const void *const dhalo[3], const size_t n[3]) {
+    seg_store *c = u;
+    for (int i = 0; i < 3; i++) {
+        void *st = seg_buf(&c->dhalo[3 * l + i], n[i] * c->es);
+        seg_copy(c, dtail[i], c->seg < c->nseg - 1 ? st : NULL, n[i] * c->es);
+        seg_copy(c, st, dhalo[i], n[i] * c->es);
+    }
+}
+
+/* ||a - b|| / ||b|| over n floats (0 when both are zero). */
+static double rel_err_ff(const float *a, const float *b, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* The model run as nseg segments of T/nseg tokens through the hooks against one pass over T:
+ * loss and every gradient (summed over the segments).
+ * fp32: the segmented run equals the one pass to < 1e-5 (exactness of the hand-over).
+ * bf16: the two runs round and chunk differently, so they differ by bf16 noise, which is largest
+ * on the per-head gate parameters (A_log, dt_bias: sums over tokens of cancelling terms). The
+ * criterion is the one-pass accuracy contract of part 1: against the fp64 CPU model, every
+ * tensor of the segmented run within 2e-2, like the one pass. */
+static int segment_check(const char *what, const gdn_config *cfg, int B, int T, int nseg) {
+    gdn_param_table t;
+    gdn_param_table_build(&t, cfg);
+    const int N = B * T, Ts = T / nseg, Vv = cfg->vocab_size;
+    float *p32 = init_params(&t, 23);
+    int *tok = xmalloc((size_t)N * sizeof(int)), *tgt = xmalloc((size_t)N * sizeof(int));
+    int *stok = xmalloc((size_t)B * Ts * sizeof(int)), *stgt = xmalloc((size_t)B * Ts * sizeof(int));
+    double *u = xmalloc((size_t)N * sizeof(double));
+    fd_fill_uniform(u, (size_t)N, 0, Vv, 41);
+    for (int i = 0; i < N; i++) tok[i] = (int)u[i] < Vv ? (int)u[i] : Vv - 1;
+    for (int i = 0; i < N; i++) tgt[i] = i % 11 == 3 ? -1 : tok[(i + 1) % N];
+    float *g_ref = xmalloc(t.total * sizeof(float)), *g_seg = xmalloc(t.total * sizeof(float));
+    float *g_one = xmalloc(t.total * sizeof(float));
+    double *p64 = xmalloc(t.total * sizeof(double)), *g64 = xmalloc(t.total * sizeof(double));
+    double *logits64 = xmalloc((size_t)N * Vv * sizeof(double));
+    int fails = 0;
+    for (int pi = 0; pi < 2; pi++) {
+        const gdn_cuda_precision p = pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32;
+        const double tol = pi ? 2e-2 : 1e-5;
+        gdn_cuda_model *full = gdn_cuda_model_create(&t, B, T, p);
+        gdn_cuda_model_upload(full, p32, NULL, NULL);
+        gdn_cuda_model_zero_grads(full);
+        const double loss_ref = gdn_cuda_model_forward(full, tok, tgt, 1.0f / N, NULL);
+        gdn_cuda_model_backward(full);
+        gdn_cuda_model_download_grads(full, g_ref);
+        gdn_cuda_model_free(full);
+
+        seg_store st = {0};
+        st.nseg = nseg;
+        st.es = pi ? 2 : 4;
+        st.S = calloc((size_t)cfg->n_layers, sizeof(float *));
+        st.dS = calloc((size_t)cfg->n_layers, sizeof(float *));
+        st.tail = calloc((size_t)cfg->n_layers * 3, sizeof(void *));
+        st.dhalo = calloc((size_t)cfg->n_layers * 3, sizeof(void *));
+        gdn_cuda_model **ms = calloc((size_t)nseg, sizeof *ms);
+        if (!st.S || !st.dS || !st.tail || !st.dhalo || !ms) { fprintf(stderr, "out of memory\n"); exit(1); }
+        const gdn_cuda_seq_hooks hk = {&st, seg_fwd_halo, seg_fwd_state_in, seg_fwd_state_out,
+                                       seg_bwd_state_out, seg_bwd_state_in, seg_bwd_halo};
+        double loss = 0.0;
+        for (int r = 0; r < nseg; r++) {
+            ms[r] = gdn_cuda_model_create(&t, B, Ts, p);
+            gdn_cuda_model_upload(ms[r], p32, NULL, NULL);
+            gdn_cuda_model_set_seq_hooks(ms[r], &hk);
+            gdn_cuda_model_zero_grads(ms[r]);
+            for (int b = 0; b < B; b++) {
+                memcpy(stok + b * Ts, tok + b * T + r * Ts, (size_t)Ts * sizeof(int));
+                memcpy(stgt + b * Ts, tgt + b * T + r * Ts, (size_t)Ts * sizeof(int));
+            }
+            st.m = ms[r];
+            st.seg = r;
+            loss += gdn_cuda_model_forward(ms[r], stok, stgt, 1.0f / N, NULL);
+        }
+        memset(g_seg, 0, t.total * sizeof(float));
+        for (int r = nseg - 1; r >= 0; r--) {
+            st.m = ms[r];
+            st.seg = r;
+            gdn_cuda_model_backward(ms[r]);
+            gdn_cuda_model_download_grads(ms[r], g_one);
+            for (size_t i = 0; i < t.total; i++) g_seg[i] += g_one[i];
+            gdn_cuda_model_free(ms[r]);
+        }
+        for (int l = 0; l < cfg->n_layers; l++) {
+            cudaFree(st.S[l]);
+            cudaFree(st.dS[l]);
+            for (int i = 0; i < 3; i++) {
+                cudaFree(st.tail[3 * l + i]);
+                cudaFree(st.dhalo[3 * l + i]);
+            }
+        }
+        free(st.S); free(st.dS); free(st.tail); free(st.dhalo); free(ms);
+        double loss64 = 0.0;
+        if (pi) {
+            int nv64 = 0;
+            reference_params(&t, p32, p64, 1);
+            loss64 = cpu_reference(&t, p64, B, T, tok, tgt, logits64, g64, &nv64);
+        }
+        const double e_loss = pi ? fabs(loss - loss64) / fabs(loss64) : fabs(loss - loss_ref) / fabs(loss_ref);
+        double worst = 0.0, worst_full = 0.0;
+        const char *worst_name = "";
+        for (int i = 0; i < t.n; i++) {
+            const gdn_param *q = &t.p[i];
+            const double e = pi ? fd_rel_err_f32(g_seg + q->offset, g64 + q->offset, q->numel)
+                                : rel_err_ff(g_seg + q->offset, g_ref + q->offset, q->numel);
+            if (pi) {
+                const double ef = fd_rel_err_f32(g_ref + q->offset, g64 + q->offset, q->numel);
+                worst_full = ef > worst_full ? ef : worst_full;
+            }
+            if (!(e <= worst)) {
+                worst = e;
+                worst_name = q->name;
+            }
+        }
+        const int ok = e_loss < tol && worst < tol;
+        if (pi)
+            printf("bf16 %-44s %d segments of %d vs fp64 CPU: loss %.1e, worst gradient %.2e (%s; one pass: %.2e) %s\n",
+                   what, nseg, Ts, e_loss, worst, worst_name, worst_full, ok ? "ok" : "FAIL");
+        else
+            printf("fp32 %-44s %d segments of %d vs one pass: loss %.1e, worst gradient %.1e (%s) %s\n", what, nseg,
+                   Ts, e_loss, worst, worst_name, ok ? "ok" : "FAIL");
+        fails += !ok;
+    }
+    free(p32); free(tok); free(tgt); free(stok); free(stgt); free(u); free(g_ref); free(g_seg); free(g_one);
+    free(p64); free(g64); free(logits64);
     gdn_param_table_free(&t);
     return fails;
 }
@@ -418,6 +604,10 @@ int main(int argc, char **argv) {
            delta_repeatable[0] ? "bitwise equal" : "DIFFERENT", delta_repeatable[1] ? "bitwise equal" : "DIFFERENT");
     printf("whole-model loss, logits and gradients vs the fp64 CPU model (fp32 < 1e-4, bf16 < 2e-2)\n");
     for (int i = 0; i < 3; i++) fails += grad_check(&cases[i]);
+    printf("segments through the sequence-parallel hooks: fp32 vs one pass < 1e-5; bf16 vs the fp64 CPU model < 2e-2\n");
+    fails += segment_check(cases[0].what, &cases[0].c, 2, 120, 3);   /* 40-token segments, padded heads */
+    fails += segment_check(cases[1].what, &cases[1].c, 2, 256, 2);   /* chunk-aligned segments, direct */
+    fails += segment_check(cases[2].what, &cases[2].c, 1, 150, 2);   /* value heads split (shared q, k) */
     if (!(argc > 1 && !strcmp(argv[1], "--grads"))) fails += train_curves(cpu_in, NULL);
     printf("%s: %d failures\n", fails ? "FAIL" : "PASS", fails);
     return fails ? 1 : 0;
