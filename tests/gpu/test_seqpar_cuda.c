@@ -90,7 +90,9 @@ static void fill(cudaStream_t st, void *dst, size_t n, size_t es, int kind, int 
 }
 
 /* Overwrites dst [bytes] with 0xff (NaN in bf16 and fp32): what a model does to its scratch. */
-static void poison(cudaStream_t st, void *dst, size_t bytes) { cuda_ok(cudaMemsetAsync(dst, 0xff, bytes, st), "poison"); }
+static void poison(cudaStream_t st, void *dst, size_t bytes) {
+    cuda_ok(cudaMemsetAsync(dst, 0xff, bytes, st), "poison");
+}
 
 /* dev [n] holds the pattern (from >= 0) or zeros (from < 0). */
 static void expect(const void *dev, size_t n, size_t es, int kind, int pass, int from, int layer, int arr,
@@ -100,8 +102,9 @@ static void expect(const void *dev, size_t n, size_t es, int kind, int pass, int
     for (size_t i = 0; i < n; i++) {
         const float got = from_act(h, i, es), want = from >= 0 ? pattern(kind, pass, from, layer, arr, i) : 0.0f;
         if (!(got == want)) {
-            CHECK(0, "%s (%s, pass %d, layer %d, array %d) element %zu is %g, want %g%s", what, es == 2 ? "bf16" : "fp32",
-                  pass, layer, arr, i, got, want, from >= 0 ? "" : " (zeros at the end of the group)");
+            CHECK(0, "%s (%s, pass %d, layer %d, array %d) element %zu is %g, want %g%s", what,
+                  es == 2 ? "bf16" : "fp32", pass, layer, arr, i, got, want,
+                  from >= 0 ? "" : " (zeros at the end of the group)");
             break;
         }
     }
@@ -185,8 +188,8 @@ static void test_hooks(gdn_comm *g, cudaStream_t st, gdn_cuda_precision prec) {
             for (int i = 0; i < 3; i++) expect(lb[l].dtail[i], n_halo[i], es, DHALO, pass, next, l, i, "tail gradient");
         }
         const uint64_t want = (next >= 0 ? one_way : 0) + (prev >= 0 && !fwd_only ? one_way : 0);
-        CHECK(g->bytes.send - sent0 == want, "pass %d (%s): sent %llu bytes, want %llu", pass, es == 2 ? "bf16" : "fp32",
-              (unsigned long long)(g->bytes.send - sent0), (unsigned long long)want);
+        CHECK(g->bytes.send - sent0 == want, "pass %d (%s): sent %llu bytes, want %llu", pass,
+              es == 2 ? "bf16" : "fp32", (unsigned long long)(g->bytes.send - sent0), (unsigned long long)want);
         /* the estimate is the most any rank of the group sends */
         CHECK(gdn_seqpar_cuda_bytes(&cfg, B, sp, es, !fwd_only) >= want, "gdn_seqpar_cuda_bytes below what was sent");
         if (sp_rank == (sp > 2 ? 1 : 0))
