@@ -25,7 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { GDN_F32, GDN_F64, GDN_I64 } gdn_dtype;
+/* GDN_BF16 (bfloat16, 2 bytes): moved as raw bits by every backend; only NCCL reduces it (the MPI
+ * data plane has no bf16 arithmetic and stops with a message). */
+typedef enum { GDN_F32, GDN_F64, GDN_I64, GDN_BF16 } gdn_dtype;
 typedef enum { GDN_SUM, GDN_AVG, GDN_MAX, GDN_MIN } gdn_redop;
 typedef enum { GDN_WORLD, GDN_DP, GDN_SP } gdn_group;
 

@@ -34,6 +34,7 @@ size_t gdn_dtype_size(gdn_dtype t) {
     case GDN_F32: return 4;
     case GDN_F64: return 8;
     case GDN_I64: return 8;
+    case GDN_BF16: return 2;
     }
     return 0;
 }
@@ -43,6 +44,7 @@ static MPI_Datatype mpi_type(gdn_dtype t) {
     case GDN_F32: return MPI_FLOAT;
     case GDN_F64: return MPI_DOUBLE;
     case GDN_I64: return MPI_INT64_T;
+    case GDN_BF16: return MPI_UINT16_T; /* raw bits: moved, never reduced */
     }
     return MPI_DATATYPE_NULL;
 }
@@ -131,6 +133,8 @@ static void mpi_all_reduce(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dt
     MPI_Op mop = op == GDN_MAX ? MPI_MAX : op == GDN_MIN ? MPI_MIN : MPI_SUM;
     if (op == GDN_AVG && t == GDN_I64)
         GDN_DIE("all-reduce of %s: average of integers is not supported", what);
+    if (t == GDN_BF16)
+        GDN_DIE("all-reduce of %s: bf16 reductions need the NCCL data plane (MPI has no bf16 type)", what);
     const size_t es = gdn_dtype_size(t);
     for (size_t off = 0; off < n; off += MAX_PIECE) {
         size_t m = n - off < MAX_PIECE ? n - off : MAX_PIECE;

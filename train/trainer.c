@@ -1,8 +1,9 @@
 /* The training loop, on one rank or many: the CPU backend data and sequence parallel over
- * comm/ (MPI), the CUDA backend on one GPU or data parallel with one GPU per rank (gradients
- * over NCCL, comm/comm_nccl.h; everything else over MPI). Every rank runs the same loop on its
- * own data; gradients, losses and stop decisions are reduced so that all ranks keep identical
- * parameters and take the same branches. Rank 0 alone prints, writes metrics and checkpoints. */
+ * comm/ (MPI), the CUDA backend on one GPU or data and sequence parallel with one GPU per rank
+ * (gradients, halos and states over NCCL, comm/comm_nccl.h and comm/seqpar_cuda.h; everything
+ * else over MPI). Every rank runs the same loop on its own data; gradients, losses and stop
+ * decisions are reduced so that all ranks keep identical parameters and take the same branches.
+ * Rank 0 alone prints, writes metrics and checkpoints. */
 #include "train/trainer.h"
 
 #include <errno.h>
@@ -30,6 +31,7 @@
 #endif
 #ifdef GDN_HAVE_NCCL
 #include "comm/comm_nccl.h"
+#include "comm/seqpar_cuda.h"
 #endif
 #include "train/train_dist.h"
 
@@ -71,6 +73,7 @@ typedef struct {
 #endif
 #ifdef GDN_HAVE_NCCL
     gdn_comm *gpu_comm;          /* cuda backend on several ranks: the NCCL grid (device buffers) */
+    gdn_seqpar_cuda *gpu_seqpar; /* cuda backend with sp > 1: the model's sequence-parallel hooks */
     size_t grad_bucket;          /* elements per gradient all-reduce (SIZE_MAX: one, after backward) */
 #endif
     io_dataset data;
@@ -348,6 +351,11 @@ static void print_grid(const trainer *t) {
     gdn_sp_exchange_parse(rc->sp_exchange, &mode);
     double grad_mb = (double)t->table.total * 4.0 / 1e6;
     double sp_mb = (double)gdn_seqpar_bytes(&rc->model, rc->batch_size, c->sp, mode, 1) * t->accum / 1e6;
+#ifdef GDN_HAVE_NCCL
+    if (t->gpu_seqpar) /* bf16 halos */
+        sp_mb = (double)gdn_seqpar_cuda_bytes(&rc->model, rc->batch_size, c->sp, gdn_cuda_act_bytes(GDN_CUDA_BF16), 1) *
+                t->accum / 1e6;
+#endif
     say(t, "distributed: %d ranks = dp %d x sp %d (%d per node, %d CPU thread%s each)", c->size, c->dp,
         c->sp, c->local_size, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
     if (c->sp > 1)
@@ -360,9 +368,11 @@ static void print_grid(const trainer *t) {
     if (t->gpu_comm) {
         say(t, "GPUs: one per rank (rank 0 on GPU %d), gradients over NCCL %s: ", gdn_nccl_device(t->gpu_comm),
             gdn_nccl_version(t->gpu_comm));
-        if (t->grad_bucket == SIZE_MAX) say(t, "one all-reduce after the backward pass\n");
-        else say(t, "all-reduces of %.0f MB buckets overlapping the backward pass\n",
+        if (t->grad_bucket == SIZE_MAX) say(t, "one all-reduce after the backward pass");
+        else say(t, "all-reduces of %.0f MB buckets overlapping the backward pass",
                  (double)t->grad_bucket * sizeof(float) / 1e6);
+        if (t->gpu_seqpar) say(t, "; halos (bf16) and states (fp32) rank to rank over NCCL");
+        say(t, "\n");
     }
 #endif
 }
@@ -430,7 +440,7 @@ static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
     t->v = t->arena + 3 * n;
     t->T_seg = rc->seq_len / c->sp; /* run_config checked that sp divides seq_len */
     if (!use_gpu) t->acts = gdn_cpu_acts_create_f32(&t->table, rc->batch_size, t->T_seg);
-    if (c->sp > 1) {
+    if (c->sp > 1 && !use_gpu) {
         gdn_sp_exchange mode = GDN_SP_PASS;
         gdn_sp_exchange_parse(rc->sp_exchange, &mode);
         t->seqpar = gdn_seqpar_create(c, &rc->model, rc->batch_size, t->T_seg, mode);
@@ -460,6 +470,12 @@ static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
         gdn_cuda_model_upload(t->gpu, t->params, t->m, t->v);
 #ifdef GDN_HAVE_NCCL
         if (t->gpu_comm) gdn_nccl_set_stream(t->gpu_comm, gdn_cuda_model_stream(t->gpu));
+        if (c->sp > 1) { /* the model runs this rank's segment; T_seg >= conv_width - 1 (run_config) */
+            t->gpu_seqpar = gdn_seqpar_cuda_create(t->gpu_comm, &rc->model, rc->batch_size, t->T_seg, GDN_CUDA_BF16,
+                                                   gdn_cuda_model_stream(t->gpu));
+            gdn_cuda_seq_hooks hooks = gdn_seqpar_cuda_hooks(t->gpu_seqpar);
+            gdn_cuda_model_set_seq_hooks(t->gpu, &hooks);
+        }
 #endif
     }
 #endif
@@ -508,6 +524,7 @@ static void close_run(trainer *t) {
     gdn_seqpar_free(t->seqpar);
     gdn_cpu_acts_free_f32(t->acts);
 #ifdef GDN_HAVE_NCCL
+    gdn_seqpar_cuda_free(t->gpu_seqpar);
     gdn_nccl_finalize(t->gpu_comm); /* before the model's stream goes */
 #endif
 #ifdef GDN_HAVE_CUDA
@@ -596,7 +613,8 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
     memset(&t, 0, sizeof t);
     t.rc = *rc;
     t.comm = comm;
-    /* cuda: one process on one GPU, or data parallel with one GPU per rank over NCCL. auto takes
+    /* cuda: one process on one GPU, or data and sequence parallel with one GPU per rank over NCCL
+     * (sequence parallel: the pass exchange; the gather one is CPU-only). auto takes
      * the GPU when there is one and the job is a single process (several ranks on GPUs ask for
      * --backend cuda). */
     int n_gpu = 0, have_nccl = 0;
@@ -608,15 +626,15 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
 #endif
     int use_gpu = !strcmp(rc->backend, "cuda") || (!strcmp(rc->backend, "auto") && n_gpu > 0 && comm->size == 1);
     const char *why = NULL; /* this rank cannot run the cuda backend */
-    if (use_gpu && n_gpu == 0)
+    if (use_gpu && comm->sp > 1 && strcmp(rc->sp_exchange, "pass"))
+        why = "--backend cuda with --sp_exchange gather: sequence parallelism on GPUs passes the delta-rule state "
+              "rank to rank only; use --sp_exchange pass (the default) or --backend cpu";
+    else if (use_gpu && n_gpu == 0)
         why = "--backend cuda needs a CUDA build with a visible GPU (this build or machine has none); use "
               "--backend cpu";
     else if (use_gpu && comm->size > 1 && !have_nccl)
         why = "--backend cuda on several ranks needs NCCL, and this build has none (CMake found no nccl.h and "
               "libnccl; set NCCL_ROOT and reconfigure); use one process or --backend cpu";
-    else if (use_gpu && comm->sp > 1)
-        why = "--backend cuda with --sp > 1: sequence parallelism on GPUs is not available yet; use --sp 1 "
-              "(data parallel) or --backend cpu";
     const int first_bad = gdn_comm_agree(comm, why != NULL);
     if (first_bad >= 0) { /* the lowest such rank says why; the others stop with it */
         if (first_bad == comm->rank) fprintf(stderr, "gdn train: %s\n", why);
@@ -647,6 +665,7 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
     const double wait0 = c->wait_s;
 #ifdef GDN_HAVE_NCCL
     const uint64_t gpu_bytes0 = t.gpu_comm ? t.gpu_comm->bytes.all_reduce : 0;
+    const uint64_t gpu_sent0 = t.gpu_comm ? t.gpu_comm->bytes.send : 0;
     const double gpu_wait0 = t.gpu_comm ? t.gpu_comm->wait_s : 0.0;
 #endif
     int status = 0;
@@ -734,12 +753,16 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
             say(&t, "rank 0 waited for other ranks %.1f%% of the time\n",
                 100.0 * (c->wait_s - wait0) / elapsed);
 #ifdef GDN_HAVE_NCCL
-            if (t.gpu_comm)
-                say(&t, "NCCL on rank 0 per step: gradient all-reduce %.3f MB; waited for it after the backward "
-                    "pass %.1f%% of the time (%.1f ms per step)\n",
-                    (double)(t.gpu_comm->bytes.all_reduce - gpu_bytes0) / 1e6 / (double)steps,
+            if (t.gpu_comm) {
+                say(&t, "NCCL on rank 0 per step: gradient all-reduce %.3f MB",
+                    (double)(t.gpu_comm->bytes.all_reduce - gpu_bytes0) / 1e6 / (double)steps);
+                if (t.gpu_seqpar) /* validation passes included; rank 0 sends the forward pass's part */
+                    say(&t, ", sequence-parallel sends %.3f MB",
+                        (double)(t.gpu_comm->bytes.send - gpu_sent0) / 1e6 / (double)steps);
+                say(&t, "; waited for the gradients after the backward pass %.1f%% of the time (%.1f ms per step)\n",
                     100.0 * (t.gpu_comm->wait_s - gpu_wait0) / elapsed,
                     1e3 * (t.gpu_comm->wait_s - gpu_wait0) / (double)steps);
+            }
 #endif
         }
     }

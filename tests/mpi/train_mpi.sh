@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # gdn train under mpiexec:
+#  0. Refusals with advice: --sp 2 without a launcher; --sp_exchange gather with --backend cuda.
 #  1. 50-step loss curves of sp = 2 (both exchanges), dp = 2 (half the batch per rank) and, on
 #     4 ranks, dp = 2 x sp = 2 equal the one-process curve within a relative 1e-4 (training and
 #     validation losses).
@@ -37,6 +38,13 @@ if "$GDN" train "${small[@]}" --steps 1 --sp 2 --out "$dir/alone" > /dev/null 2>
 fi
 grep -q "sp = 2 needs 2 ranks (a multiple of 2), but this process runs alone: start it with mpiexec -n N" \
   "$dir/alone.err" || { cat "$dir/alone.err"; fail "no advice for --sp 2 without a launcher"; }
+# the gather exchange is CPU-only: --backend cuda refuses it on any build, before looking for GPUs
+if "${MPIRUN[@]}" 2 "$GDN" train "${small[@]}" --steps 1 --sp 2 --sp_exchange gather --backend cuda \
+  --out "$dir/gather_cuda" > /dev/null 2> "$dir/gather_cuda.err"; then
+  fail "--backend cuda --sp_exchange gather ran"
+fi
+grep -q "backend cuda with --sp_exchange gather: sequence parallelism on GPUs passes the delta-rule state rank to rank only" \
+  "$dir/gather_cuda.err" || { cat "$dir/gather_cuda.err"; fail "no reason for refusing --sp_exchange gather on cuda"; }
 
 # 1. loss curves
 "$GDN" train "${small[@]}" --steps 50 --batch_size 8 --eval_batches 2 --out "$dir/one" > "$dir/one.log"

@@ -1,0 +1,232 @@
+/* Sequence-parallel hooks of the CUDA model over NCCL transfer groups (see seqpar_cuda.h). */
+#include "comm/seqpar_cuda.h"
+
+#include <stdlib.h>
+
+#include <cuda_runtime_api.h>
+
+#include "comm/comm_nccl.h"
+#include "model/check.h"
+
+/* What this rank sends: forward to the next rank, backward to the previous one. */
+enum { SEND_HALO, SEND_STATE, SEND_DSTATE, SEND_DHALO, SEND_KINDS };
+/* Send buffers per kind, used by alternate layers. */
+#define SLOTS 2
+
+struct gdn_seqpar_cuda {
+    gdn_comm *c;
+    cudaStream_t stream; /* the model's */
+    gdn_dtype act;       /* halos: GDN_BF16 or GDN_F32 */
+    size_t act_bytes;
+    int L, prev, next;   /* layers; group ranks of the neighbours (-1: none) */
+    size_t n_halo[3];    /* elements of the q, k, v halos, as the model passes them (0: not seen yet) */
+    size_t n_state;      /* floats of a state (0: not seen yet) */
+    void *buf[SEND_KINDS][SLOTS];       /* device; allocated at the first send of the kind */
+    size_t buf_bytes[SEND_KINDS];
+    cudaEvent_t sent[SEND_KINDS][SLOTS]; /* recorded on the NCCL stream after the send from the slot */
+};
+
+static const char *kind_name[SEND_KINDS] = {"convolution halo", "delta-rule state", "delta-rule state gradient",
+                                            "convolution halo gradient"};
+
+static void check(const gdn_seqpar_cuda *s, cudaError_t e, const char *op, const char *what) {
+    if (e != cudaSuccess)
+        gdn_comm_abort(s->c, "sequence parallelism: CUDA error in %s of the %s: %s", op, what, cudaGetErrorString(e));
+}
+
+uint64_t gdn_seqpar_cuda_bytes(const gdn_config *cfg, int B, int sp, size_t act_bytes, int with_backward) {
+    if (sp <= 1) return 0;
+    const uint64_t H = (uint64_t)cfg->n_heads, K = (uint64_t)cfg->head_dim;
+    const uint64_t V = (uint64_t)gdn_config_head_v(cfg);
+    const uint64_t halo = (uint64_t)B * (uint64_t)(cfg->conv_width - 1) * H * (2 * K + V) * act_bytes;
+    const uint64_t state = (uint64_t)B * H * K * V * 4;
+    /* forward traffic goes to the next rank, backward traffic to the previous one: only a middle
+     * rank (sp > 2) sends both; with sp = 2 the first rank sends the forward part, the second the
+     * backward part (the same size) */
+    const uint64_t one_way = halo + state;
+    return (uint64_t)cfg->n_layers * (with_backward && sp > 2 ? 2 * one_way : one_way);
+}
+
+gdn_seqpar_cuda *gdn_seqpar_cuda_create(gdn_comm *nccl, const gdn_config *cfg, int B, int T_seg,
+                                        gdn_cuda_precision p, void *stream) {
+    if (T_seg < cfg->conv_width - 1)
+        GDN_DIE("sequence parallelism needs at least conv_width - 1 = %d tokens per rank, got %d: use a "
+                "smaller sp or a longer seq_len", cfg->conv_width - 1, T_seg);
+    if (B < 1) GDN_DIE("sequence parallelism: batch size %d (must be >= 1)", B);
+    gdn_seqpar_cuda *s = GDN_CALLOC(1, sizeof *s);
+    s->c = nccl;
+    s->stream = (cudaStream_t)stream;
+    s->act = p == GDN_CUDA_BF16 ? GDN_BF16 : GDN_F32;
+    s->act_bytes = gdn_dtype_size(s->act);
+    s->L = cfg->n_layers;
+    s->prev = nccl->sp_rank > 0 ? nccl->sp_rank - 1 : -1;
+    s->next = nccl->sp_rank + 1 < nccl->sp ? nccl->sp_rank + 1 : -1;
+    for (int k = 0; k < SEND_KINDS; k++)
+        for (int j = 0; j < SLOTS; j++)
+            check(s, cudaEventCreateWithFlags(&s->sent[k][j], cudaEventDisableTiming), "start", kind_name[k]);
+    gdn_nccl_set_stream(nccl, stream);
+    return s;
+}
+
+void gdn_seqpar_cuda_free(gdn_seqpar_cuda *s) {
+    if (!s) return;
+    gdn_nccl_sync(s->c, "pending sequence-parallel transfers");
+    for (int k = 0; k < SEND_KINDS; k++)
+        for (int j = 0; j < SLOTS; j++) {
+            check(s, cudaEventDestroy(s->sent[k][j]), "shutdown", kind_name[k]);
+            if (s->buf[k][j]) check(s, cudaFree(s->buf[k][j]), "shutdown", kind_name[k]);
+        }
+    free(s);
+}
+
+/* The model passes the same sizes at every call; the first call fixes them. */
+static void check_halo_sizes(gdn_seqpar_cuda *s, const size_t n[3]) {
+    if (!s->n_halo[0] && !s->n_halo[1] && !s->n_halo[2])
+        for (int i = 0; i < 3; i++) s->n_halo[i] = n[i];
+    for (int i = 0; i < 3; i++)
+        if (n[i] != s->n_halo[i])
+            GDN_DIE("sequence parallelism: halo %d of %zu elements, earlier %zu (the model changed shape)", i, n[i],
+                    s->n_halo[i]);
+}
+
+static void check_state_size(gdn_seqpar_cuda *s, size_t n) {
+    if (!s->n_state) s->n_state = n;
+    if (n != s->n_state)
+        GDN_DIE("sequence parallelism: a state of %zu floats, earlier %zu (the model changed shape)", n, s->n_state);
+}
+
+static size_t halo_total(const gdn_seqpar_cuda *s) { return s->n_halo[0] + s->n_halo[1] + s->n_halo[2]; }
+
+/* The send buffer of this kind for layer l, once the model's stream has waited for the send that
+ * last read it (two layers before; the first time, no wait). */
+static char *stage(gdn_seqpar_cuda *s, int kind, int l, size_t bytes) {
+    if (!s->buf[kind][0]) {
+        for (int j = 0; j < SLOTS; j++)
+            if (cudaMalloc(&s->buf[kind][j], bytes ? bytes : 1) != cudaSuccess) {
+                size_t free_b = 0, total_b = 0;
+                (void)cudaGetLastError();
+                cudaMemGetInfo(&free_b, &total_b);
+                gdn_comm_abort(s->c, "sequence parallelism: cannot allocate %zu bytes for the %s send buffers; "
+                               "the device has %.2f GiB free of %.2f GiB: use a smaller batch or sequence",
+                               2 * bytes, kind_name[kind], free_b / 1073741824.0, total_b / 1073741824.0);
+            }
+        s->buf_bytes[kind] = bytes;
+    }
+    if (bytes != s->buf_bytes[kind])
+        GDN_DIE("sequence parallelism: %zu bytes of %s, earlier %zu", bytes, kind_name[kind], s->buf_bytes[kind]);
+    const int j = l % SLOTS;
+    check(s, cudaStreamWaitEvent(s->stream, s->sent[kind][j], 0), "reuse of a send buffer", kind_name[kind]);
+    return (char *)s->buf[kind][j];
+}
+
+/* Packs the three arrays src[i] [n_halo[i]] into the send buffer of kind for layer l. */
+static char *stage_halo(gdn_seqpar_cuda *s, int kind, int l, const void *const src[3]) {
+    const size_t es = s->act_bytes;
+    char *out = stage(s, kind, l, halo_total(s) * es);
+    size_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        if (s->n_halo[i])
+            check(s, cudaMemcpyAsync(out + off, src[i], s->n_halo[i] * es, cudaMemcpyDeviceToDevice, s->stream),
+                  "copy", kind_name[kind]);
+        off += s->n_halo[i] * es;
+    }
+    return out;
+}
+
+static void zero_halo(gdn_seqpar_cuda *s, void *const dst[3], const char *what) {
+    for (int i = 0; i < 3; i++)
+        if (s->n_halo[i])
+            check(s, cudaMemsetAsync(dst[i], 0, s->n_halo[i] * s->act_bytes, s->stream), "zero fill", what);
+}
+
+/* One transfer group: the packed halo `out` of kind to group rank `to` and the three arrays
+ * in[i] from group rank `from` (either -1: none). */
+static void halo_transfer(gdn_seqpar_cuda *s, int kind, int l, const char *out, int to, void *const in[3], int from,
+                          const char *what) {
+    if (to < 0 && from < 0) return;
+    gdn_nccl_p2p_start(s->c, what);
+    size_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        if (to >= 0 && s->n_halo[i]) gdn_nccl_p2p_send(s->c, GDN_SP, to, out + off, s->n_halo[i], s->act, what);
+        if (from >= 0 && s->n_halo[i]) gdn_nccl_p2p_recv(s->c, GDN_SP, from, in[i], s->n_halo[i], s->act, what);
+        off += s->n_halo[i] * s->act_bytes;
+    }
+    gdn_nccl_p2p_end(s->c, to >= 0 ? s->sent[kind][l % SLOTS] : NULL, what);
+}
+
+/* The state src [n_state] of kind to group rank `to`, through the send buffer of layer l. */
+static void state_send(gdn_seqpar_cuda *s, int kind, int l, const float *src, int to) {
+    const size_t bytes = s->n_state * sizeof(float);
+    char *out = stage(s, kind, l, bytes);
+    check(s, cudaMemcpyAsync(out, src, bytes, cudaMemcpyDeviceToDevice, s->stream), "copy", kind_name[kind]);
+    gdn_nccl_p2p_start(s->c, kind_name[kind]);
+    gdn_nccl_p2p_send(s->c, GDN_SP, to, out, s->n_state, GDN_F32, kind_name[kind]);
+    gdn_nccl_p2p_end(s->c, s->sent[kind][l % SLOTS], kind_name[kind]);
+}
+
+/* dst [n_state] from group rank `from`, or zeros when from < 0. */
+static void state_recv(gdn_seqpar_cuda *s, float *dst, int from, const char *what) {
+    if (from < 0) {
+        check(s, cudaMemsetAsync(dst, 0, s->n_state * sizeof(float), s->stream), "zero fill", what);
+        return;
+    }
+    gdn_nccl_p2p_start(s->c, what);
+    gdn_nccl_p2p_recv(s->c, GDN_SP, from, dst, s->n_state, GDN_F32, what);
+    gdn_nccl_p2p_end(s->c, NULL, what);
+}
+
+static void hook_fwd_halo(void *user, int l, void *const halo[3], const void *const tail[3], const size_t n[3]) {
+    gdn_seqpar_cuda *s = user;
+    check_halo_sizes(s, n);
+    const char *out = s->next >= 0 ? stage_halo(s, SEND_HALO, l, tail) : NULL;
+    if (s->prev < 0) zero_halo(s, halo, kind_name[SEND_HALO]);
+    halo_transfer(s, SEND_HALO, l, out, s->next, halo, s->prev, kind_name[SEND_HALO]);
+}
+
+static void hook_fwd_state_in(void *user, int l, float *S_in, size_t n_state) {
+    gdn_seqpar_cuda *s = user;
+    (void)l;
+    check_state_size(s, n_state);
+    state_recv(s, S_in, s->prev, kind_name[SEND_STATE]);
+}
+
+static void hook_fwd_state_out(void *user, int l, const float *S_out, size_t n_state) {
+    gdn_seqpar_cuda *s = user;
+    check_state_size(s, n_state);
+    if (s->next >= 0) state_send(s, SEND_STATE, l, S_out, s->next);
+    /* the end of the forward pass: every transfer of it completes within the deadline before the
+     * model waits for its stream without one */
+    if (l == s->L - 1) gdn_nccl_sync(s->c, "the forward pass's sequence-parallel transfers");
+}
+
+static void hook_bwd_state_out(void *user, int l, float *dS_out, size_t n_state) {
+    gdn_seqpar_cuda *s = user;
+    (void)l;
+    check_state_size(s, n_state);
+    state_recv(s, dS_out, s->next, kind_name[SEND_DSTATE]);
+}
+
+static void hook_bwd_state_in(void *user, int l, const float *dS_in, size_t n_state) {
+    gdn_seqpar_cuda *s = user;
+    check_state_size(s, n_state);
+    if (s->prev >= 0) state_send(s, SEND_DSTATE, l, dS_in, s->prev);
+}
+
+static void hook_bwd_halo(void *user, int l, void *const dtail[3], const void *const dhalo[3], const size_t n[3]) {
+    gdn_seqpar_cuda *s = user;
+    check_halo_sizes(s, n);
+    const char *out = s->prev >= 0 ? stage_halo(s, SEND_DHALO, l, dhalo) : NULL;
+    if (s->next < 0) zero_halo(s, dtail, kind_name[SEND_DHALO]);
+    halo_transfer(s, SEND_DHALO, l, out, s->prev, dtail, s->next, kind_name[SEND_DHALO]);
+}
+
+gdn_cuda_seq_hooks gdn_seqpar_cuda_hooks(gdn_seqpar_cuda *s) {
+    gdn_cuda_seq_hooks h = {.user = s,
+                            .fwd_halo = hook_fwd_halo,
+                            .fwd_state_in = hook_fwd_state_in,
+                            .fwd_state_out = hook_fwd_state_out,
+                            .bwd_state_out = hook_bwd_state_out,
+                            .bwd_state_in = hook_bwd_state_in,
+                            .bwd_halo = hook_bwd_halo};
+    return h;
+}
