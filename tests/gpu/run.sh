@@ -23,7 +23,7 @@ if ! cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90 -DGDN_CUDA=ON -DCMAKE
     exit 1
 fi
 if ! cmake --build build-gpu -j "$jobs" --target gdn test_gpu_delta test_gpu_ops test_gpu_model bench_gpu_delta \
-        $(grep -q "^NCCL_LIBRARY:.*-NOTFOUND" build-gpu/CMakeCache.txt || echo test_nccl_ops) \
+        $(grep -q "^NCCL_LIBRARY:.*-NOTFOUND" build-gpu/CMakeCache.txt || echo test_nccl_ops test_seqpar_cuda) \
         >"$out/build.log" 2>&1; then
     grep -E "error|Error" "$out/build.log" | head -40
     exit 1
@@ -44,6 +44,14 @@ dp_status=$?
 grep -E "^result:|FAIL|skipped" "$out/dp.txt" | grep -v "^result:"
 [ $dp_status -eq 0 ] || [ $dp_status -eq 77 ] || status=1
 
+echo "== sequence parallel over NCCL (needs 2 GPUs; skipped otherwise; RUN_SP=0 skips it)"
+if [ "${RUN_SP:-1}" = 1 ]; then
+    timeout 900 bash tests/gpu/test_gpu_sp.sh build-gpu "$out" > "$out/sp.txt" 2>&1
+    sp_status=$?
+    grep -E "FAIL|skipped|probe:" "$out/sp.txt"
+    [ $sp_status -eq 0 ] || [ $sp_status -eq 77 ] || status=1
+fi
+
 echo "== benchmarks"
 ./build-gpu/tests/gpu/bench_gpu_delta 20 > "$out/bench_delta.txt" 2>&1 || status=1
 cat "$out/bench_delta.txt"
@@ -54,7 +62,7 @@ cat "$out/bench_delta.txt"
 echo
 echo "== summary ($(head -1 "$out/gpu.txt" | cut -d, -f1), $(date -u +%F))"
 grep -E "tests passed|tests failed" "$out/ctest.log" | tail -1
-grep -h "^result:" "$out/train_gpu.txt" "$out/dp.txt" | sed 's/^result: /  /'
+grep -h "^result:" "$out/train_gpu.txt" "$out/dp.txt" "$out/sp.txt" 2>/dev/null | sed 's/^result: /  /'
 python3 - "$out/bench.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]

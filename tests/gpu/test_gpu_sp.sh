@@ -12,8 +12,9 @@
 #     powers of two from a guess, then bisection to STEP_T tokens; running out of device memory
 #     ("cannot allocate" / "out of memory") is the signal, any other failure fails the test;
 #  d. tokens/s at the one-GPU maximum length: sp = 2 vs one GPU (median of steps 3..).
+# PARTS (default 0abcd) selects the parts to run, e.g. PARTS=0ab or PARTS=cd.
 # Usage: test_gpu_sp.sh BUILD_DIR [OUT_DIR]. Exit 0: passed; 77: fewer than 2 GPUs or no
-# mpiexec; 1: a check failed. Prints "result:" lines; logs go to OUT_DIR/logs.tgz.
+# mpiexec; 1: a check failed. Prints "result:" lines; logs go to OUT_DIR/logs_sp.tgz.
 set -uo pipefail
 BUILD=$(cd "$1" && pwd)
 OUT_DIR=${2:-${OUT:-$BUILD/out}}
@@ -23,12 +24,14 @@ GDN=$BUILD/gdn
 dir=$(mktemp -d)
 logs=$dir/logs
 mkdir -p "$logs"
-finish() { tar -C "$dir" -czf "$OUT_DIR/logs.tgz" logs 2>/dev/null; rm -rf "$dir"; }
+finish() { tar -C "$dir" -czf "$OUT_DIR/logs_sp.tgz" logs 2>/dev/null; rm -rf "$dir"; }
 trap finish EXIT
 status=0
 fail() { echo "FAIL: $*"; status=1; }
 PY=${PY:-python3}
-STEP_T=${STEP_T:-4096} # granularity of the longest-sequence search (tokens)
+STEP_T=${STEP_T:-8192} # granularity of the longest-sequence search (tokens)
+PARTS=${PARTS:-0abcd}
+part() { [[ "$PARTS" == *"$1"* ]]; }
 
 n_gpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') || n_gpu=0
 if [ "$n_gpu" -lt 2 ]; then echo "test_gpu_sp: skipped ($n_gpu GPUs; needs 2)"; exit 77; fi
@@ -65,6 +68,9 @@ ops() { # NAME RANKS SP [MPIEXEC FLAGS]
     tail -20 "$logs/$name.log"; fail "test_seqpar_cuda ($name)"
   fi
 }
+tiny=(--preset tiny --data "$SRC/data/kjv.txt.gz" --seed 7 --backend cuda --warmup_steps 5 --seq_len 256
+      --batch_size 8 --eval_batches 2)
+if part 0; then
 ops seqpar_sp2 2 2
 ops seqpar_sp2_split 2 2 -x GDN_NCCL_SPLIT=1
 ops seqpar_dp2_split 2 1 -x GDN_NCCL_SPLIT=1
@@ -72,8 +78,6 @@ if [ "$n_gpu" -ge 4 ]; then
   ops seqpar_dp2sp2 4 2
   ops seqpar_sp4 4 4
 fi
-tiny=(--preset tiny --data "$SRC/data/kjv.txt.gz" --seed 7 --backend cuda --warmup_steps 5 --seq_len 256
-      --batch_size 8 --eval_batches 2)
 if timeout 60 "${MPIRUN[@]}" "$GDN" train "${tiny[@]}" --steps 1 --sp 2 --sp_exchange gather --out "$dir/gather" \
     > "$logs/gather.log" 2>&1; then
   fail "--sp_exchange gather ran with --backend cuda"
@@ -82,7 +86,9 @@ elif grep -q "backend cuda with --sp_exchange gather" "$logs/gather.log"; then
 else
   tail -5 "$logs/gather.log"; fail "no reason given for refusing --sp_exchange gather on cuda"
 fi
+fi
 
+if part a || part b; then
 # a, b. sp = 2 vs one GPU on the same batches (the ranks of a sequence read the same windows)
 one() { timeout 180 "$GDN" train "${tiny[@]}" "$@"; }
 two() { timeout 180 "${MPIRUN[@]}" "$GDN" train "${tiny[@]}" --sp 2 "$@"; }
@@ -123,7 +129,9 @@ print(f"result: 200 steps: final loss {c2[-1]['loss']:.4f} vs {c1[-1]['loss']:.4
 assert e_loss < 1e-3 and e_val < 1e-3 and e_norm < 2e-2 and e_grad < 2e-2, "first step differs beyond bf16 tolerance"
 assert e_vals < 2e-2, "200 steps: validation losses differ by more than 2%"
 PY
+fi
 
+if part c || part d; then
 # c. the longest sequence: gdn512m, batch 1, random tokens (vocab 32000) in one uint16 shard
 $PY - "$dir/rand.bin" <<'PY'
 import sys, numpy as np
@@ -225,6 +233,7 @@ print(f"result: gdn512m B1 x T{T}, median tokens/s of steps 3..8: 1 GPU {one:,.0
       f"sp=2 {two:,.0f} ({T / two:.2f} s per step, {two / one:.2f}x)")
 assert two > one, "sp = 2 is slower than one GPU at this length"
 PY
+fi
 fi
 echo "status: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 exit $status
