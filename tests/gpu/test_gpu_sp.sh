@@ -209,7 +209,7 @@ max2=-1
 # sp = 2: each GPU holds half the activations, so about twice the one-GPU length
 if [ "$max1" -gt 0 ]; then max2=$(longest 2 $((2 * max1)) near); fi
 sed 's/^/  probe: /' "$logs/probes.txt"
-ratio=$(awk -v a="$max2" -v b="$max1" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }')
+ratio=$(awk -v a="$max2" -v b="$max1" 'BEGIN { r = 0; if (b > 0) r = a / b; printf "%.2f", r }')
 echo "result: longest gdn512m sequence at batch 1 that trains (granularity $STEP_T tokens): 1 GPU $max1 tokens," \
   "sp=2 $max2 tokens (${ratio}x); search took $(( $(date +%s) - t0 )) s"
 if [ "$max1" -le 0 ] || [ "$max2" -le 0 ]; then
