@@ -120,40 +120,89 @@ __global__ void k_conv_dhalo(T *dhalo, const T *dy, const T *x, const float *w, 
     }
 }
 
-/* ---- the common case, 8-wide: W = 4 and C a multiple of 8 (16-byte accesses) ------------------
- * A thread owns 8 channels over a block of rows, holds their taps in registers and slides a
+/* ---- the common case, vectorised: W = 4 and C a multiple of VW = 8 or 4 ----------------------
+ * A thread owns VW channels over a block of rows, holds their taps in registers and slides a
  * window of rows, so each row is read once (re-read only where a block or a sequence starts).
- * grid (row blocks, channel-group tiles). */
+ * The SiLU backward uses VW = 4: its windows of 8 channels need ~180 registers, which starves
+ * occupancy; the per-element arithmetic does not depend on VW. grid (row blocks, channel-group tiles). */
 #define CONV_FWD_ROWS 32
 
-/* v = row `row` (global b*T + t) at channels c..c+7, or zeros when !valid. */
-template <typename T>
-static __device__ __forceinline__ void conv_row8(float *v, const T *p, int row, int C, int c, bool valid) {
+/* VW = 4 consecutive elements as floats (i a multiple of 4, p 16-byte aligned): 16 or 8 bytes. */
+static __device__ __forceinline__ void conv_ld4(const float *p, size_t i, float *o) {
+    const float4 a = *(const float4 *)(p + i);
+    o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
+}
+static __device__ __forceinline__ void conv_ld4(const ops_bf16 *p, size_t i, float *o) {
+    const uint2 u = *(const uint2 *)(p + i);
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+    const float2 f0 = __bfloat1622float2(h[0]), f1 = __bfloat1622float2(h[1]);
+    o[0] = f0.x; o[1] = f0.y; o[2] = f1.x; o[3] = f1.y;
+}
+static __device__ __forceinline__ void conv_st4(float *p, size_t i, const float *v) {
+    *(float4 *)(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+}
+static __device__ __forceinline__ void conv_st4(ops_bf16 *p, size_t i, const float *v) {
+    uint2 u;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
+    h[0] = __floats2bfloat162_rn(v[0], v[1]);
+    h[1] = __floats2bfloat162_rn(v[2], v[3]);
+    *(uint2 *)(p + i) = u;
+}
+
+template <int VW, typename T>
+static __device__ __forceinline__ void conv_ldv(const T *p, size_t i, float *o) {
+    static_assert(VW == 8 || VW == 4, "conv vector width is 8 or 4");
+    if constexpr (VW == 8) ops_ldv<8>(p, i, o);
+    else conv_ld4(p, i, o);
+}
+template <int VW, typename T>
+static __device__ __forceinline__ void conv_stv(T *p, size_t i, const float *v) {
+    static_assert(VW == 8 || VW == 4, "conv vector width is 8 or 4");
+    if constexpr (VW == 8) ops_stv<8>(p, i, v);
+    else conv_st4(p, i, v);
+}
+
+/* Whether VW-wide accesses suit C channels at these pointers (NULL ignored; 16-byte alignment). */
+static int conv_vec(int VW, size_t C, const void *a, const void *b = NULL, const void *c = NULL,
+                    const void *d = NULL, const void *e = NULL, const void *f = NULL) {
+    const void *p[6] = {a, b, c, d, e, f};
+    if (C % (size_t)VW) return 0;
+    for (int i = 0; i < 6; i++)
+        if (((size_t)p[i]) & 15) return 0;
+    return 1;
+}
+
+/* v = row `row` (global b*T + t) at channels c..c+VW-1, or zeros when !valid. */
+template <int VW, typename T>
+static __device__ __forceinline__ void conv_rowv(float *v, const T *p, int row, int C, int c, bool valid) {
     if (valid) {
-        ops_ldv<8>(p, (size_t)row * C + c, v);
+        conv_ldv<VW>(p, (size_t)row * C + c, v);
     } else {
 #pragma unroll
-        for (int k = 0; k < 8; k++) v[k] = 0.0f;
+        for (int k = 0; k < VW; k++) v[k] = 0.0f;
     }
 }
 
 /* v = input row t (t >= -3) of sequence b: x for 0 <= t < T, the halo for t < 0, else zeros. */
-template <typename T>
-static __device__ __forceinline__ void conv_in8(float *v, const T *x, const T *halo, int b, int t, int T_, int C,
+template <int VW, typename T>
+static __device__ __forceinline__ void conv_inv(float *v, const T *x, const T *halo, int b, int t, int T_, int C,
                                                 int c) {
-    if (t >= 0) conv_row8(v, x, b * T_ + t, C, c, t < T_);
-    else conv_row8(v, halo, b * 3 + 3 + t, C, c, halo != NULL);
+    if (t >= 0) conv_rowv<VW>(v, x, b * T_ + t, C, c, t < T_);
+    else conv_rowv<VW>(v, halo, b * 3 + 3 + t, C, c, halo != NULL);
 }
 
-static __device__ __forceinline__ void conv_taps8(float *wv, const float *w, int c) {
+template <int VW>
+static __device__ __forceinline__ void conv_tapsv(float *wv, const float *w, int c) {
 #pragma unroll
-    for (int q = 0; q < 4; q++) ops_ldv<8>(w, (size_t)c * 4 + 8 * q, wv + 8 * q); /* wv[k*4+j] = w[c+k, j] */
+    for (int q = 0; q < 4; q++)
+        conv_ldv<VW>(w, (size_t)c * 4 + VW * q, wv + VW * q); /* wv[k*4+j] = w[c+k, j] */
 }
 
 /* u = sum_j w[j] xr[j] for input rows xr[0..3] = t-3 .. t (the forward's order of terms). */
-static __device__ __forceinline__ void conv_u8(float *u, const float *wv, const float (*xr)[8]) {
+template <int VW>
+static __device__ __forceinline__ void conv_uv(float *u, const float *wv, const float (*xr)[VW]) {
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < VW; k++) {
         float a = 0.0f;
         a += wv[k * 4] * xr[0][k];
         a += wv[k * 4 + 1] * xr[1][k];
@@ -168,81 +217,86 @@ __global__ void k_conv4_fwd8(T *y, const T *x, const float *w, const T *halo, in
     const int c = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
     if (c >= C) return;
     float wv[32], xw[4][8]; /* xw[i]: input row t-3+i */
-    conv_taps8(wv, w, c);
+    conv_tapsv<8>(wv, w, c);
     const int r0 = blockIdx.x * CONV_FWD_ROWS, r1 = min(r0 + CONV_FWD_ROWS, BT);
     for (int bt = r0, t = r0 % T_; bt < r1; bt++, t = t + 1 == T_ ? 0 : t + 1) {
         if (bt == r0 || t == 0) { /* rows t-3 .. t-1: this sequence's, or its halo */
             const int b = bt / T_;
 #pragma unroll
-            for (int i = 0; i < 3; i++) conv_in8(xw[i], x, halo, b, t - 3 + i, T_, C, c);
+            for (int i = 0; i < 3; i++) conv_inv<8>(xw[i], x, halo, b, t - 3 + i, T_, C, c);
         } else {
 #pragma unroll
             for (int i = 0; i < 3; i++)
 #pragma unroll
                 for (int k = 0; k < 8; k++) xw[i][k] = xw[i + 1][k];
         }
-        ops_ldv<8>(x, (size_t)bt * C + c, xw[3]);
+        conv_ldv<8>(x, (size_t)bt * C + c, xw[3]);
         float u[8];
-        conv_u8(u, wv, xw);
+        conv_uv<8>(u, wv, xw);
         if constexpr (SILU)
 #pragma unroll
             for (int k = 0; k < 8; k++) u[k] = ops_silu(u[k]);
-        ops_stv<8>(y, (size_t)bt * C + c, u);
+        conv_stv<8>(y, (size_t)bt * C + c, u);
     }
 }
 
 /* g = du of row bt (zero when !valid); xr[0..3]: input rows bt-3 .. bt (read with SiLU only). */
-template <typename T, bool SILU>
-static __device__ __forceinline__ void conv_du8(float *g, const T *dy, int bt, int C, int c, bool valid,
-                                                const float *wv, const float (*xr)[8]) {
-    conv_row8(g, dy, bt, C, c, valid);
+template <int VW, typename T, bool SILU>
+static __device__ __forceinline__ void conv_duv(float *g, const T *dy, int bt, int C, int c, bool valid,
+                                                const float *wv, const float (*xr)[VW]) {
+    conv_rowv<VW>(g, dy, bt, C, c, valid);
     if constexpr (SILU) {
         if (!valid) return;
-        float u[8];
-        conv_u8(u, wv, xr);
+        float u[VW];
+        conv_uv<VW>(u, wv, xr);
 #pragma unroll
-        for (int k = 0; k < 8; k++) g[k] *= ops_dsilu(u[k]);
+        for (int k = 0; k < VW; k++) g[k] *= ops_dsilu(u[k]);
     }
 }
 
+/* Channels per thread of the backward: 4 with SiLU (fewer registers), else 8. */
+template <bool SILU> struct conv_bwd_vw { static constexpr int value = SILU ? 4 : 8; };
+
 /* Backward with two windows: du rows t .. t+3 (zero past the sequence end) and input rows
  * t-3 .. t-3+NX-1: t-3 .. t for dw, and with SiLU also t+1 .. t+3, the inputs of u[t+3].
- * grid (row blocks of CONV_ROWS, channel-group tiles). */
+ * grid (row blocks of CONV_ROWS, channel-group tiles); at most CONV_BWD_THREADS threads a block. */
+#define CONV_BWD_THREADS 64
 template <typename T, bool SILU>
-__global__ void k_conv4_bwd8(T *dx, float *part, const T *dy, const T *x, const float *w, const T *halo, int BT,
-                             int T_, int C) {
-    constexpr int NX = SILU ? 7 : 4;
-    const int c = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
+__global__ void __launch_bounds__(CONV_BWD_THREADS)
+k_conv4_bwdv(T *dx, float *part, const T *dy, const T *x, const float *w, const T *halo, int BT, int T_, int C) {
+    constexpr int NX = SILU ? 7 : 4, VW = conv_bwd_vw<SILU>::value;
+    const int c = (blockIdx.y * blockDim.x + threadIdx.x) * VW;
     if (c >= C) return;
-    float wv[32], acc[32]; /* acc[j * 8 + k]: tap j, channel c + k */
-    conv_taps8(wv, w, c);
+    float wv[4 * VW], acc[4 * VW]; /* acc[j * VW + k]: tap j, channel c + k */
+    conv_tapsv<VW>(wv, w, c);
 #pragma unroll
-    for (int k = 0; k < 32; k++) acc[k] = 0.0f;
-    float g[4][8];  /* g[m]: du row t+m */
-    float xw[7][8]; /* xw[i]: input row t-3+i, i < NX */
+    for (int k = 0; k < 4 * VW; k++) acc[k] = 0.0f;
+    float g[4][VW];  /* g[m]: du row t+m */
+    float xw[7][VW]; /* xw[i]: input row t-3+i, i < NX */
     const int r0 = blockIdx.x * CONV_ROWS, r1 = min(r0 + CONV_ROWS, BT);
     for (int bt = r0, t = r0 % T_; bt < r1; bt++, t = t + 1 == T_ ? 0 : t + 1) {
         if (bt == r0 || t == 0) { /* (re)fill both windows inside this sequence */
             const int b = bt / T_;
 #pragma unroll
-            for (int i = 0; i < NX; i++) conv_in8(xw[i], x, halo, b, t - 3 + i, T_, C, c);
+            for (int i = 0; i < NX; i++) conv_inv<VW>(xw[i], x, halo, b, t - 3 + i, T_, C, c);
 #pragma unroll
-            for (int m = 0; m < 4; m++) conv_du8<T, SILU>(g[m], dy, bt + m, C, c, t + m < T_, wv, xw + m);
+            for (int m = 0; m < 4; m++)
+                conv_duv<VW, T, SILU>(g[m], dy, bt + m, C, c, t + m < T_, wv, xw + m);
         } else {
 #pragma unroll
             for (int i = 0; i + 1 < NX; i++)
 #pragma unroll
-                for (int k = 0; k < 8; k++) xw[i][k] = xw[i + 1][k];
-            conv_row8(xw[NX - 1], x, bt + NX - 4, C, c, t + NX - 4 < T_);
+                for (int k = 0; k < VW; k++) xw[i][k] = xw[i + 1][k];
+            conv_rowv<VW>(xw[NX - 1], x, bt + NX - 4, C, c, t + NX - 4 < T_);
 #pragma unroll
             for (int m = 0; m < 3; m++)
 #pragma unroll
-                for (int k = 0; k < 8; k++) g[m][k] = g[m + 1][k];
-            conv_du8<T, SILU>(g[3], dy, bt + 3, C, c, t + 3 < T_, wv, xw + 3);
+                for (int k = 0; k < VW; k++) g[m][k] = g[m + 1][k];
+            conv_duv<VW, T, SILU>(g[3], dy, bt + 3, C, c, t + 3 < T_, wv, xw + 3);
         }
-        float d[8];
+        float d[VW];
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
+        for (int k = 0; k < VW; k++) {
             float a = 0.0f; /* dx[t] = sum_j w[j] du[t+3-j] */
             a += wv[k * 4] * g[3][k];
             a += wv[k * 4 + 1] * g[2][k];
@@ -250,13 +304,13 @@ __global__ void k_conv4_bwd8(T *dx, float *part, const T *dy, const T *x, const 
             a += wv[k * 4 + 3] * g[0][k];
             d[k] = a;
 #pragma unroll
-            for (int j = 0; j < 4; j++) acc[j * 8 + k] += g[0][k] * xw[j][k]; /* dw[j] += du[t] x[t-3+j] */
+            for (int j = 0; j < 4; j++) acc[j * VW + k] += g[0][k] * xw[j][k]; /* dw[j] += du[t] x[t-3+j] */
         }
-        ops_stv<8>(dx, (size_t)bt * C + c, d);
+        conv_stv<VW>(dx, (size_t)bt * C + c, d);
     }
     float *pb = part + (size_t)blockIdx.x * 4 * C;
 #pragma unroll
-    for (int j = 0; j < 4; j++) ops_stv<8>(pb, (size_t)j * C + c, acc + j * 8);
+    for (int j = 0; j < 4; j++) conv_stv<VW>(pb, (size_t)j * C + c, acc + j * VW);
 }
 
 /* dw[c,j] += sum_b part[b, j, c], in block order. */
@@ -269,15 +323,17 @@ __global__ void k_conv_reduce(float *dw, const float *part, int nblk, int C, int
     dw[(size_t)c * W + j] += (float)s;
 }
 
-/* Threads per block for `groups` 8-channel groups: whole warps, at most 64. */
-static int conv_threads8(int groups) { return groups < 64 ? ((groups + 31) / 32) * 32 : 64; }
+/* Threads per block for `groups` channel groups: whole warps, at most CONV_BWD_THREADS (64). */
+static int conv_threads(int groups) {
+    return groups < CONV_BWD_THREADS ? ((groups + 31) / 32) * 32 : CONV_BWD_THREADS;
+}
 
 template <typename E, bool SILU>
 static void conv_fwd_launch(void *y, const void *x, const float *w, const void *halo, int B, int T, int C, int W,
                             cudaStream_t s) {
     const size_t n = (size_t)B * T * C;
     if (W == 4 && ops_vec8((size_t)C, y, x, w, halo)) {
-        const int BT = B * T, groups = C / 8, threads = conv_threads8(groups);
+        const int BT = B * T, groups = C / 8, threads = conv_threads(groups);
         dim3 grid((unsigned)((BT + CONV_FWD_ROWS - 1) / CONV_FWD_ROWS), (unsigned)((groups + threads - 1) / threads));
         k_conv4_fwd8<E, SILU><<<grid, threads, 0, s>>>((E *)y, (const E *)x, w, (const E *)halo, BT, T, C);
     } else {
@@ -298,10 +354,11 @@ static void conv_bwd_launch(void *dx, float *dw, void *dhalo, const void *dy, co
     const int BT = B * T;
     if (BT <= 0 || C <= 0) return;
     const int nblk = (BT + CONV_ROWS - 1) / CONV_ROWS;
-    if (W == 4 && ops_vec8((size_t)C, dx, dy, x, w, part) && ops_vec8((size_t)C, halo)) {
-        const int groups = C / 8, threads = conv_threads8(groups);
+    constexpr int VW = conv_bwd_vw<SILU>::value;
+    if (W == 4 && conv_vec(VW, (size_t)C, dx, dy, x, w, part, halo)) {
+        const int groups = C / VW, threads = conv_threads(groups);
         dim3 grid((unsigned)nblk, (unsigned)((groups + threads - 1) / threads));
-        k_conv4_bwd8<E, SILU><<<grid, threads, 0, s>>>((E *)dx, part, (const E *)dy, (const E *)x, w,
+        k_conv4_bwdv<E, SILU><<<grid, threads, 0, s>>>((E *)dx, part, (const E *)dy, (const E *)x, w,
                                                        (const E *)halo, BT, T, C);
     } else {
         dim3 grid((unsigned)nblk, (unsigned)((C + CONV_THREADS - 1) / CONV_THREADS));
