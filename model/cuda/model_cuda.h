@@ -83,8 +83,10 @@ void gdn_cuda_model_memory(const gdn_cuda_model *m, size_t *param_bytes, size_t 
  * stream (gdn_cuda_model_stream): a hook that fills a buffer enqueues the fill so that the
  * stream's next work sees it (e.g. cudaMemsetAsync on the stream, or a receive on another stream
  * followed by cudaStreamWaitEvent); a hook that reads a buffer orders its reads after the work
- * enqueued so far. Buffers handed to the hooks belong to the model and stay unchanged until the
- * same hook is called for the same layer in the next pass, so sends may complete late.
+ * enqueued so far. Buffers handed to the hooks belong to the model; those a hook reads (tail,
+ * S_out, dS_in, dhalo) are per layer and stay unchanged until the same hook is called for the same
+ * layer in the next pass, so sends may complete late. Buffers a hook fills are written in stream
+ * order (dS_out is one buffer shared by the layers).
  *   halos / tails: three act-typed arrays (q, k, v) of n_halo[i] elements each: [B,W-1,H*K] for q
  *                  and k and [B,W-1,H*V] for v, the W-1 rows before / at the end of the segment.
  *   states:        n_state floats in the delta kernels' layout (opaque to the hooks: both ends
