@@ -81,8 +81,9 @@ struct gdn_comm {
  * Started by a launcher (mpiexec, srun --mpi=pmix, ...: recognised by its environment), this
  * initialises MPI; a plain run is a world of one without MPI (gdn_comm_ops_self), so that it
  * starts no MPI runtime. GDN_MPI=1 forces MPI (a launcher not recognised), GDN_MPI=0 forbids
- * it. When the world size is not a multiple of sp, every rank returns NULL; err holds the
- * reason on rank 0 and is empty on the others (the message is printed once). From the first
+ * it. When the world size is not a multiple of sp, every rank returns NULL with err empty:
+ * rank 0 has printed the reason to stderr before any rank returns (once, and never lost to
+ * the launcher killing the job); a world of one returns the reason in err. From the first
  * successful call on, GDN_DIE goes to gdn_comm_abort. */
 gdn_comm *gdn_comm_init(int *argc, char ***argv, int sp, char *err, size_t errlen);
 /* Completes pending sends, frees the grid and finalizes MPI. */

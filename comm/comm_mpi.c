@@ -295,7 +295,15 @@ gdn_comm *gdn_comm_init(int *argc, char ***argv, int sp, char *err, size_t errle
     MPI_Comm_rank(m->world, &c->rank);
     MPI_Comm_size(m->world, &c->size);
     if (sp < 1 || c->size % sp != 0) {
-        if (c->rank == 0) grid_error(c->size, sp, err, errlen);
+        /* Rank 0 prints before anyone returns: a rank that exits first makes the launcher kill
+         * the job, which could otherwise cut rank 0 off before its message is out. */
+        if (c->rank == 0) {
+            grid_error(c->size, sp, err, errlen);
+            fprintf(stderr, "gdn: %s\n", err);
+            fflush(stderr);
+            err[0] = 0;
+        }
+        MPI_Barrier(m->world);
         c->sp = 1; /* lets finalize free what exists */
         gdn_comm_finalize(c);
         return NULL;
