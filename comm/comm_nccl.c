@@ -263,16 +263,22 @@ void gdn_nccl_p2p_recv(gdn_comm *c, gdn_group g, int peer, void *buf, size_t n, 
     m->group_recvs++;
 }
 
-void gdn_nccl_p2p_end(gdn_comm *c, void *done, const char *what) {
+void gdn_nccl_p2p_end_event(gdn_comm *c, void *done, void *received, const char *what) {
     nccl_impl *m = impl_of(c);
     in_group(c, "end of the transfers", what);
     m->in_group = 0;
     check_nccl(c, ncclGroupEnd(), "transfers", what);
     if (done) check_cuda(c, cudaEventRecord((cudaEvent_t)done, m->stream), "transfers", what);
-    if (m->group_recvs) {
+    if (received) {
+        check_cuda(c, cudaEventRecord((cudaEvent_t)received, m->stream), "transfers", what);
+    } else if (m->group_recvs) {
         check_cuda(c, cudaEventRecord(m->received, m->stream), "transfers", what);
         check_cuda(c, cudaStreamWaitEvent(m->compute, m->received, 0), "transfers", what);
     }
+}
+
+void gdn_nccl_p2p_end(gdn_comm *c, void *done, const char *what) {
+    gdn_nccl_p2p_end_event(c, done, NULL, what);
 }
 
 void gdn_nccl_sync(gdn_comm *c, const char *what) {

@@ -66,6 +66,10 @@ void gdn_nccl_p2p_recv(gdn_comm *c, gdn_group g, int peer, void *buf, size_t n, 
                        const char *what);
 /* Ends the group; done (a cudaEvent_t, or NULL) is recorded after it on the NCCL stream. */
 void gdn_nccl_p2p_end(gdn_comm *c, void *done, const char *what);
+/* As gdn_nccl_p2p_end, but the compute stream does not wait for the group's receives: received
+ * (a cudaEvent_t) is recorded after the group on the NCCL stream instead, and the caller orders
+ * the work that reads the received buffers after it (e.g. only the kernel that needs them). */
+void gdn_nccl_p2p_end_event(gdn_comm *c, void *done, void *received, const char *what);
 /* Waits on the host, with the deadline, until the NCCL stream's work so far is complete (the
  * compute stream is not waited for, and the time does not count as waiting in c->wait_s). */
 void gdn_nccl_sync(gdn_comm *c, const char *what);

@@ -24,6 +24,7 @@ struct gdn_seqpar_cuda {
     void *buf[SEND_KINDS][SLOTS];       /* device; allocated at the first send of the kind */
     size_t buf_bytes[SEND_KINDS];
     cudaEvent_t sent[SEND_KINDS][SLOTS]; /* recorded on the NCCL stream after the send from the slot */
+    cudaEvent_t state_in, dstate_out;    /* recorded after the receive of the state / its gradient */
 };
 
 static const char *kind_name[SEND_KINDS] = {"convolution halo", "delta-rule state", "delta-rule state gradient",
@@ -64,6 +65,8 @@ gdn_seqpar_cuda *gdn_seqpar_cuda_create(gdn_comm *nccl, const gdn_config *cfg, i
     for (int k = 0; k < SEND_KINDS; k++)
         for (int j = 0; j < SLOTS; j++)
             check(s, cudaEventCreateWithFlags(&s->sent[k][j], cudaEventDisableTiming), "start", kind_name[k]);
+    check(s, cudaEventCreateWithFlags(&s->state_in, cudaEventDisableTiming), "start", kind_name[SEND_STATE]);
+    check(s, cudaEventCreateWithFlags(&s->dstate_out, cudaEventDisableTiming), "start", kind_name[SEND_DSTATE]);
     gdn_nccl_set_stream(nccl, stream);
     return s;
 }
@@ -76,6 +79,8 @@ void gdn_seqpar_cuda_free(gdn_seqpar_cuda *s) {
             check(s, cudaEventDestroy(s->sent[k][j]), "shutdown", kind_name[k]);
             if (s->buf[k][j]) check(s, cudaFree(s->buf[k][j]), "shutdown", kind_name[k]);
         }
+    check(s, cudaEventDestroy(s->state_in), "shutdown", kind_name[SEND_STATE]);
+    check(s, cudaEventDestroy(s->dstate_out), "shutdown", kind_name[SEND_DSTATE]);
     free(s);
 }
 
@@ -164,15 +169,19 @@ static void state_send(gdn_seqpar_cuda *s, int kind, int l, const float *src, in
     gdn_nccl_p2p_end(s->c, s->sent[kind][l % SLOTS], kind_name[kind]);
 }
 
-/* dst [n_state] from group rank `from`, or zeros when from < 0. */
-static void state_recv(gdn_seqpar_cuda *s, float *dst, int from, const char *what) {
+/* dst [n_state] from group rank `from`, or zeros when from < 0 (on the model's stream: returns
+ * NULL). A receive does not hold up the model's stream: it returns the event `received`,
+ * recorded after it, for the model to order only the state pass after (the intra-chunk work
+ * overlaps the transfer). */
+static void *state_recv(gdn_seqpar_cuda *s, float *dst, int from, cudaEvent_t received, const char *what) {
     if (from < 0) {
         check(s, cudaMemsetAsync(dst, 0, s->n_state * sizeof(float), s->stream), "zero fill", what);
-        return;
+        return NULL;
     }
     gdn_nccl_p2p_start(s->c, what);
     gdn_nccl_p2p_recv(s->c, GDN_SP, from, dst, s->n_state, GDN_F32, what);
-    gdn_nccl_p2p_end(s->c, NULL, what);
+    gdn_nccl_p2p_end_event(s->c, NULL, received, what);
+    return received;
 }
 
 static void hook_fwd_halo(void *user, int l, void *const halo[3], const void *const tail[3], const size_t n[3]) {
@@ -183,11 +192,11 @@ static void hook_fwd_halo(void *user, int l, void *const halo[3], const void *co
     halo_transfer(s, SEND_HALO, l, out, s->next, halo, s->prev, kind_name[SEND_HALO]);
 }
 
-static void hook_fwd_state_in(void *user, int l, float *S_in, size_t n_state) {
+static void *hook_fwd_state_in(void *user, int l, float *S_in, size_t n_state) {
     gdn_seqpar_cuda *s = user;
     (void)l;
     check_state_size(s, n_state);
-    state_recv(s, S_in, s->prev, kind_name[SEND_STATE]);
+    return state_recv(s, S_in, s->prev, s->state_in, kind_name[SEND_STATE]);
 }
 
 static void hook_fwd_state_out(void *user, int l, const float *S_out, size_t n_state) {
@@ -199,11 +208,11 @@ static void hook_fwd_state_out(void *user, int l, const float *S_out, size_t n_s
     if (l == s->L - 1) gdn_nccl_sync(s->c, "the forward pass's sequence-parallel transfers");
 }
 
-static void hook_bwd_state_out(void *user, int l, float *dS_out, size_t n_state) {
+static void *hook_bwd_state_out(void *user, int l, float *dS_out, size_t n_state) {
     gdn_seqpar_cuda *s = user;
     (void)l;
     check_state_size(s, n_state);
-    state_recv(s, dS_out, s->next, kind_name[SEND_DSTATE]);
+    return state_recv(s, dS_out, s->next, s->dstate_out, kind_name[SEND_DSTATE]);
 }
 
 static void hook_bwd_state_in(void *user, int l, const float *dS_in, size_t n_state) {

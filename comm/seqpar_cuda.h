@@ -12,8 +12,10 @@
  *   per kind, used by alternate layers), so the model may overwrite its own buffers as soon as
  *   the hook returns; before a buffer is reused the model's stream waits for the send that read
  *   it two layers before;
- * - receives go straight into the model's buffers, after the model's work so far, and the
- *   model's next work waits for them;
+ * - receives go straight into the model's buffers, after the model's work so far; the model's
+ *   next work waits for the halos, while for the state and its gradient only the delta rule's
+ *   state pass waits (the hooks return the receive's event): the intra-chunk kernels of the
+ *   layer run while the state crosses;
  * - a hook that both sends and receives (the middle ranks when sp > 2) does so in one NCCL group.
  * The NCCL stream is the grid's (shared with the gradient all-reduce); all ranks enqueue their
  * transfers and collectives in the same order, so none can deadlock. Once per forward pass,

@@ -93,6 +93,25 @@ void gdn_cuda_delta_bwd_saved(const gdn_delta_shape *s, gdn_cuda_precision p, co
                               void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
                               void *workspace, void *stream);
 
+/* The same forward and backward (with recomputation) where the entering state h0 (forward) or
+ * the leaving state's gradient dht (backward) is filled by work outside `stream`: h0_ready /
+ * dht_ready (a cudaEvent_t recorded after that fill, or NULL: the fill is ordered on `stream`)
+ * is waited for only by the state pass that reads it, so the kernels that do not need it run
+ * while it arrives (forward: the intra-chunk kernels of every chunk; backward: the recomputed
+ * intra-chunk kernels, the local dv_new, the recomputed forward state pass and the D^T kernel).
+ * For sequence parallelism: the state that crosses a segment boundary from another GPU
+ * overlaps this work. The event is waited for before the call returns (its current record
+ * counts; it may be recorded again afterwards). */
+void gdn_cuda_delta_fwd_late(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
+                             const void *k, const void *v, const float *g, const float *beta,
+                             float scale, const float *h0, void *h0_ready, void *o, float *ht,
+                             void *workspace, void *stream);
+void gdn_cuda_delta_bwd_late(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
+                             const void *k, const void *v, const float *g, const float *beta,
+                             float scale, const float *h0, const void *d_o, const float *dht,
+                             void *dht_ready, void *dq, void *dk, void *dv, float *dg,
+                             float *dbeta, float *dh0, void *workspace, void *stream);
+
 /* ---- host convenience: HOST float arrays in and out, exactly the CPU semantics --------------
  * Copies the inputs to the device (rounding q, k, v, d_o to bf16 in BF16 mode), runs, copies the
  * results back (widening bf16 to float). Synchronous. For tests and the `gdn op` command.

@@ -201,20 +201,27 @@ static void state_passthrough(float *dst, const float *src, const gdn_delta_shap
     else if (dst) GDN_CUDA_CHECK(cudaMemsetAsync(dst, 0, nst, st));
 }
 
-void gdn_cuda_delta_fwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
-                        const void *k, const void *v, const float *g, const float *beta,
-                        float scale, const float *h0, void *o, float *ht, void *workspace,
-                        void *stream) {
+/* Orders `st` after `ready` (a cudaEvent_t; NULL: nothing to wait for). */
+static void wait_ready(cudaStream_t st, void *ready) {
+    if (ready) GDN_CUDA_CHECK(cudaStreamWaitEvent(st, (cudaEvent_t)ready, 0));
+}
+
+void gdn_cuda_delta_fwd_late(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
+                             const void *k, const void *v, const float *g, const float *beta,
+                             float scale, const float *h0, void *h0_ready, void *o, float *ht,
+                             void *workspace, void *stream) {
     gdn_delta_args a = delta_args(s, p, scale, workspace, q, k, v, g, beta, h0);
     a.o = o;
     a.ht = ht;
     cudaStream_t st = (cudaStream_t)stream;
     if (s->T == 0) {
+        wait_ready(st, h0_ready);
         state_passthrough(ht, h0, s, st);
         return;
     }
     if (a.NT < 2) {
         gdn_delta_launch_intra(&a, p, st);
+        wait_ready(st, h0_ready);
         gdn_delta_launch_state_fwd(&a, p, st, 0);
         gdn_delta_launch_output(&a, p, st);
         return;
@@ -230,6 +237,7 @@ void gdn_cuda_delta_fwd(const gdn_delta_shape *s, gdn_cuda_precision p, const vo
     gdn_delta_launch_intra(&lo, p, st);
     GDN_CUDA_CHECK(cudaEventRecord(ev[0], st));
     GDN_CUDA_CHECK(cudaStreamWaitEvent(aux, ev[0], 0));
+    wait_ready(aux, h0_ready); /* only this pass reads h0; both intra kernels run before it */
     gdn_delta_launch_state_fwd(&lo, p, aux, 1);
     GDN_CUDA_CHECK(cudaEventRecord(ev[2], aux));
     gdn_delta_launch_intra(&hi, p, st);
@@ -243,11 +251,18 @@ void gdn_cuda_delta_fwd(const gdn_delta_shape *s, gdn_cuda_precision p, const vo
     gdn_delta_launch_output(&hi, p, st);
 }
 
+void gdn_cuda_delta_fwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
+                        const void *k, const void *v, const float *g, const float *beta,
+                        float scale, const float *h0, void *o, float *ht, void *workspace,
+                        void *stream) {
+    gdn_cuda_delta_fwd_late(s, p, q, k, v, g, beta, scale, h0, NULL, o, ht, workspace, stream);
+}
+
 static void delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
                       const void *k, const void *v, const float *g, const float *beta, float scale,
-                      const float *h0, const void *d_o, const float *dht, void *dq, void *dk,
-                      void *dv, float *dg, float *dbeta, float *dh0, void *workspace, void *stream,
-                      int recompute) {
+                      const float *h0, const void *d_o, const float *dht, void *dht_ready,
+                      void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
+                      void *workspace, void *stream, int recompute) {
     gdn_delta_args a = delta_args(s, p, scale, workspace, q, k, v, g, beta, h0);
     a.d_o = d_o;
     a.dht = dht;
@@ -259,11 +274,13 @@ static void delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void
     a.dh0 = dh0;
     cudaStream_t st = (cudaStream_t)stream;
     if (s->T == 0) {
+        wait_ready(st, dht_ready);
         state_passthrough(dh0, dht, s, st);
         return;
     }
     /* The reverse state pass needs only G, W (intra) and dVl; it runs on a second stream beside
-     * the recomputed forward state pass (h, v_new) and the D^T kernel, which need neither. */
+     * the recomputed forward state pass (h, v_new) and the D^T kernel, which need neither. It
+     * alone reads dht, so a late dht delays nothing else. */
     cudaStream_t aux;
     cudaEvent_t ev[4];
     side_stream(&aux, ev);
@@ -272,6 +289,7 @@ static void delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void
     gdn_delta_launch_dv_local(&a, p, st, 1);          /* dVl */
     GDN_CUDA_CHECK(cudaEventRecord(fork, st));
     GDN_CUDA_CHECK(cudaStreamWaitEvent(aux, fork, 0));
+    wait_ready(aux, dht_ready);
     gdn_delta_launch_state_bwd(&a, p, aux, 1);          /* dh, dv_new, dh0 */
     GDN_CUDA_CHECK(cudaEventRecord(join, aux));
     if (recompute) gdn_delta_launch_state_fwd(&a, p, st, 1); /* h, v_new (ht not needed) */
@@ -285,8 +303,17 @@ void gdn_cuda_delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p, const vo
                         float scale, const float *h0, const void *d_o, const float *dht,
                         void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
                         void *workspace, void *stream) {
-    delta_bwd(s, p, q, k, v, g, beta, scale, h0, d_o, dht, dq, dk, dv, dg, dbeta, dh0, workspace,
-              stream, 1);
+    delta_bwd(s, p, q, k, v, g, beta, scale, h0, d_o, dht, NULL, dq, dk, dv, dg, dbeta, dh0,
+              workspace, stream, 1);
+}
+
+void gdn_cuda_delta_bwd_late(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
+                             const void *k, const void *v, const float *g, const float *beta,
+                             float scale, const float *h0, const void *d_o, const float *dht,
+                             void *dht_ready, void *dq, void *dk, void *dv, float *dg,
+                             float *dbeta, float *dh0, void *workspace, void *stream) {
+    delta_bwd(s, p, q, k, v, g, beta, scale, h0, d_o, dht, dht_ready, dq, dk, dv, dg, dbeta, dh0,
+              workspace, stream, 1);
 }
 
 void gdn_cuda_delta_bwd_saved(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
@@ -294,6 +321,6 @@ void gdn_cuda_delta_bwd_saved(const gdn_delta_shape *s, gdn_cuda_precision p, co
                               float scale, const float *h0, const void *d_o, const float *dht,
                               void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
                               void *workspace, void *stream) {
-    delta_bwd(s, p, q, k, v, g, beta, scale, h0, d_o, dht, dq, dk, dv, dg, dbeta, dh0, workspace,
-              stream, 0);
+    delta_bwd(s, p, q, k, v, g, beta, scale, h0, d_o, dht, NULL, dq, dk, dv, dg, dbeta, dh0,
+              workspace, stream, 0);
 }

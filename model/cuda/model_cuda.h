@@ -96,13 +96,18 @@ typedef struct {
     /* Forward, after the projections: tail holds this segment's last W-1 rows; fill halo with
      * the previous segment's (zeros for the first segment). */
     void (*fwd_halo)(void *user, int layer, void *const halo[3], const void *const tail[3], const size_t n_halo[3]);
-    /* Forward, before the delta rule: fill S_in with the state entering this segment. */
-    void (*fwd_state_in)(void *user, int layer, float *S_in, size_t n_state);
+    /* Forward, before the delta rule: fill S_in with the state entering this segment. Returns
+     * NULL when the fill is ordered on the model's stream, or a cudaEvent_t recorded after a
+     * fill on another stream: then only the delta rule's state pass waits for it, and the
+     * intra-chunk work that does not need the state runs meanwhile (gdn_cuda_delta_fwd_late).
+     * The model waits for the event's current record before the next hook call. */
+    void *(*fwd_state_in)(void *user, int layer, float *S_in, size_t n_state);
     /* Forward, after the delta rule: the state leaving this segment. */
     void (*fwd_state_out)(void *user, int layer, const float *S_out, size_t n_state);
     /* Backward, before the delta rule: fill dS_out with the gradient of the leaving state
-     * (zeros for the last segment). */
-    void (*bwd_state_out)(void *user, int layer, float *dS_out, size_t n_state);
+     * (zeros for the last segment). Returns NULL or an event, as fwd_state_in (only the
+     * reverse state pass waits for it: gdn_cuda_delta_bwd_late). */
+    void *(*bwd_state_out)(void *user, int layer, float *dS_out, size_t n_state);
     /* Backward, after the delta rule: the gradient of the entering state. */
     void (*bwd_state_in)(void *user, int layer, const float *dS_in, size_t n_state);
     /* Backward, after the convolutions: dhalo is the gradient of the halo rows (they belong to

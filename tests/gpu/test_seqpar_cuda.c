@@ -114,7 +114,15 @@ static void expect(const void *dev, size_t n, size_t es, int kind, int pass, int
 typedef struct {
     void *halo[3], *dtail[3]; /* received, per layer */
     float *S_in, *dS_out;
+    float *S_seen, *dS_seen;  /* S_in, dS_out as a kernel ordered after the hook's event reads them */
 } layer_bufs;
+
+/* What the model does with a state hook's result: the work that reads buf waits for the event
+ * (when the hook returned one); here that work copies buf to seen on the model's stream. */
+static void read_after(cudaStream_t st, void *ready, float *seen, const float *buf, size_t n) {
+    if (ready) cuda_ok(cudaStreamWaitEvent(st, (cudaEvent_t)ready, 0), "wait for a received state");
+    cuda_ok(cudaMemcpyAsync(seen, buf, n * sizeof(float), cudaMemcpyDeviceToDevice, st), "read a received state");
+}
 
 /* Forward (+ backward unless fwd_only) passes through the hooks, checked after each pass. */
 static void test_hooks(gdn_comm *g, cudaStream_t st, gdn_cuda_precision prec) {
@@ -137,6 +145,8 @@ static void test_hooks(gdn_comm *g, cudaStream_t st, gdn_cuda_precision prec) {
         }
         lb[l].S_in = dev_alloc(n_state * 4);
         lb[l].dS_out = dev_alloc(n_state * 4);
+        lb[l].S_seen = dev_alloc(n_state * 4);
+        lb[l].dS_seen = dev_alloc(n_state * 4);
     }
     /* the model's scratch: one set for all layers, overwritten after every hook */
     void *tail[3], *dhalo[3];
@@ -158,18 +168,21 @@ static void test_hooks(gdn_comm *g, cudaStream_t st, gdn_cuda_precision prec) {
             }
             poison(st, lb[l].S_in, n_state * 4);
             poison(st, lb[l].dS_out, n_state * 4);
+            poison(st, lb[l].S_seen, n_state * 4);
+            poison(st, lb[l].dS_seen, n_state * 4);
         }
         for (int l = 0; l < L; l++) {
             for (int i = 0; i < 3; i++) fill(st, tail[i], n_halo[i], es, TAIL, pass, sp_rank, l, i);
             h.fwd_halo(h.user, l, lb[l].halo, (const void *const *)tail, n_halo);
             for (int i = 0; i < 3; i++) poison(st, tail[i], n_halo[i] * es);
-            h.fwd_state_in(h.user, l, lb[l].S_in, n_state);
+            read_after(st, h.fwd_state_in(h.user, l, lb[l].S_in, n_state), lb[l].S_seen, lb[l].S_in, n_state);
             fill(st, S_out, n_state, 4, STATE, pass, sp_rank, l, 0);
             h.fwd_state_out(h.user, l, S_out, n_state);
             poison(st, S_out, n_state * 4);
         }
         for (int l = L - 1; l >= 0 && !fwd_only; l--) {
-            h.bwd_state_out(h.user, l, lb[l].dS_out, n_state);
+            read_after(st, h.bwd_state_out(h.user, l, lb[l].dS_out, n_state), lb[l].dS_seen, lb[l].dS_out,
+                       n_state);
             fill(st, dS_in, n_state, 4, DSTATE, pass, sp_rank, l, 0);
             h.bwd_state_in(h.user, l, dS_in, n_state);
             poison(st, dS_in, n_state * 4);
@@ -183,8 +196,10 @@ static void test_hooks(gdn_comm *g, cudaStream_t st, gdn_cuda_precision prec) {
         for (int l = 0; l < L; l++) {
             for (int i = 0; i < 3; i++) expect(lb[l].halo[i], n_halo[i], es, TAIL, pass, prev, l, i, "halo");
             expect(lb[l].S_in, n_state, 4, STATE, pass, prev, l, 0, "entering state");
+            expect(lb[l].S_seen, n_state, 4, STATE, pass, prev, l, 0, "entering state read after its event");
             if (fwd_only) continue;
             expect(lb[l].dS_out, n_state, 4, DSTATE, pass, next, l, 0, "leaving state's gradient");
+            expect(lb[l].dS_seen, n_state, 4, DSTATE, pass, next, l, 0, "leaving state's gradient read after its event");
             for (int i = 0; i < 3; i++) expect(lb[l].dtail[i], n_halo[i], es, DHALO, pass, next, l, i, "tail gradient");
         }
         const uint64_t want = (next >= 0 ? one_way : 0) + (prev >= 0 && !fwd_only ? one_way : 0);
@@ -206,6 +221,8 @@ static void test_hooks(gdn_comm *g, cudaStream_t st, gdn_cuda_precision prec) {
         }
         cudaFree(lb[l].S_in);
         cudaFree(lb[l].dS_out);
+        cudaFree(lb[l].S_seen);
+        cudaFree(lb[l].dS_seen);
     }
     for (int i = 0; i < 3; i++) {
         cudaFree(tail[i]);
