@@ -1,6 +1,6 @@
-/* Elementwise activations (SiLU, SwiGLU) and the per-head gates of the GDN mixer (decay gate,
- * write strength). The decay gate's parameter gradients are sums over tokens: per-block partials
- * in double, added in block order. */
+/* Elementwise activations (SwiGLU; SiLU is fused into the convolution, ops_conv.cu) and the
+ * per-head gates of the GDN mixer (decay gate, write strength). The decay gate's parameter
+ * gradients are sums over tokens: per-block partials in double, added in block order. */
 #include "model/cuda/ops_util.cuh"
 
 #define ACT_THREADS 256
@@ -10,29 +10,6 @@
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 /* Elementwise kernels take VW = 8 (16-byte accesses, n a multiple of 8) or VW = 1. */
-template <typename T, int VW>
-__global__ void k_silu_fwd(T *y, const T *x, size_t n) {
-    GRID_STRIDE(k, n / VW) {
-        float a[VW];
-        ops_ldv<VW>(x, k * VW, a);
-#pragma unroll
-        for (int e = 0; e < VW; e++) a[e] = ops_silu(a[e]);
-        ops_stv<VW>(y, k * VW, a);
-    }
-}
-
-template <typename T, int VW>
-__global__ void k_silu_bwd(T *dx, const T *dy, const T *x, size_t n) {
-    GRID_STRIDE(k, n / VW) {
-        float g[VW], a[VW];
-        ops_ldv<VW>(dy, k * VW, g);
-        ops_ldv<VW>(x, k * VW, a);
-#pragma unroll
-        for (int e = 0; e < VW; e++) g[e] *= ops_dsilu(a[e]);
-        ops_stv<VW>(dx, k * VW, g);
-    }
-}
-
 template <typename T, int VW>
 __global__ void k_swiglu_fwd(T *h, const T *a, const T *b, size_t n) {
     GRID_STRIDE(k, n / VW) {
@@ -122,21 +99,6 @@ __global__ void k_beta_bwd(T *db, const float *dbeta, const float *beta, float s
         if (vec) kernel<T, 8> ACT_LAUNCH((n) / 8)(__VA_ARGS__);                  \
         else kernel<T, 1> ACT_LAUNCH(n)(__VA_ARGS__);                             \
     } while (0)
-
-extern "C" void gdn_cuda_silu_fwd(gdn_cuda_precision p, void *y, const void *x, size_t n, void *stream) {
-    if (!n) return;
-    const int vec = ops_vec8(n, y, x);
-    OPS_DISPATCH(p, T, ACT_VEC_LAUNCH(k_silu_fwd, T, vec, n, (T *)y, (const T *)x, n));
-    GDN_CUDA_CHECK_LAUNCH();
-}
-
-extern "C" void gdn_cuda_silu_bwd(gdn_cuda_precision p, void *dx, const void *dy, const void *x, size_t n,
-                                  void *stream) {
-    if (!n) return;
-    const int vec = ops_vec8(n, dx, dy, x);
-    OPS_DISPATCH(p, T, ACT_VEC_LAUNCH(k_silu_bwd, T, vec, n, (T *)dx, (const T *)dy, (const T *)x, n));
-    GDN_CUDA_CHECK_LAUNCH();
-}
 
 extern "C" void gdn_cuda_swiglu_fwd(gdn_cuda_precision p, void *h, const void *a, const void *b, size_t n,
                                     void *stream) {

@@ -168,12 +168,6 @@ void gdn_cuda_conv_bwd(gdn_cuda_precision p, gdn_cuda_conv_act act,
                        int B, int T, int C, int W, void *ws, void *stream);
 
 /* ---- elementwise ----------------------------------------------------------------------------- */
-/* y = silu(x); y may alias x. */
-void gdn_cuda_silu_fwd(gdn_cuda_precision p, void *y /* [n] act */, const void *x /* [n] act */,
-                       size_t n, void *stream);
-/* dx = dy silu'(x); dx may alias dy. */
-void gdn_cuda_silu_bwd(gdn_cuda_precision p, void *dx /* [n] act */, const void *dy /* [n] act */,
-                       const void *x /* [n] act */, size_t n, void *stream);
 /* h = silu(a) b. */
 void gdn_cuda_swiglu_fwd(gdn_cuda_precision p, void *h /* [n] act */, const void *a /* [n] act */,
                          const void *b /* [n] act */, size_t n, void *stream);
