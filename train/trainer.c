@@ -427,6 +427,14 @@ static void print_optimizer_state(const trainer *t) {
     else
         say(t, "optimizer state: %.3f MiB (AdamW m and v%s)\n", mib,
             t->rc.zero ? "; --zero 1 on one rank: nothing to shard, the same as --zero 0" : "");
+#ifdef GDN_HAVE_CUDA
+    if (t->gpu) {
+        size_t pbytes = 0, abytes = 0;
+        gdn_cuda_model_memory(t->gpu, &pbytes, &abytes);
+        say(t, "GPU memory per rank: parameters, gradients and optimizer state %.3f MiB, activations and scratch "
+            "%.3f MiB\n", (double)pbytes / 1048576.0, (double)abytes / 1048576.0);
+    }
+#endif
 }
 
 #ifdef GDN_HAVE_NCCL
