@@ -2,7 +2,9 @@
  * comm/ (MPI), the CUDA backend on one GPU or data and sequence parallel with one GPU per rank
  * (gradients, halos and states over NCCL, comm/comm_nccl.h and comm/seqpar_cuda.h; everything
  * else over MPI). Every rank runs the same loop on its own data; gradients, losses and stop
- * decisions are reduced so that all ranks keep identical parameters and take the same branches.
+ * decisions are reduced so that all ranks keep identical parameters and take the same branches
+ * (with --zero 1 each rank updates its block of the parameters and they are all-gathered,
+ * train/zero.h).
  * Rank 0 alone prints, writes metrics and checkpoints. */
 #include "train/trainer.h"
 
@@ -267,7 +269,7 @@ static int truncate_metrics(const char *path, int64_t step) {
 
 /* Starts fresh, from --init-from weights, or resumes, into t->params and the full-size moments
  * m, v [total] (t->m, t->v unless they are sharded); returns 0 or -1 (message printed). Runs on
- * rank 0, which then hands the result to the others (share_restored). */
+ * rank 0, which then hands the result to the others (restore_and_share). */
 static int restore(trainer *t, float *m, float *v) {
     char err[1024], path[GDN_PATH_MAX + 32];
     const gdn_run_config *rc = &t->rc;

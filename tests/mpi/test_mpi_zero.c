@@ -195,8 +195,9 @@ static void test_adamw_ranges(void) {
     gdn_param_table t;
     gdn_param_table_build(&t, &cfg);
     const size_t n = t.total;
-    float *P = malloc(n * sizeof *P), *G = malloc(n * sizeof *G), *M = malloc(n * sizeof *M), *V = malloc(n * sizeof *V);
-    float *p = malloc(n * sizeof *p), *m = malloc(n * sizeof *m), *v = malloc(n * sizeof *v);
+    float *P = malloc(n * sizeof *P), *G = malloc(n * sizeof *G), *M = malloc(n * sizeof *M);
+    float *V = malloc(n * sizeof *V), *p = malloc(n * sizeof *p), *m = malloc(n * sizeof *m);
+    float *v = malloc(n * sizeof *v);
     gdn_params_init(P, &t, 9);
     rng_state = 5;
     for (size_t i = 0; i < n; i++) {
@@ -276,8 +277,10 @@ static void test_zero_step(void) {
     /* checkpoints: gather to rank 0, scatter back */
     float *full = world->rank == 0 ? malloc(n * sizeof *full) : NULL;
     gdn_zero_gather(world, &z, m, full, "first moments");
-    if (world->rank == 0) check(!memcmp(full, M, n * sizeof *M), "gathered first moments differ from the unsharded ones");
-    if (world->rank == 0) memcpy(full, V, n * sizeof *V);
+    if (world->rank == 0) {
+        check(!memcmp(full, M, n * sizeof *M), "gathered first moments differ from the unsharded ones");
+        memcpy(full, V, n * sizeof *V);
+    }
     memset(v, 0, z.shard * sizeof *v);
     gdn_zero_scatter(world, &z, full, v, "second moments");
     check(!memcmp(v, V + z.lo, (z.hi - z.lo) * sizeof *v), "scattered second moments differ from their block");
