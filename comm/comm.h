@@ -9,8 +9,8 @@
  * - Control (always MPI, host memory): bootstrap, local rank for one-GPU-per-rank placement,
  *   agreement on errors and stop requests, abort. A NCCL build still bootstraps here (rank 0
  *   makes the ncclUniqueId and broadcasts it with gdn_comm_broadcast).
- * - Data (gdn_comm_ops): all-reduce, all-gather, broadcast and point-to-point transfers of
- *   tensors. The MPI implementation works on host buffers; a NCCL implementation provides the
+ * - Data (gdn_comm_ops): all-reduce, all-gather, reduce-scatter, broadcast and point-to-point
+ *   transfers of tensors. The MPI implementation works on host buffers; a NCCL implementation provides the
  *   same table over device buffers and a stream, and the trainer does not change.
  *
  * Failures: no call here hangs forever. A rank that dies is reported by the launcher (mpiexec
@@ -40,9 +40,16 @@ typedef struct {
     /* In place: buf [n] becomes the reduction over the group, identical on every rank. */
     void (*all_reduce)(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dtype t, gdn_redop op,
                        const char *what);
-    /* recv [group size, n] = every rank's send [n], in group-rank order. */
+    /* recv [group size, n] = every rank's send [n], in group-rank order. In place when send is
+     * recv + group rank * n (this rank's block of recv). */
     void (*all_gather)(gdn_comm *c, gdn_group g, const void *send, void *recv, size_t n,
                        gdn_dtype t, const char *what);
+    /* recv [n] = block (group rank) of the reduction over the group of every rank's
+     * send [group size, n] (sum, average, max, min; float, double, int64): the reduction of a
+     * buffer of which each rank keeps only its own block. In place when recv is
+     * send + group rank * n; send's other blocks are then undefined afterwards. */
+    void (*reduce_scatter)(gdn_comm *c, gdn_group g, const void *send, void *recv, size_t n,
+                           gdn_dtype t, gdn_redop op, const char *what);
     /* buf [n] of group rank root to every rank of the group. */
     void (*broadcast)(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dtype t, int root,
                       const char *what);
@@ -60,9 +67,10 @@ typedef struct {
 /* The data plane of a world of one process (comm/comm_self.c). */
 extern const gdn_comm_ops gdn_comm_ops_self;
 
-/* Bytes this rank handed to each kind of operation (payload sizes, not wire bytes). */
+/* Bytes this rank handed to each kind of operation (payload sizes, not wire bytes): the buffer
+ * of an all-reduce, this rank's block of an all-gather, the whole input of a reduce-scatter. */
 typedef struct {
-    uint64_t all_reduce, all_gather, broadcast, send;
+    uint64_t all_reduce, all_gather, reduce_scatter, broadcast, send;
 } gdn_comm_bytes;
 
 struct gdn_comm {
@@ -114,6 +122,10 @@ static inline void gdn_all_reduce(gdn_comm *c, gdn_group g, void *buf, size_t n,
 static inline void gdn_all_gather(gdn_comm *c, gdn_group g, const void *send, void *recv, size_t n,
                                   gdn_dtype t, const char *what) {
     c->ops->all_gather(c, g, send, recv, n, t, what);
+}
+static inline void gdn_reduce_scatter(gdn_comm *c, gdn_group g, const void *send, void *recv,
+                                      size_t n, gdn_dtype t, gdn_redop op, const char *what) {
+    c->ops->reduce_scatter(c, g, send, recv, n, t, op, what);
 }
 static inline void gdn_broadcast(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dtype t,
                                  int root, const char *what) {

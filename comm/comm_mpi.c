@@ -156,11 +156,40 @@ static void mpi_all_reduce(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dt
 static void mpi_all_gather(gdn_comm *c, gdn_group g, const void *send, void *recv, size_t n,
                            gdn_dtype t, const char *what) {
     if (n > (size_t)INT_MAX) GDN_DIE("all-gather of %s: %zu elements per rank is too many", what, n);
+    const size_t es = gdn_dtype_size(t);
+    /* in place (send is this rank's block of recv): MPI must be told, it forbids aliasing */
+    const int in_place = send == (const char *)recv + (size_t)gdn_comm_group_rank(c, g) * n * es;
     MPI_Request req;
-    check_mpi(c, MPI_Iallgather(send, (int)n, mpi_type(t), recv, (int)n, mpi_type(t), group_comm(c, g),
-                                &req), "all-gather", what);
+    check_mpi(c, MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)n, mpi_type(t), recv, (int)n, mpi_type(t),
+                                group_comm(c, g), &req), "all-gather", what);
     mpi_wait(c, &req, "all-gather", what, g, -1);
-    c->bytes.all_gather += n * gdn_dtype_size(t);
+    c->bytes.all_gather += n * es;
+}
+
+static void mpi_reduce_scatter(gdn_comm *c, gdn_group g, const void *send, void *recv, size_t n,
+                               gdn_dtype t, gdn_redop op, const char *what) {
+    MPI_Op mop = op == GDN_MAX ? MPI_MAX : op == GDN_MIN ? MPI_MIN : MPI_SUM;
+    if (op == GDN_AVG && t == GDN_I64)
+        GDN_DIE("reduce-scatter of %s: average of integers is not supported", what);
+    if (t == GDN_BF16)
+        GDN_DIE("reduce-scatter of %s: bf16 reductions need the NCCL data plane (MPI has no bf16 type)", what);
+    if (n > (size_t)INT_MAX) GDN_DIE("reduce-scatter of %s: %zu elements per rank is too many", what, n);
+    const size_t es = gdn_dtype_size(t);
+    const int size = gdn_comm_group_size(c, g), me = gdn_comm_group_rank(c, g);
+    const int in_place = recv == (const char *)send + (size_t)me * n * es;
+    MPI_Request req;
+    /* in place, MPI takes the input from the receive buffer and leaves the result at its start */
+    check_mpi(c, MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, in_place ? (void *)send : recv, (int)n,
+                                           mpi_type(t), mop, group_comm(c, g), &req), "reduce-scatter", what);
+    mpi_wait(c, &req, "reduce-scatter", what, g, -1);
+    if (in_place && me > 0) memmove(recv, send, n * es);
+    if (op == GDN_AVG) {
+        if (t == GDN_F32)
+            for (size_t i = 0; i < n; i++) ((float *)recv)[i] /= (float)size;
+        else
+            for (size_t i = 0; i < n; i++) ((double *)recv)[i] /= (double)size;
+    }
+    c->bytes.reduce_scatter += (size_t)size * n * es;
 }
 
 static void mpi_broadcast(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dtype t, int root,
@@ -219,8 +248,14 @@ static double timeout_from_env(void) {
     return v;
 }
 
-static const gdn_comm_ops mpi_ops = {"mpi", mpi_all_reduce, mpi_all_gather, mpi_broadcast,
-                                     mpi_send, mpi_recv, mpi_wait_sends};
+static const gdn_comm_ops mpi_ops = {.name = "mpi",
+                                     .all_reduce = mpi_all_reduce,
+                                     .all_gather = mpi_all_gather,
+                                     .reduce_scatter = mpi_reduce_scatter,
+                                     .broadcast = mpi_broadcast,
+                                     .send = mpi_send,
+                                     .recv = mpi_recv,
+                                     .wait_sends = mpi_wait_sends};
 
 int gdn_comm_agree(gdn_comm *c, int flag) {
     int64_t v = flag ? c->rank : INT64_MAX;

@@ -178,6 +178,26 @@ static void nccl_all_gather(gdn_comm *c, gdn_group g, const void *send, void *re
     gdn_nccl_wait(c, what);
 }
 
+static void nccl_reduce_scatter(gdn_comm *c, gdn_group g, const void *send, void *recv, size_t n, gdn_dtype t,
+                                gdn_redop op, const char *what) {
+    nccl_impl *m = impl_of(c);
+    if (op == GDN_AVG && t == GDN_I64) GDN_DIE("reduce-scatter of %s: average of integers is not supported", what);
+    in_no_group(c, "reduce-scatter", what);
+    const size_t bytes = n * gdn_dtype_size(t);
+    c->bytes.reduce_scatter += (size_t)gdn_comm_group_size(c, g) * bytes;
+    ncclComm_t comm = group_comm(c, g);
+    if (!comm) { /* over one rank the reduction is the input */
+        if (recv != send)
+            check_cuda(c, cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, m->compute), "reduce-scatter",
+                       what);
+        return;
+    }
+    const ncclRedOp_t r = op == GDN_SUM ? ncclSum : op == GDN_AVG ? ncclAvg : op == GDN_MAX ? ncclMax : ncclMin;
+    after_compute(c, "reduce-scatter", what);
+    check_nccl(c, ncclReduceScatter(send, recv, n, nccl_type(t), r, comm, m->stream), "reduce-scatter", what);
+    gdn_nccl_wait(c, what);
+}
+
 static void nccl_broadcast(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dtype t, int root,
                            const char *what) {
     nccl_impl *m = impl_of(c);
@@ -286,8 +306,14 @@ void gdn_nccl_sync(gdn_comm *c, const char *what) {
     poll_stream(c, impl_of(c)->stream, 1, "completion", what, GDN_WORLD, -1);
 }
 
-static const gdn_comm_ops nccl_ops = {"nccl", nccl_all_reduce, nccl_all_gather, nccl_broadcast,
-                                      nccl_send, nccl_recv, nccl_wait_sends};
+static const gdn_comm_ops nccl_ops = {.name = "nccl",
+                                      .all_reduce = nccl_all_reduce,
+                                      .all_gather = nccl_all_gather,
+                                      .reduce_scatter = nccl_reduce_scatter,
+                                      .broadcast = nccl_broadcast,
+                                      .send = nccl_send,
+                                      .recv = nccl_recv,
+                                      .wait_sends = nccl_wait_sends};
 
 void gdn_nccl_set_stream(gdn_comm *c, void *stream) { impl_of(c)->compute = (cudaStream_t)stream; }
 

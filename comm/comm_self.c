@@ -18,6 +18,14 @@ static void self_all_gather(gdn_comm *c, gdn_group g, const void *send, void *re
     c->bytes.all_gather += n * gdn_dtype_size(t);
 }
 
+/* Over one rank the reduction of send [1, n] is send itself. */
+static void self_reduce_scatter(gdn_comm *c, gdn_group g, const void *send, void *recv, size_t n,
+                                gdn_dtype t, gdn_redop op, const char *what) {
+    (void)g, (void)op, (void)what;
+    if (recv != send) memcpy(recv, send, n * gdn_dtype_size(t));
+    c->bytes.reduce_scatter += n * gdn_dtype_size(t);
+}
+
 static void self_broadcast(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dtype t, int root,
                            const char *what) {
     (void)c, (void)g, (void)buf, (void)n, (void)t, (void)root, (void)what;
@@ -37,5 +45,11 @@ static void self_recv(gdn_comm *c, gdn_group g, int peer, void *buf, size_t n, g
 
 static void self_wait_sends(gdn_comm *c) { (void)c; }
 
-const gdn_comm_ops gdn_comm_ops_self = {"self", self_all_reduce, self_all_gather, self_broadcast,
-                                        self_send, self_recv, self_wait_sends};
+const gdn_comm_ops gdn_comm_ops_self = {.name = "self",
+                                        .all_reduce = self_all_reduce,
+                                        .all_gather = self_all_gather,
+                                        .reduce_scatter = self_reduce_scatter,
+                                        .broadcast = self_broadcast,
+                                        .send = self_send,
+                                        .recv = self_recv,
+                                        .wait_sends = self_wait_sends};

@@ -17,9 +17,18 @@ typedef struct {
  * params, grads, m, v: flat [t->total]. Tensors flagged no_decay get no weight decay. */
 void gdn_adamw_update(const gdn_param_table *t, float *params, const float *grads, float *m, float *v,
                       const gdn_adamw_hparams *h, int64_t step);
+/* The same update of the elements [lo, hi) of the flat buffers only (a shard of the optimizer
+ * state, train/zero.h; the range may cut tensors anywhere): every pointer is to element lo,
+ * params, grads, m, v [hi - lo]. Each element gets exactly the arithmetic of gdn_adamw_update,
+ * its tensor's weight decay included. */
+void gdn_adamw_update_range(const gdn_param_table *t, size_t lo, size_t hi, float *params,
+                            const float *grads, float *m, float *v, const gdn_adamw_hparams *h,
+                            int64_t step);
 
 /* L2 norm of a flat buffer, summed in fixed-size blocks in a fixed order (in double). */
 double gdn_grad_norm(const float *grads, size_t n);
+/* Its square, the sum of squares (what shards add up before the root). */
+double gdn_grad_sumsq(const float *grads, size_t n);
 /* Scales grads by scale (used for clipping). */
 void gdn_grad_scale(float *grads, size_t n, float scale);
 

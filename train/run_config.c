@@ -60,6 +60,7 @@ static const field fields[] = {
     FS(init_from, "start from a checkpoint's weights with a fresh optimizer"),
     FR(sp, F_INT, "sequence-parallel group size (ranks per sequence; dp = ranks / sp)"),
     FS(sp_exchange, "sequence parallelism: 'pass' the state rank to rank or 'gather' affine maps"),
+    FR(zero, F_INT, "1: shard the AdamW moments over the ranks (ZeRO-1, see below); 0: every rank holds them"),
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
@@ -116,6 +117,7 @@ static void set_defaults(gdn_run_config *rc) {
     rc->keep = 3;
     rc->sp = 1;
     snprintf(rc->sp_exchange, sizeof rc->sp_exchange, "pass");
+    rc->zero = 0;
 }
 
 /* Reads every known key present in obj into rc. */
@@ -181,6 +183,13 @@ void gdn_run_config_usage(FILE *f) {
     for (size_t i = 0; i < N_PRESETS; i++) fprintf(f, "  %-8s %s\n", presets[i].name, presets[i].help);
     fprintf(f, "\nsettings:\n");
     for (size_t i = 0; i < N_FIELDS; i++) fprintf(f, "  --%-18s %s\n", fields[i].key, fields[i].help);
+    fprintf(f, "\n--zero 1 (ZeRO-1, several ranks): the flat parameter buffer is split into one contiguous\n"
+               "block per rank of the world and each rank keeps the AdamW moments of its block only\n"
+               "(optimizer state / ranks per rank). A step reduce-scatters the gradients (each rank gets\n"
+               "the sum of its block), takes the global gradient norm from the blocks' sums of squares\n"
+               "(clipping as usual), runs AdamW on its block and all-gathers the parameters. Results equal\n"
+               "--zero 0 up to the summation order. Checkpoints hold the full moments either way and\n"
+               "resume under any --zero and world size. On one rank --zero 1 is the same as 0.\n");
 }
 
 int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, int err_len) {
@@ -303,6 +312,9 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
           "sp = %d leaves %d tokens per rank; sequence parallelism needs at least conv_width - 1 = %d: "
           "use a smaller sp or a longer seq_len", rc->sp, rc->seq_len / rc->sp, rc->model.conv_width - 1);
     CHECK(rc->val_tokens >= 0, "val_tokens must be >= 0");
+    CHECK(rc->zero == 0 || rc->zero == 1,
+          "zero must be 0 (every rank holds the optimizer state) or 1 (sharded over the ranks); got %d",
+          rc->zero);
 #undef CHECK
     result = 0;
 done:

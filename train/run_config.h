@@ -42,6 +42,7 @@ typedef struct {
     char init_from[GDN_PATH_MAX]; /* weights-only start from a checkpoint */
     int sp;                    /* sequence-parallel group size */
     char sp_exchange[16];      /* how states cross sp ranks: pass | gather (comm/seqpar.h) */
+    int zero;                  /* ZeRO stage: 1 shards the AdamW moments over the ranks (train/zero.h) */
 } gdn_run_config;
 
 /* Fills *rc from argv (after the subcommand name). Handles --config FILE, --preset NAME,

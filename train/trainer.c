@@ -2,7 +2,9 @@
  * comm/ (MPI), the CUDA backend on one GPU or data and sequence parallel with one GPU per rank
  * (gradients, halos and states over NCCL, comm/comm_nccl.h and comm/seqpar_cuda.h; everything
  * else over MPI). Every rank runs the same loop on its own data; gradients, losses and stop
- * decisions are reduced so that all ranks keep identical parameters and take the same branches.
+ * decisions are reduced so that all ranks keep identical parameters and take the same branches
+ * (with --zero 1 each rank updates its block of the parameters and they are all-gathered,
+ * train/zero.h).
  * Rank 0 alone prints, writes metrics and checkpoints. */
 #include "train/trainer.h"
 
@@ -34,6 +36,7 @@
 #include "comm/seqpar_cuda.h"
 #endif
 #include "train/train_dist.h"
+#include "train/zero.h"
 
 /* Set by SIGTERM / SIGUSR1; the loop checkpoints and exits after the current step. */
 static volatile sig_atomic_t stop_signal = 0;
@@ -64,7 +67,8 @@ typedef struct {
     gdn_seqpar *seqpar;          /* sp > 1 */
     int T_seg;                   /* tokens per rank of each sequence: seq_len / sp */
     gdn_param_table table;
-    float *arena;                /* params | grads | m | v, each [table.total] */
+    gdn_zero zero;               /* the optimizer state's shard of this rank (--zero 1) */
+    float *arena;                /* params | grads [zero.padded] | m | v [zero.shard: this rank's moments] */
     float *params, *grads, *m, *v;
     gdn_cpu_acts_f32 *acts;      /* B x T_seg (cpu backend) */
 #ifdef GDN_HAVE_CUDA
@@ -165,6 +169,18 @@ static int save_checkpoint(trainer *t) {
     if (t->gpu) gdn_cuda_model_download(t->gpu, t->params, t->m, t->v);
 #endif
     gdn_dist_check_same_params(t->comm, t->params, t->table.total);
+    /* sharded moments: rank 0 gathers the blocks into full-size ones for the file */
+    float *m = t->m, *v = t->v;
+    if (t->zero.on) {
+        const size_t n = t->table.total;
+        m = v = NULL;
+        if (t->comm->rank == 0) {
+            m = GDN_MALLOC(2 * n * sizeof(float));
+            v = m + n;
+        }
+        gdn_zero_gather(t->comm, &t->zero, t->m, m, "AdamW first moments");
+        gdn_zero_gather(t->comm, &t->zero, t->v, v, "AdamW second moments");
+    }
     int failed = 0;
     if (t->comm->rank == 0) {
         char path[GDN_PATH_MAX + 32], err[1024];
@@ -181,7 +197,7 @@ static int save_checkpoint(trainer *t) {
                                 {"sp", t->comm->sp}};
             ckpt_contents c = {.step = t->step, .tokens_seen = t->tokens_seen,
                                .config_json = io_jw_text(&w), .model = &t->rc.model, .table = &t->table,
-                               .params = t->params, .m = t->m, .v = t->v, .rng = NULL, .n_rng = 0,
+                               .params = t->params, .m = m, .v = v, .rng = NULL, .n_rng = 0,
                                .state = state, .n_state = 5};
             double t0 = now_s();
             int r = ckpt_save_atomic(path, &c, err, sizeof err);
@@ -196,6 +212,7 @@ static int save_checkpoint(trainer *t) {
             }
         }
     }
+    if (m != t->m) free(m);
     return agree_ok(t, failed, "to write a checkpoint");
 }
 
@@ -250,9 +267,10 @@ static int truncate_metrics(const char *path, int64_t step) {
     return rename(tmp, path);
 }
 
-/* Starts fresh, from --init-from weights, or resumes; returns 0 or -1 (message printed). Runs on
- * rank 0, which then hands the result to the others (share_restored). */
-static int restore(trainer *t) {
+/* Starts fresh, from --init-from weights, or resumes, into t->params and the full-size moments
+ * m, v [total] (t->m, t->v unless they are sharded); returns 0 or -1 (message printed). Runs on
+ * rank 0, which then hands the result to the others (restore_and_share). */
+static int restore(trainer *t, float *m, float *v) {
     char err[1024], path[GDN_PATH_MAX + 32];
     const gdn_run_config *rc = &t->rc;
     const char *resume_path = NULL;
@@ -270,7 +288,7 @@ static int restore(trainer *t) {
     }
     if (resume_path) {
         ckpt_info info;
-        int r = ckpt_load(resume_path, &rc->model, &t->table, t->params, t->m, t->v, &info, err, sizeof err);
+        int r = ckpt_load(resume_path, &rc->model, &t->table, t->params, m, v, &info, err, sizeof err);
         if (r != CKPT_OK) {
             fprintf(stderr, "gdn train: cannot resume from %s: %s\n", resume_path, err);
             return -1;
@@ -323,20 +341,34 @@ static void format_eta(double s, char *buf, size_t n) {
     else snprintf(buf, n, "%ds", (int)s);
 }
 
-/* Rank 0's restored (or initialised) weights, optimizer state and counters to every rank. */
-static int share_restored(trainer *t, int failed) {
+/* Restores on rank 0 (restore) and hands its weights, optimizer state and counters to every
+ * rank; sharded moments go block by block, each rank receiving its own. Collective. */
+static int restore_and_share(trainer *t) {
     gdn_comm *c = t->comm;
-    if (c->size == 1) return failed ? -1 : 0;
+    const size_t n = t->table.total;
+    float *m = t->m, *v = t->v; /* rank 0's full-size moments */
+    if (t->zero.on && c->rank == 0) {
+        m = GDN_CALLOC(2 * n, sizeof(float));
+        v = m + n;
+    }
+    int failed = c->rank == 0 ? restore(t, m, v) != 0 : 0;
     int64_t head[4] = {failed, t->step, t->tokens_seen, (int64_t)t->sample};
-    gdn_broadcast(c, GDN_WORLD, head, 4, GDN_I64, 0, "resume state");
-    if (head[0]) return -1;
-    t->step = head[1];
-    t->tokens_seen = head[2];
-    t->sample = (uint64_t)head[3];
-    gdn_broadcast(c, GDN_WORLD, t->params, t->table.total, GDN_F32, 0, "parameters");
-    gdn_broadcast(c, GDN_WORLD, t->m, t->table.total, GDN_F32, 0, "AdamW first moments");
-    gdn_broadcast(c, GDN_WORLD, t->v, t->table.total, GDN_F32, 0, "AdamW second moments");
-    return 0;
+    if (c->size > 1) gdn_broadcast(c, GDN_WORLD, head, 4, GDN_I64, 0, "resume state");
+    if (!head[0] && c->size > 1) {
+        t->step = head[1];
+        t->tokens_seen = head[2];
+        t->sample = (uint64_t)head[3];
+        gdn_broadcast(c, GDN_WORLD, t->params, n, GDN_F32, 0, "parameters");
+        if (t->zero.on) {
+            gdn_zero_scatter(c, &t->zero, m, t->m, "AdamW first moments");
+            gdn_zero_scatter(c, &t->zero, v, t->v, "AdamW second moments");
+        } else {
+            gdn_broadcast(c, GDN_WORLD, t->m, n, GDN_F32, 0, "AdamW first moments");
+            gdn_broadcast(c, GDN_WORLD, t->v, n, GDN_F32, 0, "AdamW second moments");
+        }
+    }
+    if (m != t->m) free(m);
+    return head[0] ? -1 : 0;
 }
 
 /* What this job's grid sends per optimizer step, from the shapes. */
@@ -360,19 +392,49 @@ static void print_grid(const trainer *t) {
         c->sp, c->local_size, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
     if (c->sp > 1)
         say(t, "; %d tokens per rank of each sequence, sp_exchange %s", t->T_seg, rc->sp_exchange);
-    say(t, "\ncommunication per step and rank: gradient all-reduce %.3f MB (payload; a ring moves "
-        "2(n-1)/n of it each way)", grad_mb);
+    if (t->zero.on) /* the padded buffer in equal blocks */
+        say(t, "\ncommunication per step and rank: gradient reduce-scatter %.3f MB and parameter all-gather "
+            "%.3f MB (payload: the whole buffer in, this rank's block out; a ring sends (n-1)/n of the buffer "
+            "for each)", (double)t->zero.padded * 4.0 / 1e6, (double)t->zero.shard * 4.0 / 1e6);
+    else
+        say(t, "\ncommunication per step and rank: gradient all-reduce %.3f MB (payload; a ring moves "
+            "2(n-1)/n of it each way)", grad_mb);
     if (c->sp > 1) say(t, ", sequence parallelism %.3f MB at most", sp_mb);
     say(t, "\n");
 #ifdef GDN_HAVE_NCCL
     if (t->gpu_comm) {
         say(t, "GPUs: one per rank (rank 0 on GPU %d), gradients over NCCL %s: ", gdn_nccl_device(t->gpu_comm),
             gdn_nccl_version(t->gpu_comm));
-        if (t->grad_bucket == SIZE_MAX) say(t, "one all-reduce after the backward pass");
+        if (t->zero.on) say(t, "one reduce-scatter after the backward pass, parameters all-gathered after AdamW");
+        else if (t->grad_bucket == SIZE_MAX) say(t, "one all-reduce after the backward pass");
         else say(t, "all-reduces of %.0f MB buckets overlapping the backward pass",
                  (double)t->grad_bucket * sizeof(float) / 1e6);
         if (t->gpu_seqpar) say(t, "; halos (bf16) and states (fp32) rank to rank over NCCL");
         say(t, "\n");
+    }
+#endif
+}
+
+/* The AdamW moments each rank holds (on the GPU for the cuda backend, with host copies of the
+ * same size for checkpoints). */
+static void print_optimizer_state(const trainer *t) {
+    const double mib = 2.0 * (double)gdn_zero_state_len(&t->zero) * sizeof(float) / 1048576.0;
+    const double full = 2.0 * (double)t->table.total * sizeof(float) / 1048576.0;
+    if (t->zero.on)
+        say(t, "optimizer state: %.3f MiB per rank (AdamW m and v sharded over %d ranks, --zero 1; %.3f MiB "
+            "unsharded)\n", mib, t->zero.size, full);
+    else if (t->comm->size > 1)
+        say(t, "optimizer state: %.3f MiB per rank (AdamW m and v, a full copy on every rank; --zero 1 shards "
+            "it)\n", mib);
+    else
+        say(t, "optimizer state: %.3f MiB (AdamW m and v%s)\n", mib,
+            t->rc.zero ? "; --zero 1 on one rank: nothing to shard, the same as --zero 0" : "");
+#ifdef GDN_HAVE_CUDA
+    if (t->gpu) {
+        size_t pbytes = 0, abytes = 0;
+        gdn_cuda_model_memory(t->gpu, &pbytes, &abytes);
+        say(t, "GPU memory per rank: parameters, gradients and optimizer state %.3f MiB, activations and scratch "
+            "%.3f MiB\n", (double)pbytes / 1048576.0, (double)abytes / 1048576.0);
     }
 #endif
 }
@@ -433,11 +495,13 @@ static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
     if (agree_ok(t, failed, "to open the data")) return -1;
     gdn_param_table_build(&t->table, &rc->model);
     size_t n = t->table.total;
-    t->arena = GDN_CALLOC(4 * n, sizeof(float));
+    gdn_zero_layout(&t->zero, n, rc->zero, c->rank, c->size);
+    const size_t np = t->zero.padded, ns = gdn_zero_state_len(&t->zero);
+    t->arena = GDN_CALLOC(2 * np + 2 * ns, sizeof(float));
     t->params = t->arena;
-    t->grads = t->arena + n;
-    t->m = t->arena + 2 * n;
-    t->v = t->arena + 3 * n;
+    t->grads = t->arena + np;
+    t->m = t->arena + 2 * np;
+    t->v = t->m + ns;
     t->T_seg = rc->seq_len / c->sp; /* run_config checked that sp divides seq_len */
     if (!use_gpu) t->acts = gdn_cpu_acts_create_f32(&t->table, rc->batch_size, t->T_seg);
     if (c->sp > 1 && !use_gpu) {
@@ -453,7 +517,7 @@ static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
     /* batch_tokens counts every rank's tokens: one micro-batch of the job is dp x B x seq_len */
     int64_t micro = (int64_t)c->dp * rc->batch_size * rc->seq_len;
     t->accum = rc->batch_tokens ? (int)((rc->batch_tokens + micro - 1) / micro) : 1;
-    if (share_restored(t, c->rank == 0 ? restore(t) != 0 : 0)) return -1;
+    if (restore_and_share(t)) return -1;
 #ifdef GDN_HAVE_CUDA
     if (use_gpu) {
 #ifdef GDN_HAVE_NCCL
@@ -466,7 +530,8 @@ static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
             t->grad_bucket = grad_bucket_elems(t);
         }
 #endif
-        t->gpu = gdn_cuda_model_create(&t->table, rc->batch_size, t->T_seg, GDN_CUDA_BF16);
+        t->gpu = gdn_cuda_model_create_sharded(&t->table, rc->batch_size, t->T_seg, GDN_CUDA_BF16, t->zero.lo,
+                                               t->zero.hi, t->zero.padded);
         gdn_cuda_model_upload(t->gpu, t->params, t->m, t->v);
 #ifdef GDN_HAVE_NCCL
         if (t->gpu_comm) gdn_nccl_set_stream(t->gpu_comm, gdn_cuda_model_stream(t->gpu));
@@ -505,6 +570,7 @@ static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
         say(t, "data: %s: %zu training tokens, %llu validation windows; %d CPU threads\n", rc->data,
             t->data.train.n_tokens, (unsigned long long)t->data.n_val_windows, omp_get_max_threads());
         print_grid(t);
+        print_optimizer_state(t);
         if (c->rank == 0) {
             snprintf(path, sizeof path, "%s/metrics.jsonl", rc->out);
             if (t->step > 0 && truncate_metrics(path, t->step)) {
@@ -565,7 +631,8 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
             int nv = 0;
             loss += gdn_cuda_model_forward(t->gpu, t->inputs, t->targets, (float)(1.0 / tokens), &nv);
 #ifdef GDN_HAVE_NCCL
-            if (t->gpu_comm && a == t->accum - 1) { /* the last micro-batch completes the gradients */
+            /* the last micro-batch completes the gradients (sharded: reduced after the backward) */
+            if (t->gpu_comm && !t->zero.on && a == t->accum - 1) {
                 grad_buckets gb = {t, 0, 0};
                 gdn_cuda_model_backward_ready(t->gpu, on_grads_ready, &gb);
                 continue;
@@ -573,20 +640,23 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
 #endif
             gdn_cuda_model_backward(t->gpu);
         }
+        gdn_cuda_adamw_hparams h = {*lr, rc->beta1, rc->beta2, rc->adam_eps, rc->weight_decay};
 #ifdef GDN_HAVE_NCCL
         if (t->gpu_comm) { /* the loss over MPI while the GPUs finish, then the gradients' all-reduce */
             gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "training loss");
-            gdn_nccl_wait(t->gpu_comm, "gradients");
+            if (!t->zero.on) gdn_nccl_wait(t->gpu_comm, "gradients");
         }
+        if (t->zero.on) /* reduce-scatter, norm, AdamW on this rank's block, all-gather (train/zero.h) */
+            *gnorm = gdn_zero_adamw_step_cuda(t->gpu_comm, c, &t->zero, t->gpu, &h, t->step + 1, rc->grad_clip);
+        else
 #endif
-        gdn_cuda_adamw_hparams h = {*lr, rc->beta1, rc->beta2, rc->adam_eps, rc->weight_decay};
-        *gnorm = gdn_cuda_model_adamw_step(t->gpu, &h, t->step + 1, rc->grad_clip);
+            *gnorm = gdn_cuda_model_adamw_step(t->gpu, &h, t->step + 1, rc->grad_clip);
         t->step++;
         t->tokens_seen += (int64_t)tokens;
         return loss / tokens;
     }
 #endif
-    memset(t->grads, 0, n * sizeof(float));
+    memset(t->grads, 0, t->zero.padded * sizeof(float));
     double loss = 0.0;
     for (int a = 0; a < t->accum; a++) {
         next_train_batch(t);
@@ -595,14 +665,21 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
                                     (float)(1.0 / tokens), &nv, NULL, NULL);
         gdn_cpu_backward_f32(t->acts, &t->table, t->params, t->grads);
     }
-    if (c->size > 1) {
-        gdn_all_reduce(c, GDN_WORLD, t->grads, n, GDN_F32, GDN_SUM, "gradients");
-        gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "training loss");
-    }
-    *gnorm = gdn_grad_norm(t->grads, n);
-    if (rc->grad_clip > 0 && *gnorm > rc->grad_clip) gdn_grad_scale(t->grads, n, (float)(rc->grad_clip / *gnorm));
     gdn_adamw_hparams h = {*lr, rc->beta1, rc->beta2, rc->adam_eps, rc->weight_decay};
-    gdn_adamw_update(&t->table, t->params, t->grads, t->m, t->v, &h, t->step + 1);
+    if (t->zero.on) { /* reduce-scatter, norm, AdamW on this rank's block, all-gather (train/zero.h) */
+        gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "training loss");
+        *gnorm = gdn_zero_adamw_step(c, &t->zero, &t->table, t->params, t->grads, t->m, t->v, &h, t->step + 1,
+                                     rc->grad_clip);
+    } else {
+        if (c->size > 1) {
+            gdn_all_reduce(c, GDN_WORLD, t->grads, n, GDN_F32, GDN_SUM, "gradients");
+            gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "training loss");
+        }
+        *gnorm = gdn_grad_norm(t->grads, n);
+        if (rc->grad_clip > 0 && *gnorm > rc->grad_clip)
+            gdn_grad_scale(t->grads, n, (float)(rc->grad_clip / *gnorm));
+        gdn_adamw_update(&t->table, t->params, t->grads, t->m, t->v, &h, t->step + 1);
+    }
     t->step++;
     t->tokens_seen += (int64_t)tokens;
     return loss / tokens;
@@ -664,8 +741,7 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
     const gdn_comm_bytes bytes0 = c->bytes;
     const double wait0 = c->wait_s;
 #ifdef GDN_HAVE_NCCL
-    const uint64_t gpu_bytes0 = t.gpu_comm ? t.gpu_comm->bytes.all_reduce : 0;
-    const uint64_t gpu_sent0 = t.gpu_comm ? t.gpu_comm->bytes.send : 0;
+    const gdn_comm_bytes gpu_bytes0 = t.gpu_comm ? t.gpu_comm->bytes : (gdn_comm_bytes){0};
     const double gpu_wait0 = t.gpu_comm ? t.gpu_comm->wait_s : 0.0;
 #endif
     int status = 0;
@@ -745,8 +821,9 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
              * checkpoint traffic included */
             const gdn_comm_bytes *b = &c->bytes;
             say(&t, "communication of rank 0 per step (measured, payload): all-reduce %.3f MB, "
-                "all-gather %.3f MB, sends %.3f MB, broadcast %.3f MB\n",
+                "reduce-scatter %.3f MB, all-gather %.3f MB, sends %.3f MB, broadcast %.3f MB\n",
                 (double)(b->all_reduce - bytes0.all_reduce) / 1e6 / (double)steps,
+                (double)(b->reduce_scatter - bytes0.reduce_scatter) / 1e6 / (double)steps,
                 (double)(b->all_gather - bytes0.all_gather) / 1e6 / (double)steps,
                 (double)(b->send - bytes0.send) / 1e6 / (double)steps,
                 (double)(b->broadcast - bytes0.broadcast) / 1e6 / (double)steps);
@@ -754,12 +831,19 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
                 100.0 * (c->wait_s - wait0) / elapsed);
 #ifdef GDN_HAVE_NCCL
             if (t.gpu_comm) {
-                say(&t, "NCCL on rank 0 per step: gradient all-reduce %.3f MB",
-                    (double)(t.gpu_comm->bytes.all_reduce - gpu_bytes0) / 1e6 / (double)steps);
+                const gdn_comm_bytes *g = &t.gpu_comm->bytes;
+                if (t.zero.on)
+                    say(&t, "NCCL on rank 0 per step: gradient reduce-scatter %.3f MB, parameter all-gather %.3f MB",
+                        (double)(g->reduce_scatter - gpu_bytes0.reduce_scatter) / 1e6 / (double)steps,
+                        (double)(g->all_gather - gpu_bytes0.all_gather) / 1e6 / (double)steps);
+                else
+                    say(&t, "NCCL on rank 0 per step: gradient all-reduce %.3f MB",
+                        (double)(g->all_reduce - gpu_bytes0.all_reduce) / 1e6 / (double)steps);
                 if (t.gpu_seqpar) /* validation passes included; rank 0 sends the forward pass's part */
                     say(&t, ", sequence-parallel sends %.3f MB",
-                        (double)(t.gpu_comm->bytes.send - gpu_sent0) / 1e6 / (double)steps);
-                say(&t, "; waited for the gradients after the backward pass %.1f%% of the time (%.1f ms per step)\n",
+                        (double)(g->send - gpu_bytes0.send) / 1e6 / (double)steps);
+                say(&t, "; waited for %s %.1f%% of the time (%.1f ms per step)\n",
+                    t.zero.on ? "the reduce-scatter and all-gather" : "the gradients after the backward pass",
                     100.0 * (t.gpu_comm->wait_s - gpu_wait0) / elapsed,
                     1e3 * (t.gpu_comm->wait_s - gpu_wait0) / (double)steps);
             }

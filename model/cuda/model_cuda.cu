@@ -70,12 +70,17 @@ struct gdn_cuda_model {
     /* allocation 1: parameters and optimizer state */
     char *pbuf;
     size_t pbytes;
-    float *params, *grads, *adam_m, *adam_v; /* [total] each */
+    float *params, *grads;   /* [padded] (the tail past total stays zero) */
+    float *adam_m, *adam_v;  /* [hi - lo]: the moments of the elements [lo, hi) */
+    size_t lo, hi, padded;   /* ZeRO-1 shard (create_sharded); else 0, total, total */
     void *wact;              /* [wact_n] bf16 copy of params (BF16 mode), else NULL */
     uint64_t *run_end;       /* [n_runs] one run per tensor (AdamW) */
     int *run_decay;          /* [n_runs] */
     uint64_t *run_act;       /* [n_runs] where each tensor starts in wact */
     int n_runs;
+    uint64_t *shard_end;     /* [n_shard_runs] the runs cut to [lo, hi), ends relative to lo */
+    int *shard_decay;        /* [n_shard_runs] */
+    int n_shard_runs;
     uint64_t *act_off_h;     /* host copy of run_act */
     size_t wact_n;
 
@@ -140,17 +145,18 @@ static void *take(char *base, size_t *used, size_t bytes) {
 }
 
 static size_t params_layout(gdn_cuda_model *m, char *base) {
-    const size_t n = m->t->total;
     size_t used = 0;
-    m->params = (float *)take(base, &used, n * 4);
-    m->grads = (float *)take(base, &used, n * 4);
-    m->adam_m = (float *)take(base, &used, n * 4);
-    m->adam_v = (float *)take(base, &used, n * 4);
+    m->params = (float *)take(base, &used, m->padded * 4);
+    m->grads = (float *)take(base, &used, m->padded * 4);
+    m->adam_m = (float *)take(base, &used, (m->hi - m->lo) * 4);
+    m->adam_v = (float *)take(base, &used, (m->hi - m->lo) * 4);
     m->wact = m->p == GDN_CUDA_BF16 ? take(base, &used, m->wact_n * 2) : NULL;
     if (!base) m->wact = NULL;
     m->run_end = (uint64_t *)take(base, &used, (size_t)m->n_runs * sizeof(uint64_t));
     m->run_decay = (int *)take(base, &used, (size_t)m->n_runs * sizeof(int));
     m->run_act = (uint64_t *)take(base, &used, (size_t)m->n_runs * sizeof(uint64_t));
+    m->shard_end = (uint64_t *)take(base, &used, (size_t)m->n_runs * sizeof(uint64_t));
+    m->shard_decay = (int *)take(base, &used, (size_t)m->n_runs * sizeof(int));
     return used;
 }
 
@@ -284,8 +290,31 @@ static size_t build_runs(const gdn_param_table *t, uint64_t *end, int *decay, ui
     return at;
 }
 
+/* The runs of [lo, hi) (ZeRO-1 shard): each tensor's part inside it, ends relative to lo, with
+ * its tensor's decay. Returns the number of runs (0 for an empty shard). */
+static int build_shard_runs(const uint64_t *end, const int *decay, int n_runs, size_t lo, size_t hi,
+                            uint64_t *s_end, int *s_decay) {
+    int k = 0;
+    for (int i = 0; i < n_runs; i++) {
+        const size_t a = i ? end[i - 1] : 0, b = end[i];
+        if (b <= lo || a >= hi) continue;
+        s_end[k] = (b < hi ? b : hi) - lo;
+        s_decay[k] = decay[i];
+        k++;
+    }
+    return k;
+}
+
 extern "C" gdn_cuda_model *gdn_cuda_model_create(const gdn_param_table *t, int B, int T, gdn_cuda_precision p) {
+    return gdn_cuda_model_create_sharded(t, B, T, p, 0, t->total, t->total);
+}
+
+extern "C" gdn_cuda_model *gdn_cuda_model_create_sharded(const gdn_param_table *t, int B, int T, gdn_cuda_precision p,
+                                                         size_t lo, size_t hi, size_t padded) {
     if (B < 1 || T < 1) GDN_CUDA_DIE("model: batch %d x length %d (both must be >= 1)", B, T);
+    if (lo > hi || hi > t->total || padded < t->total)
+        GDN_CUDA_DIE("model: optimizer shard [%zu, %zu) with buffers of %zu elements does not fit %zu parameters", lo,
+                     hi, padded, t->total);
     if ((long long)B * T > 0x7fffffffLL / 64) GDN_CUDA_DIE("model: %d x %d tokens per micro-batch is too many", B, T);
     gdn_cuda_model *m = (gdn_cuda_model *)calloc(1, sizeof *m);
     if (!m) GDN_CUDA_DIE("out of host memory");
@@ -295,18 +324,24 @@ extern "C" gdn_cuda_model *gdn_cuda_model_create(const gdn_param_table *t, int B
     m->T = T;
     m->N = B * T;
     m->p = p;
+    m->lo = lo;
+    m->hi = hi;
+    m->padded = padded;
     m->dp = plan_delta(&m->cfg, B, T);
     m->L = (layer_acts *)calloc((size_t)m->cfg.n_layers, sizeof *m->L);
     uint64_t *end = (uint64_t *)malloc((size_t)t->n * sizeof *end);
     int *decay = (int *)malloc((size_t)t->n * sizeof *decay);
+    uint64_t *s_end = (uint64_t *)malloc((size_t)t->n * sizeof *s_end);
+    int *s_decay = (int *)malloc((size_t)t->n * sizeof *s_decay);
     m->act_off_h = (uint64_t *)malloc((size_t)t->n * sizeof *m->act_off_h);
     m->perm_h = (int *)malloc((size_t)m->N * sizeof(int));
     m->seg_start_h = (int *)malloc(((size_t)m->N + 1) * sizeof(int));
     m->seg_token_h = (int *)malloc((size_t)m->N * sizeof(int));
-    if (!m->L || !end || !decay || !m->act_off_h || !m->perm_h || !m->seg_start_h || !m->seg_token_h)
+    if (!m->L || !end || !decay || !s_end || !s_decay || !m->act_off_h || !m->perm_h || !m->seg_start_h || !m->seg_token_h)
         GDN_CUDA_DIE("out of host memory");
     m->wact_n = build_runs(t, end, decay, m->act_off_h);
     m->n_runs = t->n;
+    m->n_shard_runs = build_shard_runs(end, decay, m->n_runs, lo, hi, s_end, s_decay);
 
     GDN_CUDA_CHECK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
     m->blas = gdn_cuda_blas_create(m->stream);
@@ -332,9 +367,17 @@ extern "C" gdn_cuda_model *gdn_cuda_model_create(const gdn_param_table *t, int B
                                    m->stream));
     GDN_CUDA_CHECK(cudaMemcpyAsync(m->run_act, m->act_off_h, (size_t)m->n_runs * sizeof *m->act_off_h,
                                    cudaMemcpyHostToDevice, m->stream));
+    if (m->n_shard_runs) {
+        GDN_CUDA_CHECK(cudaMemcpyAsync(m->shard_end, s_end, (size_t)m->n_shard_runs * sizeof *s_end,
+                                       cudaMemcpyHostToDevice, m->stream));
+        GDN_CUDA_CHECK(cudaMemcpyAsync(m->shard_decay, s_decay, (size_t)m->n_shard_runs * sizeof *s_decay,
+                                       cudaMemcpyHostToDevice, m->stream));
+    }
     GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
     free(end);
     free(decay);
+    free(s_end);
+    free(s_decay);
     return m;
 }
 
@@ -364,26 +407,31 @@ extern "C" void gdn_cuda_model_memory(const gdn_cuda_model *m, size_t *param_byt
 }
 
 /* ---- parameters ------------------------------------------------------------------------------------- */
-extern "C" void gdn_cuda_model_upload(gdn_cuda_model *m, const float *params, const float *adam_m,
-                                      const float *adam_v) {
-    const size_t bytes = m->t->total * sizeof(float);
-    GDN_CUDA_CHECK(cudaMemcpyAsync(m->params, params, bytes, cudaMemcpyHostToDevice, m->stream));
-    if (adam_m) GDN_CUDA_CHECK(cudaMemcpyAsync(m->adam_m, adam_m, bytes, cudaMemcpyHostToDevice, m->stream));
-    else GDN_CUDA_CHECK(cudaMemsetAsync(m->adam_m, 0, bytes, m->stream));
-    if (adam_v) GDN_CUDA_CHECK(cudaMemcpyAsync(m->adam_v, adam_v, bytes, cudaMemcpyHostToDevice, m->stream));
-    else GDN_CUDA_CHECK(cudaMemsetAsync(m->adam_v, 0, bytes, m->stream));
+/* The bf16 copy of every tensor from the fp32 parameters (BF16 mode), on the model's stream. */
+static void refresh_act(gdn_cuda_model *m) {
     if (m->wact)
         for (int i = 0; i < m->t->n; i++)
             gdn_cuda_to_act(GDN_CUDA_BF16, (char *)m->wact + m->act_off_h[i] * 2, m->params + m->t->p[i].offset,
                             m->t->p[i].numel, m->stream);
+}
+
+extern "C" void gdn_cuda_model_upload(gdn_cuda_model *m, const float *params, const float *adam_m,
+                                      const float *adam_v) {
+    const size_t bytes = m->t->total * sizeof(float), mbytes = (m->hi - m->lo) * sizeof(float);
+    GDN_CUDA_CHECK(cudaMemcpyAsync(m->params, params, bytes, cudaMemcpyHostToDevice, m->stream));
+    if (adam_m) GDN_CUDA_CHECK(cudaMemcpyAsync(m->adam_m, adam_m, mbytes, cudaMemcpyHostToDevice, m->stream));
+    else GDN_CUDA_CHECK(cudaMemsetAsync(m->adam_m, 0, mbytes, m->stream));
+    if (adam_v) GDN_CUDA_CHECK(cudaMemcpyAsync(m->adam_v, adam_v, mbytes, cudaMemcpyHostToDevice, m->stream));
+    else GDN_CUDA_CHECK(cudaMemsetAsync(m->adam_v, 0, mbytes, m->stream));
+    refresh_act(m);
     GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
 }
 
 extern "C" void gdn_cuda_model_download(gdn_cuda_model *m, float *params, float *adam_m, float *adam_v) {
-    const size_t bytes = m->t->total * sizeof(float);
+    const size_t bytes = m->t->total * sizeof(float), mbytes = (m->hi - m->lo) * sizeof(float);
     if (params) GDN_CUDA_CHECK(cudaMemcpyAsync(params, m->params, bytes, cudaMemcpyDeviceToHost, m->stream));
-    if (adam_m) GDN_CUDA_CHECK(cudaMemcpyAsync(adam_m, m->adam_m, bytes, cudaMemcpyDeviceToHost, m->stream));
-    if (adam_v) GDN_CUDA_CHECK(cudaMemcpyAsync(adam_v, m->adam_v, bytes, cudaMemcpyDeviceToHost, m->stream));
+    if (adam_m) GDN_CUDA_CHECK(cudaMemcpyAsync(adam_m, m->adam_m, mbytes, cudaMemcpyDeviceToHost, m->stream));
+    if (adam_v) GDN_CUDA_CHECK(cudaMemcpyAsync(adam_v, m->adam_v, mbytes, cudaMemcpyDeviceToHost, m->stream));
     GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
 }
 
@@ -393,7 +441,7 @@ extern "C" void gdn_cuda_model_download_grads(gdn_cuda_model *m, float *grads) {
 }
 
 extern "C" void gdn_cuda_model_zero_grads(gdn_cuda_model *m) {
-    GDN_CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->t->total * sizeof(float), m->stream));
+    GDN_CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->padded * sizeof(float), m->stream));
 }
 
 /* ---- sequence parallelism ------------------------------------------------------------------------- */
@@ -840,6 +888,9 @@ extern "C" void gdn_cuda_model_backward_ready(gdn_cuda_model *m, gdn_cuda_grads_
 extern "C" double gdn_cuda_model_adamw_step(gdn_cuda_model *m, const gdn_cuda_adamw_hparams *h, int64_t step,
                                             double grad_clip) {
     const size_t n = m->t->total;
+    if (m->lo != 0 || m->hi != n)
+        GDN_CUDA_DIE("gdn_cuda_model_adamw_step on a model with a sharded optimizer state: use "
+                     "gdn_cuda_model_adamw_shard");
     m->prof_phase = 2;
     PF(PR_OPT, gdn_cuda_grad_norm(m->gnorm_d, m->grads, n, m->op_ws, m->stream);
                gdn_cuda_adamw(m->params, m->grads, m->adam_m, m->adam_v, m->wact, n, m->run_end, m->run_decay,
@@ -849,6 +900,30 @@ extern "C" double gdn_cuda_model_adamw_step(gdn_cuda_model *m, const gdn_cuda_ad
     GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
     return gnorm;
 }
+
+/* ---- ZeRO-1: the optimizer step of a shard ------------------------------------------------------------- */
+extern "C" float *gdn_cuda_model_params(gdn_cuda_model *m) { return m->params; }
+
+extern "C" float *gdn_cuda_model_grads(gdn_cuda_model *m) { return m->grads; }
+
+extern "C" double gdn_cuda_model_grad_sumsq(gdn_cuda_model *m) {
+    gdn_cuda_grad_sumsq(m->gnorm_d, m->grads + m->lo, m->hi - m->lo, m->op_ws, m->stream);
+    double s = 0.0;
+    GDN_CUDA_CHECK(cudaMemcpyAsync(&s, m->gnorm_d, sizeof s, cudaMemcpyDeviceToHost, m->stream));
+    GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    return s;
+}
+
+extern "C" void gdn_cuda_model_adamw_shard(gdn_cuda_model *m, const gdn_cuda_adamw_hparams *h, int64_t step,
+                                           double gnorm, double grad_clip) {
+    /* the kernel reads the norm from the device, as gdn_cuda_model_adamw_step's */
+    GDN_CUDA_CHECK(cudaMemcpyAsync(m->gnorm_d, &gnorm, sizeof gnorm, cudaMemcpyHostToDevice, m->stream));
+    gdn_cuda_adamw(m->params + m->lo, m->grads + m->lo, m->adam_m, m->adam_v, NULL, m->hi - m->lo, m->shard_end,
+                   m->shard_decay, NULL, m->n_shard_runs, h, step, m->gnorm_d, grad_clip, m->stream);
+    GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+
+extern "C" void gdn_cuda_model_params_changed(gdn_cuda_model *m) { refresh_act(m); }
 
 /* ---- benchmark -------------------------------------------------------------------------------------------- */
 static double now_s(void) {

@@ -2,7 +2,8 @@
  * mirroring the CPU model (model/cpu/model_cpu.h) block for block.
  *
  * Device memory: one allocation holds the fp32 parameters, gradients and AdamW moments (each a
- * flat buffer with the offsets of the parameter table) and, in BF16 mode, the bf16 copy of the
+ * flat buffer with the offsets of the parameter table; the moments of a sharded model cover its
+ * shard only) and, in BF16 mode, the bf16 copy of the
  * parameters that the GEMMs read (refreshed by every upload and AdamW step); a second one holds
  * the saved activations and every scratch buffer for B x T tokens.
  *
@@ -31,10 +32,18 @@ typedef struct gdn_cuda_model gdn_cuda_model;
 /* A model for the table's configuration and micro-batches of B x T tokens on the current device.
  * Parameters start at zero: upload them. The table must outlive the model. */
 gdn_cuda_model *gdn_cuda_model_create(const gdn_param_table *t, int B, int T, gdn_cuda_precision p);
+/* The same model with the optimizer state sharded (ZeRO-1, train/zero.h): the AdamW moments cover
+ * only the elements [lo, hi) of the flat buffer, and the parameter and gradient buffers hold
+ * padded >= t->total elements (the tail stays zero) so that equal blocks of a reduce-scatter and
+ * an all-gather tile them. Such a model steps with gdn_cuda_model_adamw_shard, not
+ * gdn_cuda_model_adamw_step. create(t, B, T, p) is create_sharded(t, B, T, p, 0, total, total). */
+gdn_cuda_model *gdn_cuda_model_create_sharded(const gdn_param_table *t, int B, int T, gdn_cuda_precision p,
+                                              size_t lo, size_t hi, size_t padded);
 void gdn_cuda_model_free(gdn_cuda_model *m);
 
-/* Host <-> device copies of the flat fp32 buffers [t->total]. Upload: adam_m / adam_v may be NULL
- * (zeros). Download: any pointer may be NULL (skipped). Synchronous. */
+/* Host <-> device copies of the flat fp32 buffers: params [t->total], adam_m / adam_v the moments
+ * the model holds ([hi - lo] of a sharded model, else [t->total]). Upload: adam_m / adam_v may be
+ * NULL (zeros). Download: any pointer may be NULL (skipped). Synchronous. */
 void gdn_cuda_model_upload(gdn_cuda_model *m, const float *params, const float *adam_m, const float *adam_v);
 void gdn_cuda_model_download(gdn_cuda_model *m, float *params, float *adam_m, float *adam_v);
 void gdn_cuda_model_download_grads(gdn_cuda_model *m, float *grads);
@@ -69,9 +78,27 @@ void *gdn_cuda_model_stream(gdn_cuda_model *m);
 
 /* Clips the gradients to grad_clip in global L2 norm (when grad_clip > 0) and applies one AdamW
  * update (train/optim.c semantics; step is 1-based; norms, A_log and dt_bias get no weight decay).
- * Returns the gradient norm before clipping. Synchronous. */
+ * Returns the gradient norm before clipping. Synchronous. Not for a sharded model. */
 double gdn_cuda_model_adamw_step(gdn_cuda_model *m, const gdn_cuda_adamw_hparams *h, int64_t step,
                                  double grad_clip);
+
+/* ZeRO-1 (a sharded model; the trainer's order): reduce-scatter the device gradients
+ * (gdn_cuda_model_grads) so that [lo, hi) holds the job's sum; gdn_cuda_model_grad_sumsq, added
+ * over the ranks, gives the global norm; gdn_cuda_model_adamw_shard updates the parameters
+ * [lo, hi); all-gather the parameters (gdn_cuda_model_params); gdn_cuda_model_params_changed.
+ * The device buffers [padded]: */
+float *gdn_cuda_model_params(gdn_cuda_model *m);
+float *gdn_cuda_model_grads(gdn_cuda_model *m);
+/* Sum of the squares of the gradients [lo, hi). Synchronous. */
+double gdn_cuda_model_grad_sumsq(gdn_cuda_model *m);
+/* AdamW on the parameters [lo, hi) with the model's moments, the gradient first multiplied by
+ * grad_clip / gnorm when grad_clip > 0 and gnorm > grad_clip (gnorm: the global norm); per element
+ * exactly gdn_cuda_model_adamw_step's update. The bf16 copy is not refreshed. Synchronous. */
+void gdn_cuda_model_adamw_shard(gdn_cuda_model *m, const gdn_cuda_adamw_hparams *h, int64_t step, double gnorm,
+                                double grad_clip);
+/* Refreshes the bf16 copy of the parameters (BF16 mode) after the fp32 ones were changed in place
+ * on the device (an all-gather); ordered on the model's stream. */
+void gdn_cuda_model_params_changed(gdn_cuda_model *m);
 
 /* Device bytes of the two allocations (parameters and optimizer state; activations and scratch). */
 void gdn_cuda_model_memory(const gdn_cuda_model *m, size_t *param_bytes, size_t *act_bytes);

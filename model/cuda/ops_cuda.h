@@ -218,6 +218,9 @@ size_t gdn_cuda_grad_norm_workspace(size_t n);
 /* *out = sqrt(sum g^2), partial sums in double over fixed blocks, added in a fixed order. */
 void gdn_cuda_grad_norm(double *out /* [1] device */, const float *g /* [n] */, size_t n, void *ws,
                         void *stream);
+/* *out = sum g^2, the same sum without the root (a shard's part of a global norm). */
+void gdn_cuda_grad_sumsq(double *out /* [1] device */, const float *g /* [n] */, size_t n, void *ws,
+                         void *stream);
 /* g *= scale. */
 void gdn_cuda_grad_scale(float *g /* [n] */, size_t n, float scale, void *stream);
 

@@ -23,23 +23,32 @@ __global__ void k_grad_norm_part(double *part, const float *g, size_t n) {
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-__global__ void k_grad_norm_final(double *out, const double *part, size_t nb) {
+__global__ void k_grad_norm_final(double *out, const double *part, size_t nb, int root) {
     __shared__ double red[32];
     double s = 0.0;
     for (size_t b = threadIdx.x; b < nb; b += blockDim.x) s += part[b];
     s = ops_block_sum_d(s, red);
-    if (threadIdx.x == 0) *out = sqrt(s);
+    if (threadIdx.x == 0) *out = root ? sqrt(s) : s;
 }
 
-extern "C" void gdn_cuda_grad_norm(double *out, const float *g, size_t n, void *ws, void *stream) {
+/* *out = the sum of squares of g [n], or its root. */
+static void grad_sumsq(double *out, const float *g, size_t n, void *ws, void *stream, int root) {
     const size_t nb = (n + GN_CHUNK - 1) / GN_CHUNK;
     double *part = (double *)ws;
     if (nb) {
         k_grad_norm_part<<<(unsigned)nb, GN_THREADS, 0, OPS_STREAM(stream)>>>(part, g, n);
         GDN_CUDA_CHECK_LAUNCH();
     }
-    k_grad_norm_final<<<1, 1024, 0, OPS_STREAM(stream)>>>(out, part, nb);
+    k_grad_norm_final<<<1, 1024, 0, OPS_STREAM(stream)>>>(out, part, nb, root);
     GDN_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void gdn_cuda_grad_norm(double *out, const float *g, size_t n, void *ws, void *stream) {
+    grad_sumsq(out, g, n, ws, stream, 1);
+}
+
+extern "C" void gdn_cuda_grad_sumsq(double *out, const float *g, size_t n, void *ws, void *stream) {
+    grad_sumsq(out, g, n, ws, stream, 0);
 }
 
 __global__ void k_grad_scale(float *g, size_t n, float scale) {

@@ -7,7 +7,11 @@
 #  3. throughput of gdn512m (B16 x T2048 per GPU, random vocab-32000 token shard): 1 GPU vs
 #     dp = 2, median tokens/s of steps 4..N; the 2-GPU run also with one all-reduce after the
 #     backward pass instead of buckets that overlap it (GDN_GRAD_BUCKET_MB=0);
-#  4. kill -9 of one rank of the running 2-GPU job: the job ends within 30 s, naming the rank.
+#  4. kill -9 of one rank of the running 2-GPU job: the job ends within 30 s, naming the rank;
+#  z. ZeRO-1: dp = 2 with --zero 1 vs --zero 0 (tiny, 20 steps): loss curves within 1e-3 relative
+#     (bf16 tolerance), the per-rank optimizer state and GPU memory of both, the moments of the
+#     final checkpoints (full size in both) compared.
+# DP_PARTS selects parts (default "1 2 3 z"; 3 includes 4), e.g. DP_PARTS=z for ZeRO-1 alone;
 # DP_QUICK=1 runs parts 1 and 2 only.
 # Usage: test_gpu_dp.sh BUILD_DIR [OUT_DIR]. Exit 0: passed; 77: fewer than 2 GPUs or no
 # mpiexec; 1: a check failed. Prints "result:" lines; logs go to OUT_DIR/logs.tgz.
@@ -24,6 +28,8 @@ finish() { tar -C "$dir" -czf "$OUT_DIR/logs.tgz" logs 2>/dev/null; rm -rf "$dir
 trap finish EXIT
 status=0
 fail() { echo "FAIL: $*"; status=1; }
+PARTS=${DP_PARTS:-$([ "${DP_QUICK:-0}" = 1 ] && echo "1 2" || echo "1 2 3 z")}
+part() { [[ " ${PARTS//,/ } " == *" $1 "* ]]; } # part N: whether part N runs
 PY=${PY:-python3}
 
 n_gpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') || n_gpu=0
@@ -47,8 +53,10 @@ children_of() {
 }
 
 # 1. the data plane
-if timeout 120 "${MPIRUN[@]}" "$BUILD/tests/gpu/test_nccl_ops" > "$logs/nccl_ops.log" 2>&1; then
+if ! part 1; then :
+elif timeout 120 "${MPIRUN[@]}" "$BUILD/tests/gpu/test_nccl_ops" > "$logs/nccl_ops.log" 2>&1; then
   echo "result: $(grep -m1 '^test_nccl_ops:' "$logs/nccl_ops.log")"
+  grep -m1 '^ZeRO-1 step' "$logs/nccl_ops.log" | sed 's/^/result: /'
 else
   tail -20 "$logs/nccl_ops.log"; fail "test_nccl_ops"
 fi
@@ -59,6 +67,7 @@ fi
 small=(--preset tiny --data "$SRC/data/kjv.txt.gz" --seed 7 --backend cuda --warmup_steps 5)
 one() { timeout 120 "$GDN" train "${small[@]}" --batch_size 16 --eval_batches 2 "$@"; }
 two() { timeout 120 "${MPIRUN[@]}" "$GDN" train "${small[@]}" --batch_size 8 --eval_batches 4 "$@"; }
+if part 2; then
 one --steps 1 --grad_clip 0 --out "$dir/g1" > "$logs/grad_1gpu.log" 2>&1 || fail "1-GPU one-step run"
 two --steps 1 --grad_clip 0 --out "$dir/g2" > "$logs/grad_2gpu.log" 2>&1 || fail "2-GPU one-step run"
 one --steps 200 --eval_every 50 --out "$dir/c1" > "$logs/curve_1gpu.log" 2>&1 || fail "1-GPU 200-step run"
@@ -91,8 +100,43 @@ print(f"result: 200 steps: final loss {c2[-1]['loss']:.4f} vs {c1[-1]['loss']:.4
 assert e_loss < 1e-3 and e_norm < 2e-2 and e_grad < 2e-2, "first step differs beyond bf16 tolerance"
 assert len(vals) == 4 and e_val < 2e-2 and worst < 5e-2, "loss curves differ beyond bf16 tolerance"
 PY
+fi
 
-if [ "${DP_QUICK:-0}" != 1 ]; then # DP_QUICK=1: parts 1 and 2 only
+if part z; then # ZeRO-1 vs replicated optimizer state, dp = 2
+for z in 0 1; do
+  two --steps 20 --eval_every 10 --zero $z --out "$dir/z$z" > "$logs/zero$z.log" 2>&1 || fail "2-GPU --zero $z run"
+  cp "$dir/z$z/metrics.jsonl" "$logs/zero$z.jsonl" 2>/dev/null
+done
+grep -q "one reduce-scatter after the backward pass" "$logs/zero1.log" || fail "the --zero 1 run did not report its collectives"
+$PY - "$dir" "$logs" <<'PY' || fail "--zero 1 does not match --zero 0 on 2 GPUs"
+import json, re, sys, h5py, numpy as np
+d, logs = sys.argv[1], sys.argv[2]
+rows = lambda r: [json.loads(l) for l in open(f"{d}/{r}/metrics.jsonl")]
+def logline(z, start):
+    return next((l.strip() for l in open(f"{logs}/zero{z}.log") if l.startswith(start)), "")
+a, b = rows("z0"), rows("z1")
+assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, 21)), "steps differ"
+rel = lambda x, y: abs(x - y) / abs(y)
+e_loss = max(rel(y["loss"], x["loss"]) for x, y in zip(a, b))
+e_val = max(rel(y["val_loss"], x["val_loss"]) for x, y in zip(a, b) if "val_loss" in x)
+e_norm = max(rel(y["grad_norm"], x["grad_norm"]) for x, y in zip(a, b))
+with h5py.File(f"{d}/z0/ckpt_00000020.h5", "r") as f0, h5py.File(f"{d}/z1/ckpt_00000020.h5", "r") as f1:
+    cat = lambda f, g: np.concatenate([f[g][n][()].ravel().astype(np.float64) for n in f[g]])
+    assert sorted(f0["optim/m"]) == sorted(f1["optim/m"]) and cat(f0, "optim/m").size == cat(f1, "optim/m").size
+    e_m = np.linalg.norm(cat(f1, "optim/m") - cat(f0, "optim/m")) / np.linalg.norm(cat(f0, "optim/m"))
+mib = lambda z: float(re.search(r"([0-9.]+) MiB", logline(z, "optimizer state:")).group(1))
+gpu = lambda z: float(re.search(r"optimizer state ([0-9.]+) MiB", logline(z, "GPU memory per rank:")).group(1))
+print(f"result: ZeRO-1, dp=2 tiny 20 steps: --zero 1 vs --zero 0 loss worst rel {e_loss:.1e}, val_loss {e_val:.1e}, "
+      f"grad norm {e_norm:.1e}; step-20 moments (full size in both checkpoints) rel L2 {e_m:.1e}; optimizer state "
+      f"per rank {mib(1):.3f} vs {mib(0):.3f} MiB; GPU parameters + gradients + optimizer state per rank "
+      f"{gpu(1):.3f} vs {gpu(0):.3f} MiB")
+assert e_loss < 1e-3 and e_val < 1e-3, "loss curves differ beyond bf16 tolerance"
+assert abs(2 * mib(1) - mib(0)) < 1e-2 * mib(0), "the optimizer state is not halved"
+PY
+grep -h "^NCCL on rank 0 per step" "$logs/zero1.log" | head -1 | sed 's/^/result: ZeRO-1: /'
+fi
+
+if part 3; then # throughput, and a killed rank (part 4)
 # 3. throughput of gdn512m: random tokens (vocab 32000) in one uint16 shard
 $PY - "$dir/rand.bin" <<'PY'
 import sys, numpy as np
