@@ -16,41 +16,12 @@
 # Usage: test_gpu_dp.sh BUILD_DIR [OUT_DIR]. Exit 0: passed; 77: fewer than 2 GPUs or no
 # mpiexec; 1: a check failed. Prints "result:" lines; logs go to OUT_DIR/logs.tgz.
 set -uo pipefail
-BUILD=$(cd "$1" && pwd)
-OUT_DIR=${2:-${OUT:-$BUILD/out}}
-mkdir -p "$OUT_DIR"
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-GDN=$BUILD/gdn
-dir=$(mktemp -d)
-logs=$dir/logs
-mkdir -p "$logs"
-finish() { tar -C "$dir" -czf "$OUT_DIR/logs.tgz" logs 2>/dev/null; rm -rf "$dir"; }
-trap finish EXIT
-status=0
-fail() { echo "FAIL: $*"; status=1; }
+NAME=test_gpu_dp LOGS_TGZ=logs.tgz
+source "$(dirname "$0")/multi_gpu_common.sh"
 PARTS=${DP_PARTS:-$([ "${DP_QUICK:-0}" = 1 ] && echo "1 2" || echo "1 2 3 z")}
 part() { [[ " ${PARTS//,/ } " == *" $1 "* ]]; } # part N: whether part N runs
-PY=${PY:-python3}
-
-n_gpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') || n_gpu=0
-if [ "$n_gpu" -lt 2 ]; then echo "test_gpu_dp: skipped ($n_gpu GPUs)"; exit 77; fi
-command -v mpiexec > /dev/null || { echo "test_gpu_dp: skipped (no mpiexec)"; exit 77; }
-# NVLink multicast (NVLS) stays off: the launcher passes the environment to the ranks
-export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN=(mpiexec -n 2 -x NCCL_NVLS_ENABLE)
-nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader > "$logs/gpus.txt"
 nvidia-smi topo -m > "$logs/topo.txt" 2>&1
 echo "result: GPUs: $(head -1 "$logs/gpus.txt" | cut -d, -f2) x $n_gpu; link GPU0-GPU1: $(sed 's/\x1b\[[0-9;]*m//g' "$logs/topo.txt" | awk 'NR > 1 && $1 == "GPU0" {print $3; exit}')"
-
-# the processes whose parent is $1 (the ranks mpiexec started), from /proc
-children_of() {
-  local s st ppid
-  for s in /proc/[0-9]*/stat; do
-    st=$(cat "$s" 2>/dev/null) || continue
-    read -r _ ppid _ <<< "${st##*) }"
-    if [ "$ppid" = "$1" ]; then echo "${st%% *}"; fi
-  done | sort -n
-}
 
 # 1. the data plane
 if ! part 1; then :
@@ -148,12 +119,6 @@ PY
 big=(--preset gdn512m --data "$dir/rand.bin" --backend cuda --steps 1000 --eval_every 0 --ckpt_every 0
      --val_tokens 100000 --log_every 1)
 STEPS=14
-# waits until no process holds GPU memory (a killed run's memory is released as it ends)
-gpus_idle() {
-  for _ in $(seq 60); do
-    [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && return; sleep 0.25
-  done
-}
 # run_big NAME KILL_RANK CMD...: starts the run (CMD is gdn or mpiexec itself, so that its ranks
 # are its children), waits for STEPS metrics lines (at most 180 s), then kills it: all of it, or
 # with KILL_RANK=1 one rank of the mpiexec job, timing the job's end

@@ -17,47 +17,12 @@
 # Usage: test_gpu_sp.sh BUILD_DIR [OUT_DIR]. Exit 0: passed; 77: fewer than 2 GPUs or no
 # mpiexec; 1: a check failed. Prints "result:" lines; logs go to OUT_DIR/logs_sp.tgz.
 set -uo pipefail
-BUILD=$(cd "$1" && pwd)
-OUT_DIR=${2:-${OUT:-$BUILD/out}}
-mkdir -p "$OUT_DIR"
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-GDN=$BUILD/gdn
-dir=$(mktemp -d)
-logs=$dir/logs
-mkdir -p "$logs"
-finish() { tar -C "$dir" -czf "$OUT_DIR/logs_sp.tgz" logs 2>/dev/null; rm -rf "$dir"; }
-trap finish EXIT
-status=0
-fail() { echo "FAIL: $*"; status=1; }
-PY=${PY:-python3}
+NAME=test_gpu_sp LOGS_TGZ=logs_sp.tgz
+source "$(dirname "$0")/multi_gpu_common.sh"
 STEP_T=${STEP_T:-8192} # granularity of the longest-sequence search (tokens)
 PARTS=${PARTS:-0abcd}
 part() { [[ "$PARTS" == *"$1"* ]]; }
-
-n_gpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') || n_gpu=0
-if [ "$n_gpu" -lt 2 ]; then echo "test_gpu_sp: skipped ($n_gpu GPUs; needs 2)"; exit 77; fi
-command -v mpiexec > /dev/null || { echo "test_gpu_sp: skipped (no mpiexec)"; exit 77; }
-# NVLink multicast (NVLS) stays off: the launcher passes the environment to the ranks
-export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN=(mpiexec -n 2 -x NCCL_NVLS_ENABLE)
-nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader > "$logs/gpus.txt"
 echo "result: GPUs: $(head -1 "$logs/gpus.txt" | cut -d, -f2) x $n_gpu"
-
-# the processes whose parent is $1 (the ranks mpiexec started), from /proc
-children_of() {
-  local s st ppid
-  for s in /proc/[0-9]*/stat; do
-    st=$(cat "$s" 2>/dev/null) || continue
-    read -r _ ppid _ <<< "${st##*) }"
-    if [ "$ppid" = "$1" ]; then echo "${st%% *}"; fi
-  done | sort -n
-}
-# waits until no process holds GPU memory (a killed run's memory is released as it ends)
-gpus_idle() {
-  for _ in $(seq 60); do
-    [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && return; sleep 0.25
-  done
-}
 
 # 0. the hooks' transfers, and the refusal of the gather exchange
 ops() { # NAME RANKS SP [MPIEXEC FLAGS]
