@@ -60,18 +60,23 @@ one() { timeout 180 "$GDN" train "${tiny[@]}" "$@"; }
 two() { timeout 180 "${MPIRUN[@]}" "$GDN" train "${tiny[@]}" --sp 2 "$@"; }
 one --steps 1 --grad_clip 0 --out "$dir/g1" > "$logs/grad_1gpu.log" 2>&1 || fail "1-GPU one-step run"
 two --steps 1 --grad_clip 0 --out "$dir/g2" > "$logs/grad_sp2.log" 2>&1 || fail "sp=2 one-step run"
-one --steps 200 --eval_every 50 --out "$dir/c1" > "$logs/curve_1gpu.log" 2>&1 || fail "1-GPU 200-step run"
-two --steps 200 --eval_every 50 --out "$dir/c2" > "$logs/curve_sp2.log" 2>&1 || fail "sp=2 200-step run"
-grep -q "halos (bf16) and states (fp32) rank to rank over NCCL" "$logs/curve_sp2.log" ||
+curves=0
+if part b; then
+  curves=1
+  one --steps 200 --eval_every 50 --out "$dir/c1" > "$logs/curve_1gpu.log" 2>&1 || fail "1-GPU 200-step run"
+  two --steps 200 --eval_every 50 --out "$dir/c2" > "$logs/curve_sp2.log" 2>&1 || fail "sp=2 200-step run"
+fi
+grep -q "halos (bf16) and states (fp32) rank to rank over NCCL" "$logs/grad_sp2.log" ||
   fail "the sp=2 run did not report its sequence-parallel exchange"
 for f in grad_sp2 curve_sp2; do
+  [ -f "$logs/$f.log" ] || continue
   grep -h "sequence parallelism .* MB at most\|^NCCL on rank 0 per step" "$logs/$f.log" | sed "s/^/result: $f: /"
 done
 cp "$dir/c1/metrics.jsonl" "$logs/curve_1gpu.jsonl" 2>/dev/null
 cp "$dir/c2/metrics.jsonl" "$logs/curve_sp2.jsonl" 2>/dev/null
-$PY - "$dir" <<'PY' || fail "sp = 2 does not match one GPU"
+$PY - "$dir" "$curves" <<'PY' || fail "sp = 2 does not match one GPU"
 import json, sys, h5py, numpy as np
-d = sys.argv[1]
+d, curves = sys.argv[1], sys.argv[2] == "1"
 rows = lambda r: [json.loads(l) for l in open(f"{d}/{r}/metrics.jsonl")]
 rel = lambda a, b: abs(a - b) / abs(b)
 g1, g2 = rows("g1")[-1], rows("g2")[-1]
@@ -83,6 +88,9 @@ m1, m2 = moments("g1"), moments("g2")
 e_grad = np.linalg.norm(m2 - m1) / np.linalg.norm(m1)
 print(f"result: step 1, tiny B8 x T256, sp=2 (T128 per GPU) vs 1 GPU: loss {g2['loss']:.6f} vs {g1['loss']:.6f} "
       f"(rel {e_loss:.1e}), val_loss rel {e_val:.1e}, grad norm rel {e_norm:.1e}, gradient (AdamW m) rel L2 {e_grad:.1e}")
+assert e_loss < 1e-3 and e_val < 1e-3 and e_norm < 2e-2 and e_grad < 2e-2, "first step differs beyond bf16 tolerance"
+if not curves:
+    sys.exit(0)
 c1, c2 = rows("c1"), rows("c2")
 assert [r["step"] for r in c1] == [r["step"] for r in c2] == list(range(1, 201)), "step lists differ"
 worst = max(rel(b["loss"], a["loss"]) for a, b in zip(c1, c2))
@@ -92,7 +100,6 @@ e_end, e_vals = rel(c2[-1]["loss"], c1[-1]["loss"]), max(rel(b, a) for _, a, b i
 print(f"result: 200 steps: final loss {c2[-1]['loss']:.4f} vs {c1[-1]['loss']:.4f} (rel {e_end:.1e}), final val_loss "
       f"{vals[-1][2]:.4f} vs {vals[-1][1]:.4f}, val_loss at steps 50/100/150/200 worst rel {e_vals:.1e}, worst step "
       f"loss rel {worst:.1e}")
-assert e_loss < 1e-3 and e_val < 1e-3 and e_norm < 2e-2 and e_grad < 2e-2, "first step differs beyond bf16 tolerance"
 assert e_vals < 2e-2, "200 steps: validation losses differ by more than 2%"
 PY
 fi
