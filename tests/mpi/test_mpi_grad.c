@@ -8,7 +8,6 @@
  * nonzero on every rank when any check failed on any rank. */
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,23 +16,10 @@
 #include "comm/seqpar.h"
 #include "model/cpu/model_cpu.h"
 #include "train/train_dist.h"
+#include "tests/mpi/mpi_test_util.h"
 
 #define TOL 1e-5
 
-static gdn_comm *world;
-static int failures;
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-    if (ok) return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "FAIL rank %d: ", world->rank);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    failures++;
-}
 
 static double rel_err(const float *a, const float *b, size_t n) {
     double d = 0, r = 0;
@@ -44,13 +30,6 @@ static double rel_err(const float *a, const float *b, size_t n) {
     return sqrt(d) / (sqrt(r) > 1e-30 ? sqrt(r) : 1e-30);
 }
 
-static uint64_t rng_state;
-static double uniform(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
-}
 
 enum { B_PER_DP = 2, T_FULL = 48, N_STEPS = 2 };
 

@@ -10,7 +10,6 @@
  * Every rank checks; rank 0 prints; the exit status is nonzero on every rank when any check
  * failed on any rank. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,21 +18,8 @@
 #include "model/params.h"
 #include "train/optim.h"
 #include "train/zero.h"
+#include "tests/mpi/mpi_test_util.h"
 
-static gdn_comm *world;
-static int failures;
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-    if (ok) return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "FAIL rank %d: ", world->rank);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    failures++;
-}
 
 /* Element i of group rank r's input: distinct per rank and element, small integers and
  * quarters, so that every sum and average below is exact. */
@@ -173,13 +159,6 @@ static gdn_config test_config(void) {
                         .tie_embeddings = 0, .allow_neg_eigval = 0, .norm_eps = 1e-6};
 }
 
-static uint64_t rng_state;
-static double uniform(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
-}
 
 /* Rank r's gradient at step k: multiples of 2^-12 below 2^-2, so that sums over ranks and the
  * sums of squares are exact in any order (fp32 and double). */
