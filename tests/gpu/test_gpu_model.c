@@ -384,14 +384,17 @@ static int segment_check(const char *what, const gdn_config *cfg, int B, int T, 
         }
         const double e_loss = pi ? fabs(loss - loss64) / fabs(loss64) : fabs(loss - loss_ref) / fabs(loss_ref);
         double worst = 0.0, worst_full = 0.0;
-        const char *worst_name = "";
+        const char *worst_name = "", *worst_full_name = "";
         for (int i = 0; i < t.n; i++) {
             const gdn_param *q = &t.p[i];
             const double e = pi ? fd_rel_err_f32(g_seg + q->offset, g64 + q->offset, q->numel)
                                 : rel_err_ff(g_seg + q->offset, g_ref + q->offset, q->numel);
             if (pi) {
                 const double ef = fd_rel_err_f32(g_ref + q->offset, g64 + q->offset, q->numel);
-                worst_full = ef > worst_full ? ef : worst_full;
+                if (ef > worst_full) {
+                    worst_full = ef;
+                    worst_full_name = q->name;
+                }
             }
             if (!(e <= worst)) {
                 worst = e;
@@ -400,9 +403,9 @@ static int segment_check(const char *what, const gdn_config *cfg, int B, int T, 
         }
         const int ok = e_loss < tol && worst < tol;
         if (pi)
-            printf("bf16 %-44s %d segments of %d%s vs fp64 CPU: loss %.1e, worst gradient %.2e (%s; one pass: %.2e) %s\n",
+            printf("bf16 %-44s %d segments of %d%s vs fp64 CPU: loss %.1e, worst gradient %.2e (%s; one pass: %.2e, %s) %s\n",
                    what, nseg, Ts, late ? " (late states)" : "", e_loss, worst, worst_name, worst_full,
-                   ok ? "ok" : "FAIL");
+                   worst_full_name, ok ? "ok" : "FAIL");
         else
             printf("fp32 %-44s %d segments of %d%s vs one pass: loss %.1e, worst gradient %.1e (%s) %s\n", what, nseg,
                    Ts, late ? " (late states)" : "", e_loss, worst, worst_name, ok ? "ok" : "FAIL");
