@@ -15,8 +15,13 @@
  * Precisions:
  *   GDN_CUDA_FP32: every tensor and every product in fp32 (relative error vs fp64 ~1e-6).
  *   GDN_CUDA_BF16: q, k, v, o and dq, dk, dv, d_o stored as bf16 (__nv_bfloat16); products take
- *                  bf16 operands and accumulate in fp32; g, beta, dg, dbeta, the states, the gate
- *                  cumulative sums and the triangular inverse stay fp32 (relative error ~5e-3).
+ *                  bf16 operands and accumulate in fp32; g, beta, dg, dbeta, the gate cumulative
+ *                  sums, the running state of the state passes (and h0, ht, dht, dh0, the state
+ *                  carried between the forward's two halves) stay fp32, and the triangular
+ *                  inverse is computed in fp32. What the per-chunk kernels hand each other
+ *                  through the workspace as tensor-core operands is stored in bf16, as in the
+ *                  open-source Triton kernels: T, W, U, v_new, the per-chunk states h and their
+ *                  gradients dh, D (relative error ~5e-3).
  * In both precisions g, beta, dg, dbeta, h0, ht, dht, dh0 are float arrays.
  *
  * Every CUDA call is checked; on failure the process prints file:line and the CUDA error string
