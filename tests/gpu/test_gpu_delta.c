@@ -38,6 +38,7 @@
 
 #include "model/cpu/ops_cpu.h"
 #include "model/cuda/delta_cuda.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/ref/fd.h"
 
 typedef struct {
@@ -90,15 +91,6 @@ static const gpu_case repeat_cases[] = {
 
 /* q/k heads of a case */
 static int case_qk_heads(const gpu_case *c) { return c->qk_heads ? c->qk_heads : c->H; }
-
-static float bf16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest even */
-    u &= 0xFFFF0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
 
 /* rows of length D scaled to unit L2 norm (as the model normalises q and k) */
 static void l2norm_rows(double *x, size_t rows, int D) {
@@ -169,15 +161,6 @@ static float *sum_groups_f(const float *x, size_t N, int Hq, int group, int D) {
         }
     return y;
 }
-
-#define CK(call)                                                                             \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
 
 /* Device copy of x (float, or bf16 bits when bf; x already holds bf16-representable values). */
 static void *dev_upload(const float *x, size_t n, int bf) {

@@ -33,14 +33,9 @@
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/model_cuda.h"
 #include "model/params.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/ref/fd.h"
 #include "train/optim.h"
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) { fprintf(stderr, "out of memory\n"); exit(1); }
-    return p;
-}
 
 /* gdn_params_init, then every tensor scaled by U(0.8, 1.2) so that norm weights are not all 1. */
 static float *init_params(const gdn_param_table *t, uint64_t seed) {
@@ -51,15 +46,6 @@ static float *init_params(const gdn_param_table *t, uint64_t seed) {
     for (size_t i = 0; i < t->total; i++) p[i] = (float)(p[i] * u[i]);
     free(u);
     return p;
-}
-
-static float bf16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest even */
-    u &= 0xFFFF0000u;
-    memcpy(&x, &u, 4);
-    return x;
 }
 
 /* ---- 1. gradients ------------------------------------------------------------------------------ */

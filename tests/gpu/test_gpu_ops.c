@@ -17,17 +17,9 @@
 #include "model/cpu/ops_cpu.h"
 #include "model/cuda/ops_cuda.h"
 #include "model/params.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/ref/fd.h"
 #include "train/optim.h"
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static gdn_cuda_precision P; /* precision under test */
 static int BF;               /* P == GDN_CUDA_BF16 */
@@ -36,11 +28,6 @@ static int FAILS;
 static unsigned long long SEED = 1;
 
 /* ---- host buffers ---------------------------------------------------------------------------- */
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) { fprintf(stderr, "out of memory\n"); exit(1); }
-    return p;
-}
 static double *rnd(size_t n, double lo, double hi) {
     double *x = xmalloc(n * sizeof *x);
     fd_fill_uniform(x, n, lo, hi, SEED++);
@@ -55,14 +42,6 @@ static double *copy_d(const double *x, size_t n) {
     double *y = xmalloc(n * sizeof *y);
     memcpy(y, x, n * sizeof *y);
     return y;
-}
-static float bf16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest even */
-    u &= 0xFFFF0000u;
-    memcpy(&x, &u, 4);
-    return x;
 }
 
 /* ---- device buffers (freed together after each op test) -------------------------------------- */
