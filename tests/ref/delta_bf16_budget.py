@@ -8,12 +8,15 @@ the CUDA kernels store in bf16 (model/cuda/delta_cuda.h) can be rounded to bf16 
   Vn   v_new                                 dVl  the intra-chunk part of dv_new
   dh   the per-chunk state gradients         dVn  dv_new
   D    the masked s (dO Vn^T) o Gam
-Every product is then formed in float64 from the rounded values (the kernels accumulate in fp32),
-so the printed errors are what each stored rounding contributes to dq, dk, dv, dbeta, dg and to a
-per-head gate-parameter sum (sum_t dg_t g_t, the shape of dA_log), against the unrounded run.
-Not modelled: the roundings inside a kernel, where an fp32 intermediate becomes a bf16 operand of
-a tensor-core product in shared memory (e.g. P = Q K^T o Gam before P^T dO, or dA, M); what the
-GPU measures beyond this budget comes from those.
+and the fp32 intermediates that a kernel rounds to bf16 in shared memory as the operand of a
+tensor-core product:
+  P    Q K^T o Gam (lower), before P^T dO    dVb  T^T dv_new (the grad kernel's dA = -dVb Vn^T,
+  M    dA o beta o Gam, before M K, M^T K         dKbg = -dVb h^T and dv = beta dVb)
+The backward is written the way the CUDA grad kernel computes it (dA and dKbg from dVb, which
+equals DESIGN 4.3's -T^T dT T^T and T^T dW). Every product is formed in float64 from the rounded
+values (the kernels accumulate in fp32), so the printed errors are what each rounding contributes
+to dq, dk, dv, dbeta, dg and to a per-head gate-parameter sum (sum_t dg_t g_t, the shape of
+dA_log), against the unrounded run.
 
   delta_bf16_budget.py           the budget table (shapes below, median of 4 seeds)
   delta_bf16_budget.py --check   the float64 backward against central finite differences of the
@@ -23,7 +26,7 @@ import sys
 
 import numpy as np
 
-FLAGS = ['in', 'T', 'WU', 'h', 'Vn', 'dVl', 'dh', 'dVn', 'D']
+FLAGS = ['in', 'T', 'WU', 'h', 'Vn', 'dVl', 'dh', 'dVn', 'D', 'P', 'dVb', 'M']
 
 
 def bf16(x):
@@ -61,17 +64,16 @@ def chunked(q, k, v, g, beta, dO, s, C=64, rounded=frozenset()):
     for sl, Q, Kc, Vc, bc, dOc, G, gam, Gam, KK, Tr, W, h, Vn, r in reversed(saved):
         QK = Q @ Kc.T
         dSs = rd('dh', dS)
-        dVn = rd('dVn', rd('dVl', s * np.tril(QK * Gam).T @ dOc) + r[:, None] * (Kc @ dSs))
+        dVn = rd('dVn', rd('dVl', s * rd('P', np.tril(QK * Gam)).T @ dOc) + r[:, None] * (Kc @ dSs))
         dS_in = np.exp(G[-1]) * dS + s * Q.T @ (gam[:, None] * dOc) - W.T @ dVn
         D = rd('D', s * np.tril(dOc @ Vn.T) * Gam)
         dQ = s * gam[:, None] * (dOc @ h.T) + D @ Kc
         dK = r[:, None] * (Vn @ dSs.T) + D.T @ Q
-        dW = -dVn @ h.T
-        dT = dW @ ((bc * gam)[:, None] * Kc).T + dVn @ (bc[:, None] * Vc).T
-        dKbg, dVb = Tr.T @ dW, Tr.T @ dVn
+        dVb = rd('dVb', Tr.T @ dVn)
+        dKbg = -dVb @ h.T
         dK += (bc * gam)[:, None] * dKbg
-        dA = np.tril(-Tr.T @ dT @ Tr.T, -1)
-        M = dA * bc[:, None] * Gam
+        dA = np.tril(-dVb @ Vn.T, -1)
+        M = rd('M', dA * bc[:, None] * Gam)
         dK += M @ Kc + M.T @ Kc
         db = gam * np.sum(dKbg * Kc, 1) + np.sum(dVb * Vc, 1) + np.sum(dA * KK * Gam, 1)
         d = np.sum((Kc @ dSs) * Vn, 1)  # the gate terms (DESIGN 4.3, step 5)
