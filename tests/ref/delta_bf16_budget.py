@@ -18,7 +18,8 @@ values (the kernels accumulate in fp32), so the printed errors are what each rou
 to dq, dk, dv, dbeta, dg and to a per-head gate-parameter sum (sum_t dg_t g_t, the shape of
 dA_log), against the unrounded run.
 
-  delta_bf16_budget.py           the budget table (shapes below, median of 4 seeds)
+  delta_bf16_budget.py           the budget tables: model-like inputs (zero initial state, median
+                                 of 4 seeds), then test_gpu_delta's cases (with h0, dht)
   delta_bf16_budget.py --check   the float64 backward against central finite differences of the
                                  token-by-token recurrence (exit status 1 above 1e-6)
 """
@@ -36,13 +37,14 @@ def bf16(x):
     return u.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-def chunked(q, k, v, g, beta, dO, s, C=64, rounded=frozenset()):
-    """Gradients of sum(o * dO) for q, k [T,K], v, dO [T,V], g, beta [T]; zero initial state."""
+def chunked(q, k, v, g, beta, dO, s, C=64, rounded=frozenset(), h0=None, dht=None):
+    """Gradients of sum(o * dO) + <S_T, dht> for q, k [T,K], v, dO [T,V], g, beta [T] and the
+    initial state h0 [K,V] (None: zeros): dq, dk, dv, dg, dbeta, dh0."""
     rd = lambda name, x: bf16(x) if name in rounded else x
     n, K = q.shape
     V = v.shape[1]
     q, k, v, dO = (rd('in', x) for x in (q, k, v, dO))
-    S = np.zeros((K, V))
+    S = np.zeros((K, V)) if h0 is None else h0.copy()
     saved = []
     for c0 in range(0, n, C):  # forward: the per-chunk pieces the backward reads
         sl = slice(c0, min(n, c0 + C))
@@ -59,7 +61,7 @@ def chunked(q, k, v, g, beta, dO, s, C=64, rounded=frozenset()):
         r = np.exp(G[-1] - G)
         S = np.exp(G[-1]) * S + Kc.T @ (r[:, None] * Vn)
         saved.append((sl, Q, Kc, Vc, bc, dO[sl], G, gam, Gam, KK, Tr, W, h, Vn, r))
-    dS = np.zeros((K, V))
+    dS = np.zeros((K, V)) if dht is None else dht.copy()
     out = {name: np.zeros_like(x) for name, x in (('dq', q), ('dk', k), ('dv', v), ('dg', g), ('dbeta', beta))}
     for sl, Q, Kc, Vc, bc, dOc, G, gam, Gam, KK, Tr, W, h, Vn, r in reversed(saved):
         QK = Q @ Kc.T
@@ -86,16 +88,17 @@ def chunked(q, k, v, g, beta, dO, s, C=64, rounded=frozenset()):
         out['dg'][sl] = np.cumsum(dG[::-1])[::-1]
         out['dq'][sl], out['dk'][sl], out['dv'][sl], out['dbeta'][sl] = dQ, dK, bc[:, None] * dVb, db
         dS = dS_in
+    out['dh0'] = dS
     return out
 
 
-def recurrent_loss(q, k, v, g, beta, dO, s):
-    S = np.zeros((q.shape[1], v.shape[1]))
+def recurrent_loss(q, k, v, g, beta, dO, s, h0, dht):
+    S = h0.copy()
     total = 0.0
     for t in range(q.shape[0]):
         S = np.exp(g[t]) * (S - beta[t] * np.outer(k[t], k[t] @ S)) + beta[t] * np.outer(k[t], v[t])
         total += s * (S.T @ q[t]) @ dO[t]
-    return total
+    return total + np.sum(S * dht)
 
 
 def inputs(n, K, V, seed):
@@ -116,20 +119,22 @@ def rel(a, b):
 
 
 def check():
-    """Central differences (step 1e-6) of the recurrence for dq, dk, dv, dg, dbeta, chunk 16, T 40."""
+    """Central differences (step 1e-6) of the recurrence for every gradient, chunk 16, T 40."""
     x = dict(zip(('q', 'k', 'v', 'g', 'beta', 'dO', 's'), inputs(40, 8, 6, 1)))
-    got = chunked(x['q'], x['k'], x['v'], x['g'], x['beta'], x['dO'], x['s'], C=16)
+    rng = np.random.default_rng(2)
+    x['h0'], x['dht'] = rng.uniform(-0.5, 0.5, (8, 6)), rng.uniform(-0.5, 0.5, (8, 6))
+    f = lambda y: recurrent_loss(y['q'], y['k'], y['v'], y['g'], y['beta'], y['dO'], y['s'], y['h0'], y['dht'])
+    got = chunked(x['q'], x['k'], x['v'], x['g'], x['beta'], x['dO'], x['s'], C=16, h0=x['h0'], dht=x['dht'])
     worst = 0.0
-    for name in ('q', 'k', 'v', 'g', 'beta'):
+    for name in ('q', 'k', 'v', 'g', 'beta', 'h0'):
         fd = np.zeros_like(x[name])
         for i in np.ndindex(fd.shape):
             y = dict(x)
             y[name] = x[name].copy()
             y[name][i] += 1e-6
-            lp = recurrent_loss(y['q'], y['k'], y['v'], y['g'], y['beta'], y['dO'], y['s'])
+            lp = f(y)
             y[name][i] -= 2e-6
-            lm = recurrent_loss(y['q'], y['k'], y['v'], y['g'], y['beta'], y['dO'], y['s'])
-            fd[i] = (lp - lm) / 2e-6
+            fd[i] = (lp - f(y)) / 2e-6
         e = rel(got['d' + name], fd)
         worst = max(worst, e)
         print(f"d{name}: relative error vs finite differences {e:.1e}")
@@ -154,5 +159,47 @@ def budget():
             print(f"  {name:<16}" + ''.join(f"{x:10.1e}" for x in np.median(np.array(e), 0)))
 
 
+# test_gpu_delta's cases: B, T, H, K, V, with h0, with dht, g uniform in [gmin, 0)
+GPU_TEST_CASES = [(1, 64, 1, 64, 64, 1, 1, -0.2), (2, 100, 2, 64, 64, 0, 0, -0.2), (1, 200, 2, 128, 128, 1, 1, -0.2),
+                  (1, 150, 1, 256, 256, 1, 1, -0.2), (2, 77, 1, 64, 128, 0, 1, -0.2), (1, 130, 2, 128, 64, 1, 0, -0.2),
+                  (1, 100, 2, 64, 64, 1, 1, -20.0), (1, 333, 1, 256, 64, 1, 1, -0.1)]
+
+
+def budget_gpu_cases():
+    """test_gpu_delta's shapes and input distributions (q, k, v, dO already bf16; h0, dht in
+    [-0.5, 0.5)): every modelled rounding together, norm-wise over the B x H heads, and the three
+    that cost dg the most."""
+    print("test_gpu_delta's cases, every modelled rounding (inputs already bf16): relative error")
+    for B, n, H, K, V, with_h0, with_dht, gmin in GPU_TEST_CASES:
+        sq = {}
+        for head in range(B * H):
+            rng = np.random.default_rng(10 * n + head)
+            q = rng.uniform(-1, 1, (n, K))
+            k = rng.uniform(-1, 1, (n, K))
+            q /= np.linalg.norm(q, axis=1, keepdims=True)
+            k /= np.linalg.norm(k, axis=1, keepdims=True)
+            v, g, beta, dO = rng.uniform(-1, 1, (n, V)), rng.uniform(gmin, 0, n), rng.uniform(0.05, 0.95, n), \
+                rng.uniform(-1, 1, (n, V))
+            q, k, v, dO = (bf16(x) for x in (q, k, v, dO))
+            h0 = rng.uniform(-0.5, 0.5, (K, V)) if with_h0 else None
+            dht = rng.uniform(-0.5, 0.5, (K, V)) if with_dht else None
+            ref = chunked(q, k, v, g, beta, dO, K ** -0.5, h0=h0, dht=dht)
+            for name in FLAGS[1:] + ['all']:
+                rounded = frozenset(FLAGS[1:] if name == 'all' else [name])
+                o = chunked(q, k, v, g, beta, dO, K ** -0.5, rounded=rounded, h0=h0, dht=dht)
+                for t in ('dq', 'dk', 'dv', 'dbeta', 'dg', 'dh0'):
+                    e = sq.setdefault((name, t), [0.0, 0.0])
+                    e[0] += np.sum((o[t] - ref[t]) ** 2)
+                    e[1] += np.sum(ref[t] ** 2)
+        err = lambda name, t: np.sqrt(sq[(name, t)][0] / sq[(name, t)][1])
+        top = sorted(FLAGS[1:], key=lambda f: -err(f, 'dg'))[:3]
+        print(f"  B{B} T{n} H{H} K{K} V{V}{' h0' if with_h0 else ''}{' dht' if with_dht else ''} g >= {gmin}: " +
+              " ".join(f"{t} {err('all', t):.1e}" for t in ('dq', 'dk', 'dv', 'dbeta', 'dg', 'dh0')) +
+              "; dg most from " + ", ".join(f"{f} {err(f, 'dg'):.1e}" for f in top))
+
+
 if __name__ == '__main__':
-    sys.exit(check() if '--check' in sys.argv[1:] else budget())
+    if '--check' in sys.argv[1:]:
+        sys.exit(check())
+    budget()
+    budget_gpu_cases()
