@@ -1,12 +1,14 @@
-/* Shared by the MPI test programs (one translation unit each): a check that counts failures with
- * the rank in the message, and a seeded splitmix64 stream. The program sets `world` after
- * gdn_comm_init and ends with a nonzero status on every rank when any rank counted a failure. */
+/* Shared by the MPI test programs (one translation unit each): the start of the world, a check
+ * that counts failures with the rank in the message, and a seeded splitmix64 stream. A program
+ * calls mpi_test_init first and ends with a nonzero status on every rank when any rank counted
+ * a failure. */
 #ifndef GDN_TESTS_MPI_TEST_UTIL_H
 #define GDN_TESTS_MPI_TEST_UTIL_H
 
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "comm/comm.h"
 
@@ -23,6 +25,17 @@ static void check(int ok, const char *fmt, ...) {
     fputc('\n', stderr);
     va_end(ap);
     failures++;
+}
+
+/* Joins the job's ranks as `world` (a world of one without a launcher); exits 1 with the
+ * reason when that fails. */
+static void mpi_test_init(int *argc, char ***argv) {
+    char err[512];
+    world = gdn_comm_init(argc, argv, 1, err, sizeof err);
+    if (!world) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
 }
 
 /* Uniform in [0, 1) from the stream rng_state (set it to seed the stream). */

@@ -190,12 +190,7 @@ static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table 
 }
 
 int main(int argc, char **argv) {
-    char err[512];
-    world = gdn_comm_init(&argc, &argv, 1, err, sizeof err);
-    if (!world) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
+    mpi_test_init(&argc, &argv);
     omp_set_num_threads(gdn_dist_threads(world, 0));
     const gdn_config cfg = test_config();
     gdn_param_table t;

@@ -281,12 +281,7 @@ static void test_zero_step(void) {
 }
 
 int main(int argc, char **argv) {
-    char err[512];
-    world = gdn_comm_init(&argc, &argv, 1, err, sizeof err);
-    if (!world) {
-        fprintf(stderr, "%s\n", err);
-        return 1;
-    }
+    mpi_test_init(&argc, &argv);
     if (world->rank == 0) printf("ZeRO-1 on %d rank%s (%s data plane):\n", world->size, world->size == 1 ? "" : "s",
                                  world->ops->name);
     for (int sp = 1; sp <= world->size; sp++)
