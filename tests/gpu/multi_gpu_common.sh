@@ -1,8 +1,8 @@
 # Shared set-up of the 2-GPU scripts (test_gpu_dp.sh, test_gpu_sp.sh), sourced after `set -uo
 # pipefail` with the script's arguments: BUILD_DIR [OUT_DIR]. Defines BUILD, OUT_DIR, SRC, GDN,
 # dir (a temporary folder, removed at exit), logs ($dir/logs, packed into OUT_DIR/$LOGS_TGZ at
-# exit), status and fail, PY, MPIRUN (2 ranks), children_of and gpus_idle; exits 77 with fewer
-# than 2 GPUs or no mpiexec. The caller sets NAME (for messages) and LOGS_TGZ first.
+# exit), status and fail, PY, MPIRUN (2 ranks), children_of, gpus_idle and random_shard; exits 77
+# with fewer than 2 GPUs or no mpiexec. The caller sets NAME (for messages) and LOGS_TGZ first.
 BUILD=$(cd "$1" && pwd)
 OUT_DIR=${2:-${OUT:-$BUILD/out}}
 mkdir -p "$OUT_DIR"
@@ -39,4 +39,14 @@ gpus_idle() {
   for _ in $(seq 60); do
     [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && return; sleep 0.25
   done
+}
+# random_shard FILE: 8M random tokens (vocabulary 32000, seed 0) as one uint16 shard (llm.c format)
+random_shard() {
+  $PY - "$1" <<'PY'
+import sys, numpy as np
+n = 8_000_000
+hdr = np.zeros(256, np.int32); hdr[:3] = (20240520, 1, n)
+with open(sys.argv[1], "wb") as f:
+    f.write(hdr.tobytes()); f.write(np.random.default_rng(0).integers(0, 32000, n, dtype=np.uint16).tobytes())
+PY
 }

@@ -106,13 +106,7 @@ fi
 
 if part c || part d; then
 # c. the longest sequence: gdn512m, batch 1, random tokens (vocab 32000) in one uint16 shard
-$PY - "$dir/rand.bin" <<'PY'
-import sys, numpy as np
-n = 8_000_000
-hdr = np.zeros(256, np.int32); hdr[:3] = (20240520, 1, n)
-with open(sys.argv[1], "wb") as f:
-    f.write(hdr.tobytes()); f.write(np.random.default_rng(0).integers(0, 32000, n, dtype=np.uint16).tobytes())
-PY
+random_shard "$dir/rand.bin"
 big=(--preset gdn512m --data "$dir/rand.bin" --backend cuda --batch_size 1 --val_tokens 0 --eval_every 0
      --ckpt_every 0 --log_every 1)
 # the probes start from saved weights: drawing 512M random parameters takes longer than a probe

@@ -19,20 +19,7 @@
 #include "model/cuda/model_cuda.h"
 #include "model/params.h"
 #include "train/zero.h"
-
-static int failures = 0;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
-
-static int rank;
+#include "tests/gpu/nccl_test_util.h"
 
 static void *dev_copy(const void *h, size_t bytes) {
     void *d = NULL;

@@ -19,19 +19,7 @@
 #include "comm/comm_nccl.h"
 #include "comm/seqpar_cuda.h"
 #include "model/config.h"
-
-static int failures = 0;
-static int rank;
-
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fputc('\n', stderr);                                                \
-            failures++;                                                         \
-        }                                                                       \
-    } while (0)
+#include "tests/gpu/nccl_test_util.h"
 
 static void cuda_ok(cudaError_t e, const char *what) {
     if (e != cudaSuccess) {
