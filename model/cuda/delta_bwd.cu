@@ -14,6 +14,8 @@
  *   mode & 1:  dVl = s Pt dO               (intra-chunk part of dv_new, for k_state_bwd)
  *   mode & 2:  Dt  = s (Vn dO^T) o Gam^T   (D of DESIGN 4.3 transposed, for k_grad) and
  *              E^T = Dt o (K Q^T):  dG_i += sum_j E_ij,  dG_j -= sum_i E_ij   (dG1)
+ *   mode & 4:  G from g here, not from the workspace (the recomputing backward runs the dVl
+ *              launch beside the intra kernel that writes G)
  * The two halves run as separate launches so that the second (which needs v_new) can overlap
  * the reverse state pass. The dO / Vn column tiles are double-buffered. The gate term's row and
  * column sums go through per-warp partials (one writer each) added in a fixed order: no float
@@ -43,10 +45,11 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const
 
     tile_load_async(sQ, LDK, (const E *)a.q + qk_off(a, b, t0, hq), qk_ld(a), 64, K, L);
     tile_load_async(sK, LDK, (const E *)a.k + qk_off(a, b, t0, hq), qk_ld(a), 64, K, L);
-    tile_load_async(sG, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
+    if (!(mode & 4)) tile_load_async(sG, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
     tile_load_async(sStage, LDP, dog, (long)a.H * V, 64, 64, L);
     if (mode & 2) tile_load_async(sStage + 64 * LDP, LDP, vng, V, 64, 64, 64);
     cp_async_commit();
+    if (mode & 4) chunk_log_decay(a, b, h, t0, L, sG);
     cp_async_wait<0>();
     __syncthreads();
 
@@ -316,8 +319,10 @@ __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, in
  *   dG   = dG1 (intra term) + rowsum(Q o s diag(gamma) dO S^T) - d o r + beta gamma o rowsum(dKbg o K)
  *          + rowsum(F) - colsum(F) + [last row] gamma_C <S,dS> + sum_j d_j r_j
  *   with d_j = k_j . (Vn dS^T)_j, F = M o K K^T; dg = reverse in-chunk cumsum of dG.
- * Stages of 64-column tiles: a V pass (dVn, Vn, V) building dVb, dv and dA; then per K tile one
- * stage per V tile (dO, Vn, S, dS) and one with (Q, K) for the epilogue. 8 warps: warp (wm, wn)
+ * Stages of 64-column tiles: a V pass (dVn, Vn, V, and T in the stage's fourth slot: T is needed
+ * only there, and a persistent T tile would keep two blocks off a multiprocessor at V = 256)
+ * building dVb, dv and dA; then per K tile one stage per V tile (dO, Vn, S, dS) and one with
+ * (Q, K) for the epilogue. 8 warps: warp (wm, wn)
  * holds rows wm*16.. and columns wn*32.. of each 64x64 product. Row and column sums across warps
  * go through per-warp partials in shared memory (one writer each) added in a fixed order: no
  * float atomics, so the gradients are the same bits on every run. */
@@ -352,7 +357,7 @@ __device__ __forceinline__ grad_stage grad_next(grad_stage st, int nV) {
 }
 
 template <typename E> static size_t grad_smem(int V, int nbuf) {
-    return (size_t)nbuf * 4 * tile_bytes<E>(64, 64) + 3 * tile_bytes<E>(64, 64) +
+    return (size_t)nbuf * 4 * tile_bytes<E>(64, 64) + 2 * tile_bytes<E>(64, 64) +
            tile_bytes<E>(64, V) + 64 * 68 * 4 + (2 + 4 + 3 * 2 + 1) * 64 * 4 + 8 * 4;
 }
 
@@ -367,6 +372,8 @@ __device__ __forceinline__ void grad_issue(const gdn_delta_args &a, grad_stage s
         tile_load_async_t<E, 64, 64, 256>(buf + 64 * LDP, LDP, (const E *)a.Vn + row_off(a, bh, c, 0, V) + v0, V, 64);
         tile_load_async_t<E, 64, 64, 256>(buf + 2 * 64 * LDP, LDP, (const E *)a.v + tok_off(a, b, t0, h, V) + v0,
                                           (long)a.H * V, L);
+        tile_load_async_t<E, 64, 64, 256>(buf + 3 * 64 * LDP, LDP, (const E *)a.Tm + ((long)bh * a.NT + c) * 64 * 64,
+                                          64, 64);
     } else if (st.vs < nV) {
         const int v0 = st.vs * 64;
         const long so = ((long)bh * a.NT + c) * K * V + (long)st.k0 * V + v0;
@@ -391,8 +398,7 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
     extern __shared__ __align__(16) unsigned char smem[];
     const int K = a.K, V = a.V, nV = V / 64, nK = K / 64, LDP = pad_ld<E>(64), LDB = pad_ld<E>(V), LDF = 68;
     E *sStage = reinterpret_cast<E *>(smem); /* nbuf x 4 tiles */
-    E *sT = sStage + nbuf * 4 * 64 * LDP;
-    E *sD = sT + 64 * LDP;
+    E *sD = sStage + nbuf * 4 * 64 * LDP;
     E *sM = sD + 64 * LDP;
     E *sDvb = sM + 64 * LDP; /* [64][LDB] */
     float *sDa = reinterpret_cast<float *>(sDvb + 64 * LDB); /* dA o Gam, fp32 */
@@ -415,7 +421,6 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
     const int ns = nV + nK * (nV + 1);
 
     if (tid < 64) sB[tid] = tid < L ? a.beta[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
-    tile_load_async_t<E, 64, 64, 256>(sT, LDP, (const E *)a.Tm + ((long)bh * a.NT + c) * 64 * 64, 64, 64);
     tile_load_async_t<E, 64, 64, 256>(sD, LDP, (const E *)a.Dm + ((long)bh * a.NT + c) * 64 * 64, 64, 64);
     tile_load_async(sG, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
     cp_async_commit();
@@ -448,7 +453,7 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
         }
         if (cur.pass == 0) {
             /* dVb = T^T dVn; dv = beta dVb; dbeta += rowsum(dVb o V); dA -= dVb Vn^T */
-            const E *sdVn = buf, *sVn = buf + 64 * LDP, *sV = buf + 2 * 64 * LDP;
+            const E *sdVn = buf, *sVn = buf + 64 * LDP, *sV = buf + 2 * 64 * LDP, *sT = buf + 3 * 64 * LDP;
             const int v0 = cur.vs * 64;
             acc_zero(A1);
             warp_mma<1, 4, OP_KM, OP_KN>(A1, sT + wm * 16, LDP, sdVn + n0, LDP, 64);

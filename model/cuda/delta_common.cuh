@@ -391,11 +391,33 @@ __device__ __forceinline__ long row_off(const gdn_delta_args &a, int bh, int c, 
     return (((long)bh * a.NT + c) * GDN_CHUNK + r) * D;
 }
 
+/* ---- the in-chunk cumulative log decay ------------------------------------------------------ */
+/* sG[0..63] = inclusive cumulative sum of g over the chunk's rows (rows past L have g = 0, so
+ * G stays flat there). The whole block calls it (one barrier inside); threads 0..63 write sG, and
+ * the caller syncs before reading it. k_intra and the backward's dVl kernel both call this one
+ * routine, so the G they compute agree to the bit. */
+__device__ __forceinline__ void chunk_log_decay(const gdn_delta_args &a, int b, int h, int t0, int L,
+                                                float *sG) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    if (tid < 64) {
+        float gv = tid < L ? a.g[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float y = __shfl_up_sync(0xffffffffu, gv, o);
+            if (lane >= o) gv += y;
+        }
+        sG[tid] = gv;
+    }
+    __syncthreads();
+    if (tid >= 32 && tid < 64) sG[tid] += sG[31];
+}
+
 /* ---- host side: kernel launch helpers shared by the .cu files ------------------------------- */
 /* Launchers of the forward phases, reused by the backward (recompute). */
 void gdn_delta_launch_intra(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st);
 /* share: the state pass runs beside another kernel, so it sizes itself for half a
- * multiprocessor. dv_local mode: 1 = dVl, 2 = D^T and the intra gate term. */
+ * multiprocessor. dv_local mode: 1 = dVl, 2 = D^T and the intra gate term,
+ * 4 (with 1) = G from g instead of the workspace. */
 void gdn_delta_launch_state_fwd(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st, int share);
 void gdn_delta_launch_output(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st);
 void gdn_delta_launch_dv_local(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st, int mode);

@@ -178,30 +178,15 @@ template <typename E> __global__ void __launch_bounds__(256, 3) k_intra(const gd
 
     const int c = a.c0 + blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hq = h / a.group;
     const int t0 = c * GDN_CHUNK, L = min(GDN_CHUNK, a.T - t0);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 3, n0 = (warp >> 2) * 32;
+    const int tid = threadIdx.x, warp = tid >> 5, wm = warp & 3, n0 = (warp >> 2) * 32;
 
     tile_load_async(sK, LDK, (const E *)a.k + qk_off(a, b, t0, hq), qk_ld(a), 64, K, L);
     tile_load_async(sV, LDV, (const E *)a.v + tok_off(a, b, t0, h, V), (long)a.H * V, 64, V, L);
     cp_async_commit();
 
-    /* inclusive cumsum of g inside the chunk (rows past the end have g = 0, beta = 0) */
-    if (tid < 64) {
-        float gv = 0.f, bv = 0.f;
-        if (tid < L) {
-            const long idx = ((long)b * a.T + t0 + tid) * a.H + h;
-            gv = a.g[idx];
-            bv = a.beta[idx];
-        }
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const float y = __shfl_up_sync(0xffffffffu, gv, o);
-            if (lane >= o) gv += y;
-        }
-        sG[tid] = gv;
-        sB[tid] = bv;
-    }
-    __syncthreads();
-    if (tid >= 32 && tid < 64) sG[tid] += sG[31];
+    /* G: inclusive cumsum of g inside the chunk (rows past the end have g = 0, beta = 0) */
+    if (tid < 64) sB[tid] = tid < L ? a.beta[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
+    chunk_log_decay(a, b, h, t0, L, sG);
     __syncthreads();
     if (tid < 64) {
         a.G[((long)bh * a.NT + c) * GDN_CHUNK + tid] = sG[tid];

@@ -278,17 +278,22 @@ static void delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void
         state_passthrough(dh0, dht, s, st);
         return;
     }
-    /* The reverse state pass needs only G, W (intra) and dVl; it runs on a second stream beside
-     * the recomputed forward state pass (h, v_new) and the D^T kernel, which need neither. It
-     * alone reads dht, so a late dht delays nothing else. */
+    /* The dVl kernel (which needs only q, k, g, dO) runs on a second stream beside the
+     * recomputed intra kernel, then the reverse state pass (which needs G, W and dVl) beside the
+     * recomputed forward state pass (h, v_new) and the D^T kernel, which need neither. The
+     * reverse pass alone reads dht, so a late dht delays nothing else. */
     cudaStream_t aux;
     cudaEvent_t ev[4];
     side_stream(&aux, ev);
-    cudaEvent_t fork = ev[0], join = ev[1];
-    if (recompute) gdn_delta_launch_intra(&a, p, st); /* G, T, W, U */
-    gdn_delta_launch_dv_local(&a, p, st, 1);          /* dVl */
+    cudaEvent_t fork = ev[0], join = ev[1], intra_done = ev[2];
     GDN_CUDA_CHECK(cudaEventRecord(fork, st));
     GDN_CUDA_CHECK(cudaStreamWaitEvent(aux, fork, 0));
+    gdn_delta_launch_dv_local(&a, p, aux, recompute ? 1 | 4 : 1); /* dVl (G from g if recomputing) */
+    if (recompute) {
+        gdn_delta_launch_intra(&a, p, st); /* G, T, W, U */
+        GDN_CUDA_CHECK(cudaEventRecord(intra_done, st));
+        GDN_CUDA_CHECK(cudaStreamWaitEvent(aux, intra_done, 0));
+    }
     wait_ready(aux, dht_ready);
     gdn_delta_launch_state_bwd(&a, p, aux, 1);          /* dh, dv_new, dh0 */
     GDN_CUDA_CHECK(cudaEventRecord(join, aux));

@@ -3,7 +3,8 @@
 # (ctest -L gpu: delta rule, compute-sanitizer memcheck/racecheck, model ops, whole model and
 # loss curves vs the CPU), the trainer and op command on the GPU (train_gpu.sh), the benchmarks
 # (gdn bench --backend cuda), and print a short table last. Logs and JSON go to $OUT (or
-# build-gpu/out). Exit status 0 when everything passed.
+# build-gpu/out). Exit status 0 when everything passed. QUICK=1: the op and model-gradient checks
+# and the benchmarks only, for kernel iteration.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-build-gpu/out}
@@ -27,6 +28,23 @@ if ! cmake --build build-gpu -j "$jobs" --target gdn test_gpu_delta test_gpu_ops
         >"$out/build.log" 2>&1; then
     grep -E "error|Error" "$out/build.log" | head -40
     exit 1
+fi
+
+if [ "${QUICK:-0}" = 1 ]; then
+    # Kernel iteration: the op-level checks, the whole-model gradients and the benchmarks only
+    # (no sanitizers, loss curves, trainer or multi-GPU runs). Not a substitute for the full run.
+    echo "== quick GPU checks (QUICK=1)"
+    for t in "test_gpu_delta" "test_gpu_ops" "test_gpu_model --grads"; do
+        log="$out/$(echo "$t" | tr ' ' '_').log"
+        if timeout 600 ./build-gpu/tests/gpu/$t > "$log" 2>&1; then echo "  PASS $t"
+        else echo "  FAIL $t"; tail -15 "$log"; status=1; fi
+    done
+    ./build-gpu/tests/gpu/bench_gpu_delta 20 2>&1 | tee "$out/bench_delta.txt" || status=1
+    ./build-gpu/gdn bench --backend cuda --what step --preset gdn512m --repeats 5 2>&1 | tail -4
+    timeout 300 ./build-gpu/tests/gpu/test_gpu_model --bench > "$out/model_bench.txt" 2>&1 || status=1
+    tail -30 "$out/model_bench.txt"
+    echo "status: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
+    exit $status
 fi
 
 echo "== GPU tests (ctest -L gpu)"
