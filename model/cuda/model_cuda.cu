@@ -1,5 +1,5 @@
 /* The GDN language model on one GPU: the CPU model (model/cpu/model_cpu.c) block for block, on
- * the CUDA ops (ops_cuda.h), the CUDA delta rule (delta_cuda.h) and cuBLAS.
+ * the CUDA ops (ops_cuda.h), the CUDA delta rule (delta_cuda.h) and cuBLASLt.
  *
  * Block l:  x_mid = x_in + o_proj(gated_norm(delta_rule(q, k, v, g, beta), z))
  *           x_in[l+1] = x_mid + down(silu(gate(h2)) * up(h2)),  h2 = rmsnorm(x_mid)
@@ -614,16 +614,14 @@ static void block_forward(gdn_cuda_model *m, int l) {
     delta_forward(m, L, l);
 
     PF(PR_NORM, gdn_cuda_gated_rmsnorm_fwd(p, L->y, L->rstd_o, L->o, L->zp, P + off->o_norm, N * H, V, eps, s));
-    PF(PR_COPY, GDN_CUDA_CHECK(cudaMemcpyAsync(xm, x, (size_t)N * D * sizeof(float), cudaMemcpyDeviceToDevice, m->stream)));
-    PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, FP32, xm, L->y, wgt(m, off->o_proj), N, HV, D, 1.0f));
+    PF(PR_GEMM, gdn_cuda_linear_fwd_add(bl, p, FP32, xm, L->y, wgt(m, off->o_proj), x, N, HV, D));
 
     void *h2 = m->hs, *mm = m->dup; /* mm: backward scratch, free during the forward pass */
     PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, h2, L->rstd2, xm, P + off->mlp_norm, N, D, eps, s));
     PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, p, L->gp, h2, wgt(m, off->gate_proj), N, D, F, 0.0f);
                 gdn_cuda_linear_fwd(bl, p, p, L->up, h2, wgt(m, off->up_proj), N, D, F, 0.0f));
     PF(PR_ACT, gdn_cuda_swiglu_fwd(p, mm, L->gp, L->up, (size_t)N * F, s));
-    PF(PR_COPY, GDN_CUDA_CHECK(cudaMemcpyAsync(xo, xm, (size_t)N * D * sizeof(float), cudaMemcpyDeviceToDevice, m->stream)));
-    PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, FP32, xo, mm, wgt(m, off->down_proj), N, F, D, 1.0f));
+    PF(PR_GEMM, gdn_cuda_linear_fwd_add(bl, p, FP32, xo, mm, wgt(m, off->down_proj), xm, N, F, D));
 }
 
 extern "C" double gdn_cuda_model_forward(gdn_cuda_model *m, const int *tokens, const int *targets, float grad_scale,

@@ -1,5 +1,5 @@
 /* The model's operators on NVIDIA GPUs, all but the gated delta rule (model/cuda/delta_cuda.h):
- * embedding, linear layers (cuBLAS), norms, short convolution, activations and gates, fused
+ * embedding, linear layers (cuBLASLt), norms, short convolution, activations and gates, fused
  * softmax cross-entropy, AdamW, gradient norm and clipping.
  *
  * Same math and the same overwrite/accumulate rules as the CPU contract in
@@ -41,11 +41,14 @@ void gdn_cuda_fill_f32(float *dst, float value, size_t n, void *stream);
 void gdn_cuda_add_strided(gdn_cuda_precision p, void *dst, size_t dst_stride, const void *src, size_t n,
                           int B, void *stream);
 
-/* ---- linear layers: y = x W^T with W [out, in] (cuBLAS, fp32 accumulation) ------------------
+/* ---- linear layers: y = x W^T with W [out, in] (cuBLASLt, fp32 accumulation) ----------------
  * x, W and dy share the input type `in` (act): fp32 GEMMs in FP32 mode (no TF32), bf16 tensor-core
  * GEMMs in BF16 mode. Outputs y and dx have the type `out_p` (FP32: float, BF16: bf16) chosen per
  * call, so a GEMM can write straight into an fp32 buffer. `beta` 0 overwrites y / dx, 1 adds to
- * them (a residual connection, or a sum of several products). dW is always float and += . */
+ * them (a residual connection, or a sum of several products). dW is always float and += .
+ * The gdn_cuda_blas object caches one algorithm per call shape (types, sizes, pointer alignment),
+ * so repeated calls give bitwise the same result; it is not for concurrent use from several host
+ * threads. */
 typedef struct gdn_cuda_blas gdn_cuda_blas;
 gdn_cuda_blas *gdn_cuda_blas_create(void *stream);
 void gdn_cuda_blas_free(gdn_cuda_blas *b);
@@ -54,6 +57,14 @@ void gdn_cuda_linear_fwd(gdn_cuda_blas *b, gdn_cuda_precision in, gdn_cuda_preci
                          const void *x,  /* [N,n_in] in */
                          const void *W,  /* [n_out,n_in] in */
                          int N, int n_in, int n_out, float beta);
+/* y = residual + x W^T, residual read from its own buffer (no copy into y first); residual may
+ * also be y itself, which is gdn_cuda_linear_fwd with beta 1. Other overlaps are an error. */
+void gdn_cuda_linear_fwd_add(gdn_cuda_blas *b, gdn_cuda_precision in, gdn_cuda_precision out_p,
+                             void *y,              /* [N,n_out] out_p */
+                             const void *x,        /* [N,n_in] in */
+                             const void *W,        /* [n_out,n_in] in */
+                             const void *residual, /* [N,n_out] out_p */
+                             int N, int n_in, int n_out);
 /* dx = dy W (+ beta dx). */
 void gdn_cuda_linear_bwd_dx(gdn_cuda_blas *b, gdn_cuda_precision in, gdn_cuda_precision out_p,
                             void *dx,       /* [N,n_in] out_p */

@@ -3,7 +3,8 @@
  * in fp32 mode and 1e-2 in bf16 mode. In bf16 mode the inputs are rounded to bf16 first and the
  * reference sees the rounded values, so the error measured is the op's own. Device outputs are
  * NaN-poisoned before each call, so an element the kernel skips fails the comparison. Ops that
- * reduce (parameter gradients, loss, gradient norm) are also run twice and must agree bit for bit.
+ * reduce (parameter gradients, loss, gradient norm) and the GEMMs (one cached algorithm per
+ * shape) are also run twice and must agree bit for bit.
  *
  * Plain C (the GPU machine has no CMocka). Exit 0: pass, 1: fail, 77: no CUDA device (skip). */
 #include <math.h>
@@ -47,12 +48,13 @@ static double *copy_d(const double *x, size_t n) {
 /* ---- device buffers (freed together after each op test) -------------------------------------- */
 static void *owned[256];
 static int n_owned;
+static size_t SHIFT; /* bytes past the allocation's (256-byte aligned) start where buffers begin */
 static void *dmalloc(size_t bytes) {
     void *d;
-    CK(cudaMalloc(&d, bytes ? bytes : 1));
+    CK(cudaMalloc(&d, bytes + SHIFT ? bytes + SHIFT : 1));
     if (n_owned == 256) { fprintf(stderr, "too many device buffers\n"); exit(1); }
     owned[n_owned++] = d;
-    return d;
+    return (char *)d + SHIFT;
 }
 static void dfree_all(void) {
     for (int i = 0; i < n_owned; i++) CK(cudaFree(owned[i]));
@@ -110,14 +112,28 @@ static void cmp(const char *op, const char *what, float *got, const double *ref,
     report(op, what, e, e < TOL); /* NaN fails */
     free(got);
 }
-/* Bitwise equality of two device fp32 buffers (a second run of a reducing op). */
-static void same_bits(const char *op, const char *what, const float *a, const float *b, size_t n) {
-    float *ha = down_f32(a, n), *hb = down_f32(b, n);
-    const int ok = memcmp(ha, hb, n * sizeof(float)) == 0;
+/* Bitwise equality of two device buffers of `bytes` bytes (a second run of an op). */
+static void same_bytes(const char *op, const char *what, const void *a, const void *b, size_t bytes) {
+    char *ha = xmalloc(bytes), *hb = xmalloc(bytes);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(ha, a, bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hb, b, bytes, cudaMemcpyDeviceToHost));
+    const int ok = memcmp(ha, hb, bytes) == 0;
     printf("%-4s %-34s %-8s %s %s\n", BF ? "bf16" : "fp32", op, what, "bitwise", ok ? "ok" : "FAIL");
     if (!ok) FAILS++;
     free(ha);
     free(hb);
+}
+static void same_bits(const char *op, const char *what, const float *a, const float *b, size_t n) {
+    same_bytes(op, what, a, b, n * sizeof(float));
+}
+/* got holds exactly the values of ref (an input the op must leave alone); got is freed. */
+static void unchanged(const char *op, const char *what, float *got, const double *ref, size_t n) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += (double)got[i] != ref[i];
+    printf("%-4s %-34s %-8s %zu changed %s\n", BF ? "bf16" : "fp32", op, what, bad, bad ? "FAIL" : "ok");
+    if (bad) FAILS++;
+    free(got);
 }
 static float *dcopy_f32(const float *d, size_t n) {
     float *c = dmalloc(n * sizeof(float));
@@ -126,32 +142,85 @@ static float *dcopy_f32(const float *d, size_t n) {
 }
 
 /* ---- linear --------------------------------------------------------------------------------------- */
-static void test_linear(gdn_cuda_blas *bl, int N, int I, int O) {
+/* shift: bytes past 256-byte alignment where every device buffer starts (4: the fp32 weights
+ * and gradients at odd offsets in the model's flat buffers), so the GEMM plans are built for
+ * pointers cuBLASLt may not assume aligned. Each GEMM runs twice on the same shape (the cached
+ * plan): the two results must be bitwise equal. */
+static void test_linear(gdn_cuda_blas *bl, int N, int I, int O, size_t shift) {
     char op[64];
-    snprintf(op, sizeof op, "linear N%d I%d O%d", N, I, O);
-    double *x = rnd((size_t)N * I, -1, 1), *W = rnd((size_t)O * I, -1, 1), *dy = rnd((size_t)N * O, -1, 1);
-    double *y0 = rnd((size_t)N * O, -1, 1), *dW0 = rnd((size_t)O * I, -1, 1);
-    void *xd = up_act(x, (size_t)N * I), *Wd = up_act(W, (size_t)O * I), *dyd = up_act(dy, (size_t)N * O);
-    float *y0d = up_f32(y0, (size_t)N * O), *dWd = up_f32(dW0, (size_t)O * I);
-    double *y = zeros((size_t)N * O), *dx = zeros((size_t)N * I), *dW = copy_d(dW0, (size_t)O * I);
+    snprintf(op, sizeof op, "linear N%d I%d O%d%s", N, I, O, shift ? " +4B" : "");
+    SHIFT = shift;
+    const size_t ny = (size_t)N * O, nx = (size_t)N * I, nw = (size_t)O * I;
+    double *x = rnd(nx, -1, 1), *W = rnd(nw, -1, 1), *dy = rnd(ny, -1, 1);
+    double *y0 = rnd(ny, -1, 1), *dW0 = rnd(nw, -1, 1);
+    void *xd = up_act(x, nx), *Wd = up_act(W, nw), *dyd = up_act(dy, ny);
+    float *y0d = up_f32(y0, ny), *dWd = up_f32(dW0, nw), *dWd2 = up_f32(dW0, nw);
+    float *yb1 = dcopy_f32(y0d, ny); /* y0 again: the in-place residual below */
+    double *y = zeros(ny), *dx = zeros(nx), *dW = copy_d(dW0, nw);
     gdn_linear_fwd_f64(y, x, W, N, I, O);
     gdn_linear_bwd_f64(dx, dW, dy, x, W, N, I, O);
+    double *xw = copy_d(y, ny); /* x W^T */
 
-    void *ya = nan_act((size_t)N * O);
+    void *ya = nan_act(ny), *ya2 = nan_act(ny);
     gdn_cuda_linear_fwd(bl, P, P, ya, xd, Wd, N, I, O, 0.0f);
-    cmp(op, "y act", down_act(ya, (size_t)N * O), y, (size_t)N * O);
+    gdn_cuda_linear_fwd(bl, P, P, ya2, xd, Wd, N, I, O, 0.0f);
+    same_bytes(op, "y act x2", ya, ya2, ny * gdn_cuda_act_bytes(P));
+    cmp(op, "y act", down_act(ya, ny), y, ny);
     gdn_cuda_linear_fwd(bl, P, GDN_CUDA_FP32, y0d, xd, Wd, N, I, O, 1.0f);
-    for (size_t i = 0; i < (size_t)N * O; i++) y[i] += y0[i];
-    cmp(op, "y+=f32", down_f32(y0d, (size_t)N * O), y, (size_t)N * O);
-    float *dxf = nan_f32((size_t)N * I);
+    for (size_t i = 0; i < ny; i++) y[i] += y0[i];
+    cmp(op, "y+=f32", down_f32(y0d, ny), y, ny);
+    float *dxf = nan_f32(nx), *dxf2 = nan_f32(nx);
     gdn_cuda_linear_bwd_dx(bl, P, GDN_CUDA_FP32, dxf, dyd, Wd, N, I, O, 0.0f);
-    cmp(op, "dx f32", down_f32(dxf, (size_t)N * I), dx, (size_t)N * I);
-    void *dxa = nan_act((size_t)N * I);
+    gdn_cuda_linear_bwd_dx(bl, P, GDN_CUDA_FP32, dxf2, dyd, Wd, N, I, O, 0.0f);
+    same_bits(op, "dx f32 x2", dxf, dxf2, nx);
+    cmp(op, "dx f32", down_f32(dxf, nx), dx, nx);
+    void *dxa = nan_act(nx);
     gdn_cuda_linear_bwd_dx(bl, P, P, dxa, dyd, Wd, N, I, O, 0.0f);
-    cmp(op, "dx act", down_act(dxa, (size_t)N * I), dx, (size_t)N * I);
+    cmp(op, "dx act", down_act(dxa, nx), dx, nx);
     gdn_cuda_linear_bwd_dw(bl, P, dWd, dyd, xd, N, I, O);
-    cmp(op, "dW+=", down_f32(dWd, (size_t)O * I), dW, (size_t)O * I);
-    free(x); free(W); free(dy); free(y0); free(dW0); free(y); free(dx); free(dW);
+    gdn_cuda_linear_bwd_dw(bl, P, dWd2, dyd, xd, N, I, O);
+    same_bits(op, "dW+= x2", dWd, dWd2, nw);
+    cmp(op, "dW+=", down_f32(dWd, nw), dW, nw);
+
+    /* y = r + x W^T with r in its own buffer (C != D), fp32 and act outputs: every element of the
+     * NaN-poisoned y written, r untouched. */
+    double *r = rnd(ny, -1, 1), *ra = rnd(ny, -1, 1), *ref = zeros(ny);
+    float *rd = up_f32(r, ny), *yf = nan_f32(ny), *yf2 = nan_f32(ny);
+    void *rad = up_act(ra, ny), *yad = nan_act(ny), *yad2 = nan_act(ny);
+    gdn_cuda_linear_fwd_add(bl, P, GDN_CUDA_FP32, yf, xd, Wd, rd, N, I, O);
+    gdn_cuda_linear_fwd_add(bl, P, GDN_CUDA_FP32, yf2, xd, Wd, rd, N, I, O);
+    for (size_t i = 0; i < ny; i++) ref[i] = r[i] + xw[i];
+    cmp(op, "r+xW f32", down_f32(yf, ny), ref, ny);
+    same_bits(op, "r+xW f32 x2", yf, yf2, ny);
+    unchanged(op, "r f32", down_f32(rd, ny), r, ny);
+    gdn_cuda_linear_fwd_add(bl, P, P, yad, xd, Wd, rad, N, I, O);
+    gdn_cuda_linear_fwd_add(bl, P, P, yad2, xd, Wd, rad, N, I, O);
+    for (size_t i = 0; i < ny; i++) ref[i] = ra[i] + xw[i];
+    cmp(op, "r+xW act", down_act(yad, ny), ref, ny);
+    same_bytes(op, "r+xW act x2", yad, yad2, ny * gdn_cuda_act_bytes(P));
+    unchanged(op, "r act", down_act(rad, ny), ra, ny);
+    /* residual == y: the in-place add, the same plan as linear_fwd with beta 1 (y0d above) */
+    gdn_cuda_linear_fwd_add(bl, P, GDN_CUDA_FP32, yb1, xd, Wd, yb1, N, I, O);
+    cmp(op, "y=y+xW", down_f32(yb1, ny), y, ny);
+    same_bits(op, "y=y+xW = beta 1", yb1, y0d, ny);
+    free(x); free(W); free(dy); free(y0); free(dW0); free(y); free(dx); free(dW); free(xw);
+    free(r); free(ra); free(ref);
+    dfree_all();
+    SHIFT = 0;
+}
+
+/* An empty inner dimension: y = r (a copy), or nothing when r is y. */
+static void test_linear_add_empty(gdn_cuda_blas *bl, int N, int O) {
+    char op[64];
+    snprintf(op, sizeof op, "linear add N%d I0 O%d", N, O);
+    const size_t ny = (size_t)N * O;
+    double *r = rnd(ny, -1, 1);
+    void *rd = up_act(r, ny), *yd = nan_act(ny);
+    gdn_cuda_linear_fwd_add(bl, P, P, yd, NULL, NULL, rd, N, 0, O);
+    unchanged(op, "y = r", down_act(yd, ny), r, ny);
+    gdn_cuda_linear_fwd_add(bl, P, P, rd, NULL, NULL, rd, N, 0, O);
+    unchanged(op, "r = r", down_act(rd, ny), r, ny);
+    free(r);
     dfree_all();
 }
 
@@ -530,8 +599,10 @@ int main(void) {
         P = pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32;
         BF = pi;
         TOL = BF ? 1e-2 : 1e-5;
-        test_linear(bl, 37, 53, 29);
-        test_linear(bl, 130, 64, 200);
+        test_linear(bl, 37, 53, 29, 0);
+        test_linear(bl, 130, 64, 200, 0);
+        test_linear(bl, 130, 64, 200, 4); /* pointers 4-byte aligned only */
+        test_linear_add_empty(bl, 9, 33);
         test_embed(61, 17, 45);
         test_embed(300, 1000, 130);
         test_rmsnorm(77, 133);
