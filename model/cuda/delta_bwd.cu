@@ -643,7 +643,7 @@ template <typename E, int K> static void launch_state_bwd_t(const gdn_delta_args
     const gdn_state_variant v[3] = {
         {32, k_state_bwd<E, K, 32>, state_bwd_smem<E, K, 32>},
         {64, k_state_bwd<E, K, 64>, state_bwd_smem<E, K, 64>},
-        {128, k_state_bwd<E, K, GDN_BV3(K)>, state_bwd_smem<E, K, GDN_BV3(K)>},
+        {128, k_state_bwd<E, K, 128>, state_bwd_smem<E, K, 128>},
     };
     gdn_launch_state_pass(v, a, 8, share, "k_state_bwd", st);
 }

@@ -439,11 +439,10 @@ typedef struct {
 } gdn_state_choice;
 gdn_state_choice gdn_pick_state_variant(const gdn_state_variant *v, int n, int BH, int V,
                                         int min_slots, int max_slots, int share);
-/* Third state-pass width: 128 columns (16 warps) only where the state rows fit in registers. */
-#define GDN_BV3(K) ((K) <= 128 ? 128 : 64)
-/* Picks a state pass's variant among v[3] = widths 32, 64, GDN_BV3(K) (the third only where
- * V >= 128 and K <= 128: 128 columns need 16 warps, and with K = 256 their registers would
- * spill) with 2..max_slots ring slots, and launches it: grid (V/BV, B*H), BV*4 threads. */
+/* Picks a state pass's variant among v[3] = widths 32, 64, 128 (the third, 16 warps, only
+ * where V >= 128; with K = 256 and fp32 tiles it would spill a little, but its shared memory
+ * rules it out there anyway) with 2..max_slots ring slots, and launches it: grid (V/BV, B*H),
+ * BV*4 threads. */
 void gdn_launch_state_pass(const gdn_state_variant *v, const gdn_delta_args *a, int max_slots,
                            int share, const char *name, cudaStream_t st);
 

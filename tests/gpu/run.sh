@@ -4,7 +4,7 @@
 # loss curves vs the CPU), the trainer and op command on the GPU (train_gpu.sh), the benchmarks
 # (gdn bench --backend cuda), and print a short table last. Logs and JSON go to $OUT (or
 # build-gpu/out). Exit status 0 when everything passed. QUICK=1: the op and model-gradient checks
-# and the benchmarks only, for kernel iteration.
+# and the benchmarks only, for kernel iteration; BUILD_ONLY=1: configure and build, nothing else.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-build-gpu/out}
@@ -29,6 +29,8 @@ if ! cmake --build build-gpu -j "$jobs" --target gdn test_gpu_delta test_gpu_ops
     grep -E "error|Error" "$out/build.log" | head -40
     exit 1
 fi
+
+[ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 
 if [ "${QUICK:-0}" = 1 ]; then
     # Kernel iteration: the op-level checks, the whole-model gradients and the benchmarks only
