@@ -421,6 +421,7 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
     const int ns = nV + nK * (nV + 1);
 
     if (tid < 64) sB[tid] = tid < L ? a.beta[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
+    sCol[tid] = 0.f; /* 4 x 64 = 256 partial column sums, one per thread */
     tile_load_async_t<E, 64, 64, 256>(sD, LDP, (const E *)a.Dm + ((long)bh * a.NT + c) * 64 * 64, 64, 64);
     tile_load_async(sG, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
     cp_async_commit();
@@ -428,7 +429,7 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
     grad_issue<E>(a, nxt, sStage, bh, b, h, hq, c, L);
     nxt = grad_next(nxt, nV);
 
-    float A1[1][4][4], A2[1][4][4], A3[1][4][4], KK[1][4][4];
+    float A1[1][4][4], A2[1][4][4], A3[1][4][4];
     acc_zero(A2); /* V pass: dA accumulator */
     float be0 = 0.f, be1 = 0.f, gam0 = 0.f, gam1 = 0.f, r0 = 0.f, r1 = 0.f;
     float db0 = 0.f, db1 = 0.f, dg0 = 0.f, dg1 = 0.f, dd0 = 0.f, dd1 = 0.f, sds = 0.f;
@@ -488,7 +489,6 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
                     store2(sM + i0 * LDP + n0 + nt * 8 + frag_c(0), m[0], m[1]);
                     store2(sM + i1 * LDP + n0 + nt * 8 + frag_c(0), m[2], m[3]);
                 }
-                acc_zero(KK);
             }
         } else if (cur.vs < nV) {
             /* A1 += dO S^T, A2 += Vn dS^T, A3 += dVb S^T */
@@ -533,7 +533,6 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
             warp_mma<1, 4, OP_MK, OP_KN>(A2, sD + wm * 16 * LDP, LDP, sQ + n0, LDP, 64); /* + D^T Q */
             warp_mma<1, 4, OP_MK, OP_KN>(A2, sM + wm * 16 * LDP, LDP, sK + n0, LDP, 64); /* + M K */
             warp_mma<1, 4, OP_KM, OP_KN>(A2, sM + wm * 16, LDP, sK + n0, LDP, 64);       /* + M^T K */
-            warp_mma<1, 4, OP_MK, OP_NK>(KK, sK + wm * 16 * LDP, LDP, sK + n0 * LDP, LDP, 64);
             D *dqg = (D *)a.dq + tok_off(a, b, t0, h, K) + k0;
             D *dkg = (D *)a.dk + tok_off(a, b, t0, h, K) + k0;
 #pragma unroll
@@ -546,32 +545,36 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
                         store2(dkg + (long)i * ldk + j, A2[0][nt][2 * p], A2[0][nt][2 * p + 1]);
                     }
                 }
-            if (k0 + 64 == K) {
-                /* F' = dA o K K^T o Gam: dbeta += rowsum(F'), dG += rowsum(F) - colsum(F) */
+            /* F' = dA o K K^T o Gam, one K tile at a time (K K^T summed over the tiles would
+             * hold 16 more registers through the whole pass and spill): dbeta += rowsum(F'),
+             * dG += rowsum(F) - colsum(F); the column sums go to this warp's row of sCol (one
+             * writer per element, tiles added in order) */
+            float KK[1][4][4];
+            acc_zero(KK);
+            warp_mma<1, 4, OP_MK, OP_NK>(KK, sK + wm * 16 * LDP, LDP, sK + n0 * LDP, LDP, 64);
 #pragma unroll
-                for (int nt = 0; nt < 4; ++nt) {
-                    float cs0 = 0.f, cs1 = 0.f;
+            for (int nt = 0; nt < 4; ++nt) {
+                float cs0 = 0.f, cs1 = 0.f;
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i = i0 + (e >> 1) * 8, j = n0 + nt * 8 + frag_c(e);
-                        const float fp = sDa[i * LDF + j] * KK[0][nt][e];
-                        const float f = fp * (e < 2 ? be0 : be1);
-                        if (e < 2) {
-                            db0 += fp;
-                            dg0 += f;
-                        } else {
-                            db1 += fp;
-                            dg1 += f;
-                        }
-                        if (e & 1) cs1 += f;
-                        else cs0 += f;
+                for (int e = 0; e < 4; ++e) {
+                    const int i = i0 + (e >> 1) * 8, j = n0 + nt * 8 + frag_c(e);
+                    const float fp = sDa[i * LDF + j] * KK[0][nt][e];
+                    const float f = fp * (e < 2 ? be0 : be1);
+                    if (e < 2) {
+                        db0 += fp;
+                        dg0 += f;
+                    } else {
+                        db1 += fp;
+                        dg1 += f;
                     }
-                    cs0 = col_sum8(cs0);
-                    cs1 = col_sum8(cs1);
-                    if (lane < 4) {
-                        sCol[wm * 64 + n0 + nt * 8 + frag_c(0)] = -cs0;
-                        sCol[wm * 64 + n0 + nt * 8 + frag_c(1)] = -cs1;
-                    }
+                    if (e & 1) cs1 += f;
+                    else cs0 += f;
+                }
+                cs0 = col_sum8(cs0);
+                cs1 = col_sum8(cs1);
+                if (lane < 4) {
+                    sCol[wm * 64 + n0 + nt * 8 + frag_c(0)] -= cs0;
+                    sCol[wm * 64 + n0 + nt * 8 + frag_c(1)] -= cs1;
                 }
             }
         }

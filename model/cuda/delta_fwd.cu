@@ -162,7 +162,9 @@ template <typename E> static size_t intra_smem(int K, int V) {
            4 * 64 * 4;
 }
 
-template <typename E> __global__ void __launch_bounds__(256, 3) k_intra(const gdn_delta_args a) {
+/* MINB: blocks per multiprocessor the register budget is cut for (3 where the tiles let three
+ * fit; where they do not, 2, so that the kernel does not spill for nothing) */
+template <typename E, int MINB> __global__ void __launch_bounds__(256, MINB) k_intra(const gdn_delta_args a) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int K = a.K, V = a.V;
     const int LDK = pad_ld<E>(K), LDV = pad_ld<E>(V), LDT = pad_ld<E>(64), LDA = 68;
@@ -490,8 +492,14 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_output(const g
 /* ====================================== launchers =========================================== */
 template <typename E> static void launch_intra_t(const gdn_delta_args *a, cudaStream_t st) {
     const size_t sm = intra_smem<E>(a->K, a->V);
-    gdn_cuda_set_smem((const void *)k_intra<E>, sm, "k_intra");
-    k_intra<E><<<dim3(a->c1 - a->c0, a->B * a->H), 256, sm, st>>>(*a);
+    const dim3 grid(a->c1 - a->c0, a->B * a->H);
+    if (3 * (sm + 1024) <= 228 * 1024) {
+        gdn_cuda_set_smem((const void *)k_intra<E, 3>, sm, "k_intra");
+        k_intra<E, 3><<<grid, 256, sm, st>>>(*a);
+    } else {
+        gdn_cuda_set_smem((const void *)k_intra<E, 2>, sm, "k_intra");
+        k_intra<E, 2><<<grid, 256, sm, st>>>(*a);
+    }
     GDN_CUDA_CHECK_LAUNCH();
 }
 
