@@ -225,7 +225,10 @@ void gdn_cuda_delta_fwd_late(const gdn_delta_shape *s, gdn_cuda_precision p, con
         state_passthrough(ht, h0, s, st);
         return;
     }
-    if (a.NT < 2) {
+    /* One pass where there is nothing to pipeline: a single chunk, or K = 256, where the state
+     * pass takes whole multiprocessors (gdn_launch_state_pass) and cannot run beside the other
+     * half's kernels */
+    if (a.NT < 2 || a.K > 128) {
         gdn_delta_launch_intra(&a, p, st);
         wait_ready(st, h0_ready);
         gdn_delta_launch_state_fwd(&a, p, st, 0);
