@@ -120,12 +120,18 @@ __global__ void k_conv_dhalo(T *dhalo, const T *dy, const T *x, const float *w, 
     }
 }
 
-/* ---- the common case, vectorised: W = 4 and C a multiple of VW = 8 or 4 ----------------------
+/* ---- the common case, vectorised: W = 4 and C a multiple of VW (8 forward, 4 backward) -------
  * A thread owns VW channels over a block of rows, holds their taps in registers and slides a
  * window of rows, so each row is read once (re-read only where a block or a sequence starts).
- * The SiLU backward uses VW = 4: its windows of 8 channels need ~180 registers, which starves
+ * The loads of a thread's rows run CONV_AHEAD rows ahead of its arithmetic (a ring of raw rows
+ * in registers; the loop is unrolled by the ring's length so every slot is a fixed register):
+ * a thread that loads a row and then computes on it keeps too few bytes in flight for the
+ * memory bandwidth, and with SiLU the arithmetic is as long as the load's latency.
+ * The backward uses VW = 4: its windows of 8 channels need ~180 registers, which starves
  * occupancy; the per-element arithmetic does not depend on VW. grid (row blocks, channel-group tiles). */
 #define CONV_FWD_ROWS 32
+#define CONV_AHEAD 4
+#define CONV_BWD_THREADS 64 /* most threads a block, forward and backward */
 
 /* VW = 4 consecutive elements as floats (i a multiple of 4, p 16-byte aligned): 16 or 8 bytes. */
 static __device__ __forceinline__ void conv_ld4(const float *p, size_t i, float *o) {
@@ -160,6 +166,53 @@ static __device__ __forceinline__ void conv_stv(T *p, size_t i, const float *v) 
     static_assert(VW == 8 || VW == 4, "conv vector width is 8 or 4");
     if constexpr (VW == 8) ops_stv<8>(p, i, v);
     else conv_st4(p, i, v);
+}
+
+/* Blocks of CONV_BWD_THREADS a multiprocessor is held to: with bf16 at most 128 registers a thread,
+ * so 8 blocks (16 warps) keep 8 x 64 x CONV_AHEAD rows of loads in flight. fp32 is left unbounded. */
+template <typename T> struct conv_min_blocks { static constexpr int value = sizeof(T) == 2 ? 8 : 1; };
+
+/* VW elements of T as loaded, not yet converted: 8, 16 or 32 bytes in 8-byte pieces. */
+template <typename T, int VW>
+struct conv_raw {
+    static constexpr int N = (int)sizeof(T) * VW / 8;
+    uint2 u[N];
+};
+
+/* r = p[i .. i+VW-1] (i a multiple of VW, p 16-byte aligned), or zeros when !valid. */
+template <typename T, int VW>
+static __device__ __forceinline__ void conv_ldraw(conv_raw<T, VW> &r, const T *p, size_t i, bool valid) {
+    constexpr int N = conv_raw<T, VW>::N;
+    if constexpr (N == 1) {
+        r.u[0] = valid ? *(const uint2 *)(p + i) : make_uint2(0u, 0u);
+    } else {
+#pragma unroll
+        for (int q = 0; q < N / 2; q++) {
+            const uint4 a = valid ? ((const uint4 *)(p + i))[q] : make_uint4(0u, 0u, 0u, 0u);
+            r.u[2 * q] = make_uint2(a.x, a.y);
+            r.u[2 * q + 1] = make_uint2(a.z, a.w);
+        }
+    }
+}
+
+/* o = r as floats (bf16 -> fp32 is exact: the bf16 bits are the float's upper half). */
+template <int VW>
+static __device__ __forceinline__ void conv_cvt(float *o, const conv_raw<ops_bf16, VW> &r) {
+#pragma unroll
+    for (int q = 0; q < conv_raw<ops_bf16, VW>::N; q++) {
+        o[4 * q] = __uint_as_float(r.u[q].x << 16);
+        o[4 * q + 1] = __uint_as_float(r.u[q].x & 0xffff0000u);
+        o[4 * q + 2] = __uint_as_float(r.u[q].y << 16);
+        o[4 * q + 3] = __uint_as_float(r.u[q].y & 0xffff0000u);
+    }
+}
+template <int VW>
+static __device__ __forceinline__ void conv_cvt(float *o, const conv_raw<float, VW> &r) {
+#pragma unroll
+    for (int q = 0; q < conv_raw<float, VW>::N; q++) {
+        o[2 * q] = __uint_as_float(r.u[q].x);
+        o[2 * q + 1] = __uint_as_float(r.u[q].y);
+    }
 }
 
 /* Whether VW-wide accesses suit C channels at these pointers (NULL ignored; 16-byte alignment). */
@@ -212,102 +265,152 @@ static __device__ __forceinline__ void conv_uv(float *u, const float *wv, const 
     }
 }
 
+/* Calls f(b, ta, tb) for each sequence b that rows [r0, r1) touch: its rows ta .. tb, in order. */
+template <typename F>
+static __device__ __forceinline__ void conv_segments(int r0, int r1, int T_, F f) {
+    for (int r = r0; r < r1;) {
+        const int b = r / T_, ta = r - b * T_, tb = min(T_ - 1, ta + (r1 - r) - 1);
+        f(b, ta, tb);
+        r += tb - ta + 1;
+    }
+}
+
+/* y = act(u) for rows ta .. tb of sequence b; xw[i]: input row t-3+i. */
 template <typename T, bool SILU>
-__global__ void k_conv4_fwd8(T *y, const T *x, const float *w, const T *halo, int BT, int T_, int C) {
+static __device__ __forceinline__ void conv_fwd_rows(T *y, const T *x, const float *wv, const T *halo, int b,
+                                                     int ta, int tb, int T_, int C, int c) {
+    constexpr int VW = 8, D = CONV_AHEAD;
+    const size_t s0 = (size_t)b * T_; /* row of t = 0 */
+    float xw[4][VW];
+#pragma unroll
+    for (int i = 0; i < 3; i++) conv_inv<VW>(xw[i], x, halo, b, ta - 3 + i, T_, C, c);
+    conv_raw<T, VW> rx[D]; /* rx[(t - ta) % D]: x row t, loaded D rows ahead */
+#pragma unroll
+    for (int i = 0; i < D; i++) conv_ldraw(rx[i], x, (s0 + ta + i) * C + c, ta + i <= tb);
+    for (int t0 = ta; t0 <= tb; t0 += D) {
+#pragma unroll
+        for (int i = 0; i < D; i++) {
+            const int t = t0 + i;
+            if (t > tb) break;
+            conv_cvt(xw[3], rx[i]);
+            if (t + D <= tb) conv_ldraw(rx[i], x, (s0 + t + D) * C + c, true);
+            float u[VW];
+            conv_uv<VW>(u, wv, xw);
+            if constexpr (SILU)
+#pragma unroll
+                for (int k = 0; k < VW; k++) u[k] = ops_silu(u[k]);
+            conv_stv<VW>(y, (s0 + t) * C + c, u);
+#pragma unroll
+            for (int j = 0; j < 3; j++)
+#pragma unroll
+                for (int k = 0; k < VW; k++) xw[j][k] = xw[j + 1][k];
+        }
+    }
+}
+
+template <typename T, bool SILU>
+__global__ void __launch_bounds__(CONV_BWD_THREADS, conv_min_blocks<T>::value)
+k_conv4_fwd8(T *y, const T *x, const float *w, const T *halo, int BT, int T_, int C) {
     const int c = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
     if (c >= C) return;
-    float wv[32], xw[4][8]; /* xw[i]: input row t-3+i */
+    float wv[32];
     conv_tapsv<8>(wv, w, c);
     const int r0 = blockIdx.x * CONV_FWD_ROWS, r1 = min(r0 + CONV_FWD_ROWS, BT);
-    for (int bt = r0, t = r0 % T_; bt < r1; bt++, t = t + 1 == T_ ? 0 : t + 1) {
-        if (bt == r0 || t == 0) { /* rows t-3 .. t-1: this sequence's, or its halo */
-            const int b = bt / T_;
-#pragma unroll
-            for (int i = 0; i < 3; i++) conv_inv<8>(xw[i], x, halo, b, t - 3 + i, T_, C, c);
-        } else {
-#pragma unroll
-            for (int i = 0; i < 3; i++)
-#pragma unroll
-                for (int k = 0; k < 8; k++) xw[i][k] = xw[i + 1][k];
-        }
-        conv_ldv<8>(x, (size_t)bt * C + c, xw[3]);
-        float u[8];
-        conv_uv<8>(u, wv, xw);
-        if constexpr (SILU)
-#pragma unroll
-            for (int k = 0; k < 8; k++) u[k] = ops_silu(u[k]);
-        conv_stv<8>(y, (size_t)bt * C + c, u);
-    }
+    conv_segments(r0, r1, T_, [&](int b, int ta, int tb) {
+        conv_fwd_rows<T, SILU>(y, x, wv, halo, b, ta, tb, T_, C, c);
+    });
 }
 
-/* g = du of row bt (zero when !valid); xr[0..3]: input rows bt-3 .. bt (read with SiLU only). */
-template <int VW, typename T, bool SILU>
-static __device__ __forceinline__ void conv_duv(float *g, const T *dy, int bt, int C, int c, bool valid,
-                                                const float *wv, const float (*xr)[VW]) {
-    conv_rowv<VW>(g, dy, bt, C, c, valid);
-    if constexpr (SILU) {
-        if (!valid) return;
-        float u[VW];
-        conv_uv<VW>(u, wv, xr);
-#pragma unroll
-        for (int k = 0; k < VW; k++) g[k] *= ops_dsilu(u[k]);
-    }
-}
-
-/* Channels per thread of the backward: 4 with SiLU (fewer registers), else 8. */
-template <bool SILU> struct conv_bwd_vw { static constexpr int value = SILU ? 4 : 8; };
-
-/* Backward with two windows: du rows t .. t+3 (zero past the sequence end) and input rows
- * t-3 .. t-3+NX-1: t-3 .. t for dw, and with SiLU also t+1 .. t+3, the inputs of u[t+3].
- * grid (row blocks of CONV_ROWS, channel-group tiles); at most CONV_BWD_THREADS threads a block. */
-#define CONV_BWD_THREADS 64
+/* The backward of rows ta .. tb of sequence b, lagged by 3 rows: step t forms du[t] (dy[t], times
+ * silu'(u[t]) from input rows t-3 .. t with SiLU; zero past the sequence end), adds its dw terms
+ * du[t] x[t-3+j] while t <= tb, and completes dx[t-3] = sum_j w[j] du[t-j] once t-3 >= ta. So
+ * both windows hold 4 rows: xw[i] input row t-3+i, gw[i] du row t-3+i. The terms and their order
+ * are those of the row-at-a-time form: the same dx and dw bits. */
 template <typename T, bool SILU>
-__global__ void __launch_bounds__(CONV_BWD_THREADS)
+static __device__ __forceinline__ void conv_bwd_rows(T *dx, float *acc, const T *dy, const T *x, const float *wv,
+                                                     const T *halo, int b, int ta, int tb, int T_, int C, int c) {
+    constexpr int VW = 4, D = CONV_AHEAD;
+    const size_t s0 = (size_t)b * T_; /* row of t = 0 */
+    const int te = tb + 3;            /* the last step: du[tb+3] feeds dx[tb] */
+    float xw[4][VW], gw[4][VW];
+#pragma unroll
+    for (int i = 0; i < 3; i++) conv_inv<VW>(xw[i], x, halo, b, ta - 3 + i, T_, C, c);
+#pragma unroll
+    for (int i = 0; i < 3; i++)
+#pragma unroll
+        for (int k = 0; k < VW; k++) gw[i][k] = 0.0f; /* rows before ta: feed no dx written here */
+    conv_raw<T, VW> rx[D], rg[D]; /* slot (t - ta) % D: x and dy row t, loaded D rows ahead; zeros for t >= T */
+#pragma unroll
+    for (int i = 0; i < D; i++) {
+        const size_t o = (s0 + ta + i) * C + c;
+        conv_ldraw(rx[i], x, o, ta + i < T_);
+        conv_ldraw(rg[i], dy, o, ta + i < T_);
+    }
+    for (int t0 = ta; t0 <= te; t0 += D) {
+#pragma unroll
+        for (int i = 0; i < D; i++) {
+            const int t = t0 + i;
+            if (t > te) break;
+            conv_cvt(xw[3], rx[i]);
+            conv_cvt(gw[3], rg[i]); /* dy[t], zero for t >= T */
+            if (t + D <= te) {
+                const size_t o = (s0 + t + D) * C + c;
+                conv_ldraw(rx[i], x, o, t + D < T_);
+                conv_ldraw(rg[i], dy, o, t + D < T_);
+            }
+            if constexpr (SILU) {
+                if (t < T_) {
+                    float u[VW];
+                    conv_uv<VW>(u, wv, xw);
+#pragma unroll
+                    for (int k = 0; k < VW; k++) gw[3][k] *= ops_dsilu(u[k]);
+                }
+            }
+            if (t <= tb)
+#pragma unroll
+                for (int k = 0; k < VW; k++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) acc[j * VW + k] += gw[3][k] * xw[j][k]; /* dw[j] += du[t] x[t-3+j] */
+            if (t - 3 >= ta) {
+                float d[VW];
+#pragma unroll
+                for (int k = 0; k < VW; k++) {
+                    float a = 0.0f; /* dx[t-3] = sum_j w[j] du[t-j] */
+                    a += wv[k * 4] * gw[3][k];
+                    a += wv[k * 4 + 1] * gw[2][k];
+                    a += wv[k * 4 + 2] * gw[1][k];
+                    a += wv[k * 4 + 3] * gw[0][k];
+                    d[k] = a;
+                }
+                conv_stv<VW>(dx, (s0 + t - 3) * C + c, d);
+            }
+#pragma unroll
+            for (int j = 0; j < 3; j++)
+#pragma unroll
+                for (int k = 0; k < VW; k++) {
+                    xw[j][k] = xw[j + 1][k];
+                    gw[j][k] = gw[j + 1][k];
+                }
+        }
+    }
+}
+
+/* Each thread walks its CONV_ROWS rows in order, summing its channels' dw taps in registers, then
+ * stores them as the block's partial. grid (row blocks of CONV_ROWS, channel-group tiles). */
+template <typename T, bool SILU>
+__global__ void __launch_bounds__(CONV_BWD_THREADS, conv_min_blocks<T>::value)
 k_conv4_bwdv(T *dx, float *part, const T *dy, const T *x, const float *w, const T *halo, int BT, int T_, int C) {
-    constexpr int NX = SILU ? 7 : 4, VW = conv_bwd_vw<SILU>::value;
+    constexpr int VW = 4;
     const int c = (blockIdx.y * blockDim.x + threadIdx.x) * VW;
     if (c >= C) return;
     float wv[4 * VW], acc[4 * VW]; /* acc[j * VW + k]: tap j, channel c + k */
     conv_tapsv<VW>(wv, w, c);
 #pragma unroll
     for (int k = 0; k < 4 * VW; k++) acc[k] = 0.0f;
-    float g[4][VW];  /* g[m]: du row t+m */
-    float xw[7][VW]; /* xw[i]: input row t-3+i, i < NX */
     const int r0 = blockIdx.x * CONV_ROWS, r1 = min(r0 + CONV_ROWS, BT);
-    for (int bt = r0, t = r0 % T_; bt < r1; bt++, t = t + 1 == T_ ? 0 : t + 1) {
-        if (bt == r0 || t == 0) { /* (re)fill both windows inside this sequence */
-            const int b = bt / T_;
-#pragma unroll
-            for (int i = 0; i < NX; i++) conv_inv<VW>(xw[i], x, halo, b, t - 3 + i, T_, C, c);
-#pragma unroll
-            for (int m = 0; m < 4; m++)
-                conv_duv<VW, T, SILU>(g[m], dy, bt + m, C, c, t + m < T_, wv, xw + m);
-        } else {
-#pragma unroll
-            for (int i = 0; i + 1 < NX; i++)
-#pragma unroll
-                for (int k = 0; k < VW; k++) xw[i][k] = xw[i + 1][k];
-            conv_rowv<VW>(xw[NX - 1], x, bt + NX - 4, C, c, t + NX - 4 < T_);
-#pragma unroll
-            for (int m = 0; m < 3; m++)
-#pragma unroll
-                for (int k = 0; k < VW; k++) g[m][k] = g[m + 1][k];
-            conv_duv<VW, T, SILU>(g[3], dy, bt + 3, C, c, t + 3 < T_, wv, xw + 3);
-        }
-        float d[VW];
-#pragma unroll
-        for (int k = 0; k < VW; k++) {
-            float a = 0.0f; /* dx[t] = sum_j w[j] du[t+3-j] */
-            a += wv[k * 4] * g[3][k];
-            a += wv[k * 4 + 1] * g[2][k];
-            a += wv[k * 4 + 2] * g[1][k];
-            a += wv[k * 4 + 3] * g[0][k];
-            d[k] = a;
-#pragma unroll
-            for (int j = 0; j < 4; j++) acc[j * VW + k] += g[0][k] * xw[j][k]; /* dw[j] += du[t] x[t-3+j] */
-        }
-        conv_stv<VW>(dx, (size_t)bt * C + c, d);
-    }
+    conv_segments(r0, r1, T_, [&](int b, int ta, int tb) {
+        conv_bwd_rows<T, SILU>(dx, acc, dy, x, wv, halo, b, ta, tb, T_, C, c);
+    });
     float *pb = part + (size_t)blockIdx.x * 4 * C;
 #pragma unroll
     for (int j = 0; j < 4; j++) conv_stv<VW>(pb, (size_t)j * C + c, acc + j * VW);
@@ -354,9 +457,8 @@ static void conv_bwd_launch(void *dx, float *dw, void *dhalo, const void *dy, co
     const int BT = B * T;
     if (BT <= 0 || C <= 0) return;
     const int nblk = (BT + CONV_ROWS - 1) / CONV_ROWS;
-    constexpr int VW = conv_bwd_vw<SILU>::value;
-    if (W == 4 && conv_vec(VW, (size_t)C, dx, dy, x, w, part, halo)) {
-        const int groups = C / VW, threads = conv_threads(groups);
+    if (W == 4 && conv_vec(4, (size_t)C, dx, dy, x, w, part, halo)) {
+        const int groups = C / 4, threads = conv_threads(groups);
         dim3 grid((unsigned)nblk, (unsigned)((groups + threads - 1) / threads));
         k_conv4_bwdv<E, SILU><<<grid, threads, 0, s>>>((E *)dx, part, (const E *)dy, (const E *)x, w,
                                                        (const E *)halo, BT, T, C);

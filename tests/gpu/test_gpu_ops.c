@@ -618,14 +618,17 @@ int main(void) {
         test_conv_all(5, 7, 13, 3);
         test_conv_all(4, 1, 13, 3);  /* T < W-1: the halo rows feed every output */
         test_conv_all(2, 30, 13, 8); /* widest */
-        test_conv_all(2, 150, 64, 4); /* vector paths (W 4; 8 channels per thread, 4 for SiLU's backward) */
-        test_conv_all(3, 130, 1036, 4); /* C % 8 == 4: SiLU's backward 4-wide, the rest generic */
+        test_conv_all(2, 150, 64, 4); /* vector paths (W 4; 8 channels per thread forward, 4 backward) */
+        test_conv_all(3, 130, 1036, 4); /* C % 8 == 4: the backward 4-wide, the forward generic */
         test_conv_all(1, 77, 256, 4);
         test_conv_all(3, 130, 1032, 4); /* a partial last channel tile; row blocks start mid-sequence */
         test_conv_all(40, 7, 16, 4);    /* many sequences per row block; blocks start at t = 1, 2 (halo) */
         test_conv_all(5, 1, 8, 4);      /* T = 1, 2, 3: shorter than the window */
         test_conv_all(4, 2, 24, 4);
         test_conv_all(3, 3, 16, 4);
+        test_conv_all(2, 150, 1536, 4); /* the model's q and k widths (row blocks cross t = 150) */
+        test_conv_all(2, 150, 3072, 4); /* its v width */
+        test_conv_all(2, 150, 1538, 4); /* C % 4 == 2: the generic forward and backward */
         test_swiglu(1001);
         test_swiglu(4096); /* 8-wide path */
         test_gates(300, 3, 1.0);
