@@ -605,14 +605,27 @@ int main(void) {
         test_linear_add_empty(bl, 9, 33);
         test_embed(61, 17, 45);
         test_embed(300, 1000, 130);
+        /* Norms: rows of 256, 512, 1024 are held in registers (the model's d_model 1024, key dim 256,
+         * value dim 512); other multiples of 256 walk the row 8-wide per pass, the rest 1-wide. N is
+         * no multiple of the rows per block (8 forward, 64 backward), so blocks end part-full. */
         test_rmsnorm(77, 133);
         test_rmsnorm(130, 2000);
-        test_rmsnorm(70, 1024); /* 8-wide path */
+        test_rmsnorm(70, 1024);
+        test_rmsnorm(130, 256);
+        test_rmsnorm(200, 512);
+        test_rmsnorm(70, 1536);
         test_l2norm(91, 64);
         test_l2norm(13, 37);
-        test_l2norm(45, 256); /* 8-wide path */
+        test_l2norm(45, 256);
+        test_l2norm(300, 256);
+        test_l2norm(37, 512);
+        test_l2norm(21, 1024);
+        test_l2norm(21, 1536);
         test_gated(70, 96);
         test_gated(200, 512);
+        test_gated(130, 256);
+        test_gated(70, 1024);
+        test_gated(100, 1536);
         test_conv_all(3, 21, 45, 4); /* generic paths */
         test_conv_all(2, 300, 130, 3);
         test_conv_all(5, 7, 13, 3);
