@@ -124,7 +124,8 @@ struct gdn_cuda_model {
     int prof_on, prof_n, prof_phase;
     cudaEvent_t *prof_ev;    /* [PROF_MAX][2] */
     unsigned char prof_cat[PROF_MAX], prof_ph[PROF_MAX];
-    int prof_line[PROF_MAX]; /* source line of the launch (the breakdown's per-site table) */
+    int prof_line[PROF_MAX];         /* source line of the launch (the breakdown's per-site table) */
+    const char *prof_call[PROF_MAX]; /* the launch's source text (its first call names the site) */
 
     /* host */
     int *perm_h, *seg_start_h, *seg_token_h;
@@ -495,9 +496,10 @@ extern "C" void gdn_cuda_model_set_seq_hooks(gdn_cuda_model *m, const gdn_cuda_s
 }
 
 /* ---- profiler --------------------------------------------------------------------------------------------- */
-static void prof_begin(gdn_cuda_model *m, int cat, int line) {
+static void prof_begin(gdn_cuda_model *m, int cat, int line, const char *call) {
     if (!m->prof_on || m->prof_n >= PROF_MAX) return;
     m->prof_line[m->prof_n] = line;
+    m->prof_call[m->prof_n] = call;
     GDN_CUDA_CHECK(cudaEventRecord(m->prof_ev[2 * m->prof_n], m->stream));
     m->prof_cat[m->prof_n] = (unsigned char)cat;
     m->prof_ph[m->prof_n] = (unsigned char)m->prof_phase;
@@ -509,7 +511,7 @@ static void prof_end(gdn_cuda_model *m) {
 }
 #define PF(cat, ...)             \
     do {                         \
-        prof_begin(m, cat, __LINE__); \
+        prof_begin(m, cat, __LINE__, #__VA_ARGS__); \
         __VA_ARGS__;             \
         prof_end(m);             \
     } while (0)
@@ -1012,6 +1014,7 @@ extern "C" void gdn_cuda_model_bench(const gdn_param_table *t, const float *para
     /* the launch sites (source lines of this file) that take the most time, summed over layers */
     enum { SITES = 256 };
     int site_line[SITES], nsite = 0;
+    const char *site_call[SITES];
     double site_ms[SITES];
     for (int i = 0; i < m->prof_n; i++) {
         float ms = 0.0f;
@@ -1021,23 +1024,30 @@ extern "C" void gdn_cuda_model_bench(const gdn_param_table *t, const float *para
         if (j == nsite) {
             if (nsite == SITES) continue;
             site_line[nsite] = m->prof_line[i];
+            site_call[nsite] = m->prof_call[i];
             site_ms[nsite++] = 0.0;
         }
         site_ms[j] += ms;
     }
-    len += snprintf(out->breakdown + len, sizeof out->breakdown - (size_t)len,
-                    "top launch sites (model_cuda.cu line: ms per step)\n");
+    if (len < (int)sizeof out->breakdown)
+        len += snprintf(out->breakdown + len, sizeof out->breakdown - (size_t)len,
+                        "top launch sites (ms per step; model_cuda.cu line, first call)\n");
     for (int k = 0; k < 16 && k < nsite && len < (int)sizeof out->breakdown; k++) {
         int best = k;
         for (int j = k + 1; j < nsite; j++)
             if (site_ms[j] > site_ms[best]) best = j;
         const double tm = site_ms[best];
         const int tl = site_line[best];
+        const char *tc = site_call[best];
         site_ms[best] = site_ms[k];
         site_line[best] = site_line[k];
+        site_call[best] = site_call[k];
         site_ms[k] = tm;
         site_line[k] = tl;
-        len += snprintf(out->breakdown + len, sizeof out->breakdown - (size_t)len, "  line %4d: %7.2f\n", tl, tm);
+        site_call[k] = tc;
+        const int name_len = (int)strcspn(tc, "(");
+        len += snprintf(out->breakdown + len, sizeof out->breakdown - (size_t)len, "  %7.2f  line %4d  %.*s\n", tm,
+                        tl, name_len < 48 ? name_len : 48, tc);
     }
     out->gemm_ms = cat_ms[0][PR_GEMM] + cat_ms[1][PR_GEMM];
     out->step_ms = median(t_step, repeats);

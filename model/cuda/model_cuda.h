@@ -158,7 +158,7 @@ typedef struct {
     size_t device_used, device_total; /* cudaMemGetInfo after the steps */
     double first_loss, last_loss; /* mean token loss of the first and last timed step */
     double gemm_ms;          /* cuBLAS time of one step (events around each launch) */
-    char breakdown[2048];    /* tables: ms per kind of work in forward, backward, optim; top launch sites */
+    char breakdown[4096];    /* tables: ms per kind of work in forward, backward, optim; top launch sites */
 } gdn_cuda_step_bench;
 /* Builds a model from the host parameters [t->total] (e.g. gdn_params_init), trains `warmup` +
  * `repeats` steps (AdamW, clip 1) on fixed pseudo-random tokens and times the repeats; then times
