@@ -416,7 +416,7 @@ __device__ __forceinline__ void chunk_log_decay(const gdn_delta_args &a, int b, 
 /* Launchers of the forward phases, reused by the backward (recompute). */
 void gdn_delta_launch_intra(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st);
 /* share: the state pass runs beside another kernel, so it sizes itself for half a
- * multiprocessor. dv_local mode: 1 = dVl, 2 = D^T and the intra gate term,
+ * multiprocessor where that costs no tile width (gdn_state_pass_choice). dv_local mode: 1 = dVl, 2 = D^T and the intra gate term,
  * 4 (with 1) = G from g instead of the workspace. */
 void gdn_delta_launch_state_fwd(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st, int share);
 void gdn_delta_launch_output(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st);
@@ -436,15 +436,26 @@ typedef struct {
 } gdn_state_variant;
 typedef struct {
     int bv, slots;
+    int shared; /* sized for half a multiprocessor */
 } gdn_state_choice;
-gdn_state_choice gdn_pick_state_variant(const gdn_state_variant *v, int n, int BH, int V,
-                                        int min_slots, int max_slots, int share);
-/* Picks a state pass's variant among v[3] = widths 32, 64, 128 (the third, 16 warps, only
- * where V >= 128; with K = 256 and fp32 tiles it would spill a little, but its shared memory
- * rules it out there anyway) with 2..max_slots ring slots, and launches it: grid (V/BV, B*H),
- * BV*4 threads. */
+/* The variant of a state pass among v[3] = widths 32, 64, 128 (the third, 16 warps, only where
+ * V >= 128; with K = 256 and fp32 tiles it would spill a little, but its shared memory rules it
+ * out there anyway), with 2..max_slots ring slots. With `share` (another kernel runs beside it)
+ * it is sized for half a multiprocessor, unless that would take a narrower tile than whole
+ * multiprocessors allow: a narrower tile re-reads every chunk's K, Q, W tiles more often, and
+ * that costs more than the company saves (measured at K = 256, where half a multiprocessor
+ * fits only the 32-column tile: B16 T2048 H12 fwd+bwd 7.26 ms shared, 6.45 ms with the
+ * 128-column tile on whole ones; at K = 128 the widths agree and sharing wins, B4 T4096 1.74
+ * against 1.81 ms). */
+gdn_state_choice gdn_state_pass_choice(const gdn_state_variant *v, const gdn_delta_args *a, int max_slots,
+                                       int share);
+/* Launches gdn_state_pass_choice's variant: grid (V/BV, B*H), BV*4 threads. */
 void gdn_launch_state_pass(const gdn_state_variant *v, const gdn_delta_args *a, int max_slots,
                            int share, const char *name, cudaStream_t st);
+/* Whether the forward state pass runs sized for half a multiprocessor beside other kernels
+ * (gdn_state_pass_choice with share): where it does not, the forward's two pipelined halves
+ * would only add launches. */
+int gdn_delta_state_fwd_shares(const gdn_delta_args *a, gdn_cuda_precision p);
 
 /* Calls LAUNCH<E, K>(...) for the element type of p and the key head width a->K. */
 #define GDN_DELTA_DISPATCH_K(LAUNCH, a, p, ...)                                                   \

@@ -503,13 +503,22 @@ template <typename E> static void launch_intra_t(const gdn_delta_args *a, cudaSt
     GDN_CUDA_CHECK_LAUNCH();
 }
 
-template <typename E, int K> static void launch_state_fwd_t(const gdn_delta_args *a, cudaStream_t st, int share) {
-    const gdn_state_variant v[3] = {
+#define STATE_FWD_SLOTS 6 /* deepest ring of the forward state pass */
+template <typename E, int K> static const gdn_state_variant *state_fwd_variants() {
+    static const gdn_state_variant v[3] = {
         {32, k_state_fwd<E, K, 32>, state_fwd_smem<E, K, 32>},
         {64, k_state_fwd<E, K, 64>, state_fwd_smem<E, K, 64>},
         {128, k_state_fwd<E, K, 128>, state_fwd_smem<E, K, 128>},
     };
-    gdn_launch_state_pass(v, a, 6, share, "k_state_fwd", st);
+    return v;
+}
+
+template <typename E, int K> static void launch_state_fwd_t(const gdn_delta_args *a, cudaStream_t st, int share) {
+    gdn_launch_state_pass(state_fwd_variants<E, K>(), a, STATE_FWD_SLOTS, share, "k_state_fwd", st);
+}
+
+template <typename E, int K> static void state_fwd_shares_t(const gdn_delta_args *a, int *shares) {
+    *shares = gdn_state_pass_choice(state_fwd_variants<E, K>(), a, STATE_FWD_SLOTS, 1).shared;
 }
 
 template <typename E> static void launch_output_t(const gdn_delta_args *a, cudaStream_t st) {
@@ -526,6 +535,12 @@ void gdn_delta_launch_intra(const gdn_delta_args *a, gdn_cuda_precision p, cudaS
 
 void gdn_delta_launch_state_fwd(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st, int share) {
     GDN_DELTA_DISPATCH_K(launch_state_fwd_t, a, p, a, st, share);
+}
+
+int gdn_delta_state_fwd_shares(const gdn_delta_args *a, gdn_cuda_precision p) {
+    int shares = 0;
+    GDN_DELTA_DISPATCH_K(state_fwd_shares_t, a, p, a, &shares);
+    return shares;
 }
 
 void gdn_delta_launch_output(const gdn_delta_args *a, gdn_cuda_precision p, cudaStream_t st) {

@@ -29,8 +29,8 @@ void gdn_cuda_set_smem(const void *kernel, size_t bytes, const char *name) {
                                         cudaSharedmemCarveoutMaxShared));
 }
 
-gdn_state_choice gdn_pick_state_variant(const gdn_state_variant *v, int n, int BH, int V,
-                                        int min_slots, int max_slots, int share) {
+static gdn_state_choice pick_state_variant(const gdn_state_variant *v, int n, int BH, int V, int min_slots,
+                                           int max_slots, int share) {
     int dev = 0, sms = 0, smem_sm = 0, smem_blk = 0;
     GDN_CUDA_CHECK(cudaGetDevice(&dev));
     GDN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -40,7 +40,7 @@ gdn_state_choice gdn_pick_state_variant(const gdn_state_variant *v, int n, int B
     const int regs_sm = share ? 32768 : 65536, warps_sm = share ? 32 : 64;
     if (share) smem_sm /= 2;
     if (smem_blk > smem_sm) smem_blk = smem_sm - 1024;
-    gdn_state_choice best = {0, 0};
+    gdn_state_choice best = {0, 0, share};
     long best_cost = -1;
     const size_t reserve = 1024; /* per-block shared memory the runtime keeps */
     for (int i = 0; i < n; ++i) {
@@ -75,22 +75,24 @@ gdn_state_choice gdn_pick_state_variant(const gdn_state_variant *v, int n, int B
     }
     if (best_cost < 0) {
         /* too big to share a multiprocessor (fp32, K = 256): run it on whole ones */
-        if (share) return gdn_pick_state_variant(v, n, BH, V, min_slots, max_slots, 0);
+        if (share) return pick_state_variant(v, n, BH, V, min_slots, max_slots, 0);
         GDN_CUDA_DIE("gated delta rule: no state-pass variant fits this device");
     }
     return best;
 }
 
+gdn_state_choice gdn_state_pass_choice(const gdn_state_variant *v, const gdn_delta_args *a, int max_slots,
+                                       int share) {
+    const int nv = a->V >= 128 ? 3 : 2, BH = a->B * a->H;
+    const gdn_state_choice whole = pick_state_variant(v, nv, BH, a->V, 2, max_slots, 0);
+    if (!share) return whole;
+    const gdn_state_choice half = pick_state_variant(v, nv, BH, a->V, 2, max_slots, 1);
+    return half.bv < whole.bv ? whole : half;
+}
+
 void gdn_launch_state_pass(const gdn_state_variant *v, const gdn_delta_args *a, int max_slots,
                            int share, const char *name, cudaStream_t st) {
-    const int nv = a->V >= 128 ? 3 : 2;
-    /* With K = 256 a half-multiprocessor block fits only the 32-column tile, whose blocks
-     * re-read the K, Q, W tiles of every chunk V/32 times: measured on the H200 at the 512M
-     * layer (B16 T2048 H12 K=V=256), sizing for whole multiprocessors (the 128-column tile)
-     * takes the backward's reverse pass from 1.25 to 0.93 ms and fwd+bwd from 7.26 to 6.45 ms,
-     * although the two state passes then no longer share a multiprocessor. */
-    if (a->K > 128) share = 0;
-    const gdn_state_choice ch = gdn_pick_state_variant(v, nv, a->B * a->H, a->V, 2, max_slots, share);
+    const gdn_state_choice ch = gdn_state_pass_choice(v, a, max_slots, share);
     int i = 0;
     while (v[i].bv != ch.bv) ++i;
     const size_t sm = v[i].smem(ch.slots);
@@ -225,10 +227,9 @@ void gdn_cuda_delta_fwd_late(const gdn_delta_shape *s, gdn_cuda_precision p, con
         state_passthrough(ht, h0, s, st);
         return;
     }
-    /* One pass where there is nothing to pipeline: a single chunk, or K = 256, where the state
-     * pass takes whole multiprocessors (gdn_launch_state_pass) and cannot run beside the other
-     * half's kernels */
-    if (a.NT < 2 || a.K > 128) {
+    /* One pass where there is nothing to pipeline: a single chunk, or a state pass that takes
+     * whole multiprocessors and so cannot run beside the other half's kernels */
+    if (a.NT < 2 || !gdn_delta_state_fwd_shares(&a, p)) {
         gdn_delta_launch_intra(&a, p, st);
         wait_ready(st, h0_ready);
         gdn_delta_launch_state_fwd(&a, p, st, 0);
