@@ -184,9 +184,9 @@ static void bench_usage(FILE *f) {
             "usage: gdn bench [--backend cpu|cuda] [--what delta|step|all] [--shape B,T,H,D[,V]]\n"
             "                 [--repeats N] [--json] [training settings for --what step, e.g. --preset tiny]\n\n"
             "delta: the gated delta rule forward and forward+backward. Default shapes: cpu B1,T2048,H4,D64;\n"
-            "       cuda the DESIGN 11 shapes B4,T4096,H16,D128; B2,T16384,H16,D128; B1,T8192,H96,D128.\n"
+            "       cuda B4,T4096,H16,D128; B2,T16384,H16,D128; B1,T8192,H96,D128 (docs/design.md section 9).\n"
             "step:  whole training steps (forward, backward, AdamW) of a configuration (default: tiny);\n"
-            "       --preset gdn512m is the 512M model of DESIGN 11 (B16 x T2048).\n");
+            "       --preset gdn512m is the 512M model of docs/design.md section 9 (B16 x T2048).\n");
 }
 
 int gdn_cmd_bench(int argc, char **argv) {

@@ -85,7 +85,7 @@ static const preset presets[] = {
      "{\"vocab_size\":32000,\"d_model\":1024,\"n_layers\":21,\"n_heads\":6,\"head_dim\":256,"
      "\"expand_v\":2,\"d_ff\":2816,\"seq_len\":2048,\"batch_size\":16,\"lr\":4e-4,\"lr_min\":4e-5,"
      "\"warmup_steps\":1000}",
-     "512M parameters, vocabulary 32000 (DESIGN 11's benchmark model; needs token shards)"},
+     "512M parameters, vocabulary 32000; needs token shards (docs/design.md section 9)"},
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 
