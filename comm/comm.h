@@ -1,7 +1,7 @@
 /* Processes of a distributed run: MPI bootstrap, the process grid world = dp x sp, the
  * collectives training needs, and failure handling.
  *
- * Grid: consecutive ranks form a sequence-parallel group (docs/design.md §6): world rank
+ * Grid: consecutive ranks form a sequence-parallel group (docs/design.md section 6): world rank
  * r = dp_rank * sp + sp_rank. The dp group of a rank holds the ranks with its sp_rank (one per
  * data-parallel replica); its sp group holds the sp ranks that split one sequence.
  *

@@ -1,6 +1,6 @@
 /* The NCCL data plane of comm/comm.h for the CUDA backend: one GPU per rank, device buffers.
  *
- * Bootstrap over the control layer (docs/design.md §6): each rank binds GPU local_rank, rank 0 makes the
+ * Bootstrap over the control layer (docs/design.md section 6): each rank binds GPU local_rank, rank 0 makes the
  * ncclUniqueId, gdn_broadcast over MPI hands it to the others, and every rank joins one NCCL
  * communicator over the world. MPI keeps bootstrap, agreement, stop flags and host-side metrics;
  * NCCL carries only device buffers.

@@ -1,4 +1,4 @@
-/* Sequence parallelism for the CPU model (docs/design.md §5): the hooks of gdn_cpu_seq_hooks_f32
+/* Sequence parallelism for the CPU model (docs/design.md section 5): the hooks of gdn_cpu_seq_hooks_f32
  * implemented over a gdn_comm sequence-parallel group. Rank sp_rank holds the contiguous
  * segment [sp_rank * T_seg, (sp_rank + 1) * T_seg) of every sequence of the batch.
  *

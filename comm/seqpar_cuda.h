@@ -1,4 +1,4 @@
-/* Sequence parallelism for the CUDA model (docs/design.md §5.4, the "pass" exchange of comm/seqpar.h):
+/* Sequence parallelism for the CUDA model (docs/design.md section 5.4, the "pass" exchange of comm/seqpar.h):
  * the hooks of gdn_cuda_seq_hooks (model/cuda/model_cuda.h) over the NCCL grid's
  * sequence-parallel group. Rank sp_rank runs tokens [sp_rank * T_seg, (sp_rank + 1) * T_seg) of
  * every sequence of the batch. Per GDN layer, forward: the convolution halo (the last W-1

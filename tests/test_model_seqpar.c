@@ -1,6 +1,6 @@
 /* The sequence-parallel hooks of the CPU model, without any communication: segments of one
  * sequence run one after another in this process, the hooks handing states, halos and their
- * gradients over through memory, in both ways docs/design.md §5 describes (passing the state on, or
+ * gradients over through memory, in both ways docs/design.md section 5 describes (passing the state on, or
  * folding every earlier segment's affine map). Loss, logits and every parameter gradient must
  * equal one pass over the whole sequence (fp64). */
 #include <math.h>

@@ -1,4 +1,4 @@
-/* Per-chunk building blocks of the CPU gated delta rule (docs/design.md §3.2), shared by delta_rule.c
+/* Per-chunk building blocks of the CPU gated delta rule (docs/design.md section 3.2), shared by delta_rule.c
  * (forward and backward) and delta_transition.c (the rule as an affine map of its state).
  * Private to model/cpu: include after model/real.h, model/check.h and model/cpu/ops_cpu.h.
  *
@@ -92,7 +92,7 @@ static inline void delta_gates(int n, int C, const real *g, real *gam, real *Gam
     }
 }
 
-/* Everything of a chunk that does not depend on the entering state (docs/design.md §3.2):
+/* Everything of a chunk that does not depend on the entering state (docs/design.md section 3.2):
  * KK [n,C] = K K^T; Tm [n,C] = (I + A)^-1 with A = strict_lower(diag(beta) KK o Gam), by forward
  * substitution; W [n,K] = Tm diag(beta gam) K; with v != NULL also U [n,V] = Tm diag(beta) V
  * (U is left untouched without v). tmp: n*max(K,V). */

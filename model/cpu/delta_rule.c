@@ -1,4 +1,4 @@
-/* Chunked gated delta rule on the CPU: forward (docs/design.md §3.2) and backward (§3.3).
+/* Chunked gated delta rule on the CPU: forward (docs/design.md section 3.2) and backward (section 3.3).
  *
  * Work is split over (batch, head) pairs with OpenMP; inside a pair the chunks are walked in
  * order, each chunk's rows gathered into contiguous scratch and the per-chunk products done by
@@ -181,7 +181,7 @@ static real delta_dot(const real *a, const real *b, int n) {
     return acc;
 }
 
-/* One chunk of the reverse walk (docs/design.md §3.3). On entry w->dS is dL/dS leaving the chunk and
+/* One chunk of the reverse walk (docs/design.md section 3.3). On entry w->dS is dL/dS leaving the chunk and
  * w->q, k, v, dO, g, beta hold its gathered rows; S, Tm, W, U, Vn are the chunk's recomputed
  * forward quantities. Writes w->dq, dk, dv, dg, dbeta and w->dSp = dL/dS entering. */
 static void delta_bwd_chunk(int n, int C, int K, int V, real scale, const real *S, const real *Tm,

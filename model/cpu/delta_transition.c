@@ -1,4 +1,4 @@
-/* A segment of the gated delta rule as an affine map of its entering state (docs/design.md §3.4), for
+/* A segment of the gated delta rule as an affine map of its entering state (docs/design.md section 3.4), for
  * sequence parallelism by all-gather: per (batch, head),
  *   forward:  ht  = M h0 + H,        M = prod over chunks (in order) of
  *                                        M_c = gamma_C I - K^T diag(gamma_C / gamma) W,
@@ -119,7 +119,7 @@ void R(gdn_delta_transition)(const gdn_delta_shape *s, const real *k, const real
     tr_for_pairs(s, "gdn_delta_transition", tr_fwd_pair, &a);
 }
 
-/* The reverse walk of docs/design.md §3.3 restricted to the state gradient, from dS = 0 after the last
+/* The reverse walk of docs/design.md section 3.3 restricted to the state gradient, from dS = 0 after the last
  * chunk: dVn = Lm^T dO + diag(r) K dS; dS_entering = gam_last dS + Q^T diag(scale gam) dO
  * - W^T dVn, with Lm = scale (Q K^T o Gam) on and below the diagonal. */
 static void tr_adj_pair(const gdn_delta_shape *s, int b, int h, const tr_args *a, tr_ws *w) {

@@ -26,7 +26,7 @@ typedef struct {
     const real_ *d_o;         /* [B,T,H,V] gradient of the output (backward hooks only) */
 } R_(gdn_cpu_delta_args);
 
-/* Sequence parallelism (docs/design.md §5): one sequence is split into contiguous segments, one per
+/* Sequence parallelism (docs/design.md section 5): one sequence is split into contiguous segments, one per
  * process. Every layer needs, from the previous segment, the last W-1 pre-convolution rows of
  * q, k, v (the halo) and the delta-rule state entering it; the backward pass needs, from the
  * next segment, the gradients of this segment's last W-1 rows and of its leaving state. The

@@ -13,7 +13,7 @@
 #define R_ GDN_OPS_R
 
 /* ---- gated delta rule (model/cpu/delta_rule.c) -------------------------------------------- */
-/* Chunked gated delta rule (docs/design.md §3.1-3.3), per batch b and head h:
+/* Chunked gated delta rule (docs/design.md section 3.1-3.3), per batch b and head h:
  *   S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,  o_t = scale * S_t^T q_t
  * q, k: [B,T,H,K]; v, o: [B,T,H,V]; g, beta: [B,T,H] (g = natural-log decay, <= 0);
  * states h0, ht: [B,H,K,V]. chunk in {16, 32, 64}; T need not be a multiple of chunk.
@@ -30,7 +30,7 @@ void R_(gdn_delta_bwd)(const gdn_delta_shape *s, const real_ *q, const real_ *k,
                        real_ *dg, real_ *dbeta, real_ *dh0);
 
 /* ---- the delta rule as an affine map of its state (model/cpu/delta_transition.c) ----------- */
-/* For sequence parallelism (docs/design.md §3.4). Per batch b and head h, gdn_delta_fwd on the same
+/* For sequence parallelism (docs/design.md section 3.4). Per batch b and head h, gdn_delta_fwd on the same
  * inputs gives ht = M h0 + H for every h0. M [B,H,K,K] = product over the chunks, in order, of
  * gamma_C I - K^T diag(gamma_C / gamma) W; H [B,H,K,V] = ht from h0 = 0 (H may be NULL).
  * k: [B,T,H,K]; v: [B,T,H,V]; g, beta: [B,T,H]. */

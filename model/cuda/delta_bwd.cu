@@ -1,4 +1,4 @@
-/* Backward kernels of the gated delta rule (docs/design.md §3.3, §3.6), with the forward intermediates
+/* Backward kernels of the gated delta rule (docs/design.md section 3.3, section 3.6), with the forward intermediates
  * (G, T, W, U, h, v_new) in the workspace (recomputed, or saved by the forward):
  *   k_dv_local   per (chunk, head): mode 1: dVl = s lower(Q K^T o Gam)^T dO;
  *                mode 2: D^T and the intra-chunk gate term
@@ -12,7 +12,7 @@
 /* ============ intra-chunk backward pieces: dVl, D^T and the intra gate term ===================
  * Per (chunk, head), with Pt = lower_incl(Q K^T o Gam)^T (Pt[j][i], i >= j):
  *   mode & 1:  dVl = s Pt dO               (intra-chunk part of dv_new, for k_state_bwd)
- *   mode & 2:  Dt  = s (Vn dO^T) o Gam^T   (D of docs/design.md §3.3 transposed, for k_grad) and
+ *   mode & 2:  Dt  = s (Vn dO^T) o Gam^T   (D of docs/design.md section 3.3 transposed, for k_grad) and
  *              E^T = Dt o (K Q^T):  dG_i += sum_j E_ij,  dG_j -= sum_i E_ij   (dG1)
  *   mode & 4:  G from g here, not from the workspace (the recomputing backward runs the dVl
  *              launch beside the intra kernel that writes G)

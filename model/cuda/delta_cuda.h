@@ -1,4 +1,4 @@
-/* The gated delta rule on NVIDIA GPUs (sm_90): chunked forward and backward (docs/design.md §3.6, §4.2).
+/* The gated delta rule on NVIDIA GPUs (sm_90): chunked forward and backward (docs/design.md section 3.6, section 4.2).
  *
  * Same math, layouts and NULL conventions as gdn_delta_fwd_f32 / gdn_delta_bwd_f32 in
  * model/cpu/ops_cpu_decl.h, with Hq = s->qk_heads (or H where it is 0):

@@ -1,4 +1,4 @@
-/* Forward kernels of the chunked gated delta rule (docs/design.md §3.2, §3.6):
+/* Forward kernels of the chunked gated delta rule (docs/design.md section 3.2, section 3.6):
  *   k_intra     per (chunk, head): gate cumsum G, A, T = (I+A)^-1, W, U
  *   k_state_fwd per (V tile, head), sequential over chunks: h (state entering each chunk), v_new
  *   k_output    per (chunk, head): o = s [diag(gamma) Q S + (Q K^T o Gam, lower) v_new]

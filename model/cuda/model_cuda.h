@@ -7,7 +7,7 @@
  * parameters that the GEMMs read (refreshed by every upload and AdamW step); a second one holds
  * the saved activations and every scratch buffer for B x T tokens.
  *
- * Precision (docs/design.md §4.2): GDN_CUDA_FP32 runs every tensor in fp32 (for tests); GDN_CUDA_BF16
+ * Precision (docs/design.md section 4.2): GDN_CUDA_FP32 runs every tensor in fp32 (for tests); GDN_CUDA_BF16
  * stores activations and matrix inputs in bf16 with fp32 accumulation, and keeps the residual
  * stream, norm statistics, gates, delta-rule states, parameters, gradients and moments in fp32.
  *
@@ -103,7 +103,7 @@ void gdn_cuda_model_params_changed(gdn_cuda_model *m);
 /* Device bytes of the two allocations (parameters and optimizer state; activations and scratch). */
 void gdn_cuda_model_memory(const gdn_cuda_model *m, size_t *param_bytes, size_t *act_bytes);
 
-/* ---- sequence parallelism (docs/design.md §5) -------------------------------------------------
+/* ---- sequence parallelism (docs/design.md section 5) -------------------------------------------------
  * As gdn_cpu_seq_hooks_f32 (model/cpu/model_cpu_decl.h), with DEVICE buffers: the model runs one
  * contiguous segment of longer sequences and asks the hooks, per GDN layer, for what crosses the
  * segment boundaries. Hooks are called on the host while the model enqueues its work on its
@@ -152,7 +152,7 @@ typedef struct {
     double fwd_ms, bwd_ms, opt_ms; /* medians of the parts (CUDA events) */
     double delta_ms;         /* the delta-rule kernels alone at the layer shape, fwd + bwd, x layers */
     double tokens_per_s;     /* B*T / step */
-    double mfu;              /* 6 x matmul params x tokens/s / 701e12 (docs/design.md §9) */
+    double mfu;              /* 6 x matmul params x tokens/s / 701e12 (docs/design.md section 9) */
     size_t matmul_params;
     size_t param_bytes, act_bytes; /* the model's two allocations */
     size_t device_used, device_total; /* cudaMemGetInfo after the steps */

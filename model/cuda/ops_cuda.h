@@ -7,7 +7,7 @@
  * NULL for the default stream). Differences from the CPU contract are named at each op.
  *
  * Element types. A tensor documented as `act` is float in GDN_CUDA_FP32 mode and __nv_bfloat16
- * in GDN_CUDA_BF16 mode (activations and matrix-product inputs, docs/design.md §4.2); everything typed
+ * in GDN_CUDA_BF16 mode (activations and matrix-product inputs, docs/design.md section 4.2); everything typed
  * float is fp32 in both modes (the residual stream, norm statistics, gates, every parameter and
  * parameter gradient). Arithmetic is fp32 throughout; sums over many terms that must not depend
  * on the launch (parameter gradients, the gradient norm, the loss) are reduced in a fixed order,

@@ -1,4 +1,4 @@
-/* Timing of the CUDA gated delta rule at the shapes of docs/design.md §9 (bf16): forward,
+/* Timing of the CUDA gated delta rule at the shapes of docs/design.md section 9 (bf16): forward,
  * forward+backward (the backward recomputing the forward intermediates, and reusing them),
  * medians of repeats with CUDA events after warm-up, and each kernel phase alone. Prints one
  * table. Also the 512M model's delta layer (6 heads of K 256, V 512, each split into 2 value

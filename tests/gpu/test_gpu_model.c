@@ -13,7 +13,7 @@
  *    weights and batches. The mean loss of the last 10 steps must be within 2% of the CPU's.
  *    The curves go to $OUT/loss_curves.csv (OUT unset: the current directory).
  * 3. `--bench [D,L,H,K,EV,F,VOCAB,B,T]`: training-step benchmark (default: the 512M model of
- *    docs/design.md §9 at B16 x T2048, bf16).
+ *    docs/design.md section 9 at B16 x T2048, bf16).
  * `--grads` runs part 1 only (small and quick: for compute-sanitizer). `--cpu-curve-out FILE`
  * trains the CPU run of part 2 only and writes its curve (no GPU needed); `--cpu-curve-in FILE`
  * reads it instead of training on the CPU (the CPU path is bitwise thread-count independent).

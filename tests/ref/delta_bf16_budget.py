@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Error budget of the bf16 CUDA gated delta rule, by emulation in float64 (numpy).
 
-The chunked forward and backward of docs/design.md §3.2 / §3.3 for one head, where each intermediate that
+The chunked forward and backward of docs/design.md section 3.2 / section 3.3 for one head, where each intermediate that
 the CUDA kernels store in bf16 (model/cuda/delta_cuda.h) can be rounded to bf16 on its own:
   in   q, k, v, dO (the op's bf16 inputs)    T    the triangular inverse (T = (I + A)^-1)
   WU   W and U                               h    the per-chunk entering states
@@ -13,7 +13,7 @@ tensor-core product:
   P    Q K^T o Gam (lower), before P^T dO    dVb  T^T dv_new (the grad kernel's dA = -dVb Vn^T,
   M    dA o beta o Gam, before M K, M^T K         dKbg = -dVb h^T and dv = beta dVb)
 The backward is written the way the CUDA grad kernel computes it (dA and dKbg from dVb, which
-equals -T^T dT T^T and T^T dW of docs/design.md §3.3). Every product is formed in float64 from the rounded
+equals -T^T dT T^T and T^T dW of docs/design.md section 3.3). Every product is formed in float64 from the rounded
 values (the kernels accumulate in fp32), so the printed errors are what each rounding contributes
 to dq, dk, dv, dbeta, dg and to a per-head gate-parameter sum (sum_t dg_t g_t, the shape of
 dA_log), against the unrounded run.
@@ -78,7 +78,7 @@ def chunked(q, k, v, g, beta, dO, s, C=64, rounded=frozenset(), h0=None, dht=Non
         M = rd('M', dA * bc[:, None] * Gam)
         dK += M @ Kc + M.T @ Kc
         db = gam * np.sum(dKbg * Kc, 1) + np.sum(dVb * Vc, 1) + np.sum(dA * KK * Gam, 1)
-        d = np.sum((Kc @ dSs) * Vn, 1)  # the gate terms (docs/design.md §3.3, step 5)
+        d = np.sum((Kc @ dSs) * Vn, 1)  # the gate terms (docs/design.md section 3.3, step 5)
         dG = -d * r
         dG[-1] += gam[-1] * np.sum(h * dSs) + np.sum(d * r)
         dG += s * gam * np.sum((dOc @ h.T) * Q, 1)

@@ -1,4 +1,4 @@
-/* Token-by-token gated delta rule in fp64 and its backpropagation through time (docs/design.md §3.1).
+/* Token-by-token gated delta rule in fp64 and its backpropagation through time (docs/design.md section 3.1).
  * Deliberately plain: one (batch, head) pair at a time, one token at a time, every state kept. */
 #include "tests/ref/delta_recurrent.h"
 
