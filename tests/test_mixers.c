@@ -492,6 +492,19 @@ static void assert_same(const double *a, const double *b, size_t n, const char *
     if (memcmp(a, b, sizeof(double) * n) != 0) fail_msg("%s: results differ", what);
 }
 
+/* a and b agree bit for bit on o, ht, dq, dk, dv, dh0 and, where set, on dg and dbeta. */
+static void assert_same_result(const problem *p, const result *a, const result *b, int with_dg,
+                               int with_dbeta) {
+    assert_same(a->o, b->o, p->nv, "o");
+    assert_same(a->ht, b->ht, p->nst, "ht");
+    assert_same(a->dq, b->dq, p->nqk, "dq");
+    assert_same(a->dk, b->dk, p->nqk, "dk");
+    assert_same(a->dv, b->dv, p->nv, "dv");
+    assert_same(a->dh0, b->dh0, p->nst, "dh0");
+    if (with_dg) assert_same(a->dg, b->dg, p->ng, "dg");
+    if (with_dbeta) assert_same(a->dbeta, b->dbeta, p->ng, "dbeta");
+}
+
 /* NULL for the inputs a mixer ignores and for their gradients gives the same bits as the NaN
  * inputs; the affine maps likewise. */
 static void test_ignored_inputs_null(void **state) {
@@ -507,14 +520,7 @@ static void test_ignored_inputs_null(void **state) {
         gdn_delta_fwd_f64(&p.s, p.q, p.k, p.v, g, beta, p.scale, p.h0, b.o, b.ht);
         gdn_delta_bwd_f64(&p.s, p.q, p.k, p.v, g, beta, p.scale, p.h0, p.Wo, p.Wh, b.dq, b.dk, b.dv,
                           p.mx->has_decay ? b.dg : NULL, p.mx->has_beta ? b.dbeta : NULL, b.dh0);
-        assert_same(a.o, b.o, p.nv, "o");
-        assert_same(a.ht, b.ht, p.nst, "ht");
-        assert_same(a.dq, b.dq, p.nqk, "dq");
-        assert_same(a.dk, b.dk, p.nqk, "dk");
-        assert_same(a.dv, b.dv, p.nv, "dv");
-        assert_same(a.dh0, b.dh0, p.nst, "dh0");
-        if (p.mx->has_decay) assert_same(a.dg, b.dg, p.ng, "dg");
-        if (p.mx->has_beta) assert_same(a.dbeta, b.dbeta, p.ng, "dbeta");
+        assert_same_result(&p, &a, &b, p.mx->has_decay, p.mx->has_beta);
         for (size_t i = 0; i < p.ng; i++) { /* NULL gradients are not written */
             if (!p.mx->has_decay) assert_true(isnan(b.dg[i]));
             if (!p.mx->has_beta) assert_true(isnan(b.dbeta[i]));
@@ -547,13 +553,7 @@ static void test_special_cases_of_decay(void **state) {
             problem b = problem_make(pairs[i][1], 1, 77, 2, 8, 16, chunk, DECAY_MILD, 800 + chunk);
             for (size_t t = 0; t < b.ng; t++) b.g[t] = 0;
             result ra = run_chunk_f64(&a, 1, 1), rb = run_chunk_f64(&b, 1, 1);
-            assert_same(ra.o, rb.o, a.nv, "o");
-            assert_same(ra.ht, rb.ht, a.nst, "ht");
-            assert_same(ra.dq, rb.dq, a.nqk, "dq");
-            assert_same(ra.dk, rb.dk, a.nqk, "dk");
-            assert_same(ra.dv, rb.dv, a.nv, "dv");
-            assert_same(ra.dh0, rb.dh0, a.nst, "dh0");
-            if (a.mx->has_beta) assert_same(ra.dbeta, rb.dbeta, a.ng, "dbeta");
+            assert_same_result(&a, &ra, &rb, 0, a.mx->has_beta);
             result_free(&ra);
             result_free(&rb);
             problem_free(&a);
