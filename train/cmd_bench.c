@@ -227,13 +227,13 @@ int gdn_cmd_bench(int argc, char **argv) {
                 free(rest);
                 return 2;
             }
-            shapes[n++] = (gdn_delta_shape){B, T, H, D, got == 5 ? V : D, 64, 0};
+            shapes[n++] = (gdn_delta_shape){B, T, H, D, got == 5 ? V : D, 64, 0, GDN_MIXER_G};
         } else if (cuda) {
-            shapes[n++] = (gdn_delta_shape){4, 4096, 16, 128, 128, 64, 0};
-            shapes[n++] = (gdn_delta_shape){2, 16384, 16, 128, 128, 64, 0};
-            shapes[n++] = (gdn_delta_shape){1, 8192, 96, 128, 128, 64, 0};
+            shapes[n++] = (gdn_delta_shape){4, 4096, 16, 128, 128, 64, 0, GDN_MIXER_G};
+            shapes[n++] = (gdn_delta_shape){2, 16384, 16, 128, 128, 64, 0, GDN_MIXER_G};
+            shapes[n++] = (gdn_delta_shape){1, 8192, 96, 128, 128, 64, 0, GDN_MIXER_G};
         } else {
-            shapes[n++] = (gdn_delta_shape){1, 2048, 4, 64, 64, 64, 0};
+            shapes[n++] = (gdn_delta_shape){1, 2048, 4, 64, 64, 64, 0, GDN_MIXER_G};
         }
         for (int i = 0; i < n; i++) {
 #ifdef GDN_HAVE_CUDA

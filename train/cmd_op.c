@@ -213,7 +213,7 @@ static int cmd_gated_delta(int argc, char **argv) {
     a.h0 = read_array(f, in, "h0", 4, es, "[B,H,K,V]", dh, 1);
     a.d_o = read_array(f, in, "do", 4, dv, "[B,T,H,V] (as v)", dh, 1);
     a.dht = read_array(f, in, "dht", 4, es, "[B,H,K,V]", dh, 1);
-    a.s = (gdn_delta_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dq[3], (int)dv[3], chunk, 0};
+    a.s = (gdn_delta_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dq[3], (int)dv[3], chunk, 0, GDN_MIXER_G};
     a.scale = 1.0 / sqrt((double)a.s.K);
     if (H5Aexists(f, "scale") > 0 && io_h5_attr_read_f64(f, "scale", &a.scale, err, sizeof err))
         GDN_DIE("%s: %s", in, err);

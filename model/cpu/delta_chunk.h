@@ -1,5 +1,8 @@
 /* Per-chunk building blocks of the CPU gated delta rule (docs/design.md section 3.2), shared by delta_rule.c
  * (forward and backward) and delta_transition.c (the rule as an affine map of its state).
+ * The other mixers of model/mixer.h are switches in the same code: without decay the gates are
+ * 1 (delta_gates with g NULL); without the delta term the values written are V itself, i.e.
+ * T = I, beta = 1, W = 0, U = Vn = V, so delta_wy / delta_vnew and every W term are skipped.
  * Private to model/cpu: include after model/real.h, model/check.h and model/cpu/ops_cpu.h.
  *
  * Rows of a chunk are r = 0..n-1 with n = chunk, or fewer for the last chunk of a sequence whose
@@ -40,7 +43,16 @@ static inline void delta_blas_single_end(int n) {
     if (n != 1) openblas_set_num_threads(n);
 }
 
-static inline void delta_check_shape(const gdn_delta_shape *s, const char *who) {
+/* Validates the shape and returns its mixer's row (model/mixer.h): has_decay off means g is not
+ * read (gates of 1), has_delta off means the chunk writes V itself (no T, W, U; beta not read). */
+static inline const gdn_mixer_info *delta_check_shape(const gdn_delta_shape *s, const char *who) {
+    const gdn_mixer_info *mx = gdn_mixer_get(s->variant);
+    if (!mx)
+        GDN_DIE("%s: unknown mixer variant %d (use a gdn_mixer value from model/mixer.h, 0..%d)",
+                who, s->variant, GDN_MIXER_COUNT - 1);
+    if (mx->has_beta != mx->has_delta)
+        GDN_DIE("%s: mixer '%s' has beta without the delta term (or the reverse), which the "
+                "chunked kernels do not implement", who, mx->name);
     if (s->B < 1 || s->H < 1 || s->K < 1 || s->V < 1 || s->T < 0)
         GDN_DIE("%s: bad shape B=%d T=%d H=%d K=%d V=%d (need B,H,K,V >= 1 and T >= 0)", who, s->B,
                 s->T, s->H, s->K, s->V);
@@ -49,6 +61,7 @@ static inline void delta_check_shape(const gdn_delta_shape *s, const char *who) 
     if (s->qk_heads != 0 && s->qk_heads != s->H)
         GDN_DIE("%s: qk_heads=%d is not supported on the CPU (q, k must have one head per value "
                 "head: set qk_heads to 0 or H=%d)", who, s->qk_heads, s->H);
+    return mx;
 }
 
 /* Rows n of the chunk starting at token t0: the chunk size, or what is left of the sequence. */
@@ -76,8 +89,17 @@ static inline void delta_scatter(real *x, const real *src, const gdn_delta_shape
  * on and below the diagonal, 0 above, with G the inclusive cumsum of g. Row n-1 of Gam is
  * r_j = gamma_last / gamma_j. G is summed in double for both precisions: under strong decay it
  * reaches hundreds within a chunk, and a float G_i - G_j would then carry an absolute error of
- * ~|G| * 6e-8, i.e. a relative error of that size in every decay factor. */
+ * ~|G| * 6e-8, i.e. a relative error of that size in every decay factor.
+ * g NULL (a mixer without decay): every gate is exactly 1. */
 static inline void delta_gates(int n, int C, const real *g, real *gam, real *Gam) {
+    if (!g) {
+        for (int i = 0; i < n; i++) {
+            real *row = Gam + (size_t)i * C;
+            gam[i] = 1;
+            for (int j = 0; j < n; j++) row[j] = j <= i ? (real)1 : (real)0;
+        }
+        return;
+    }
     double G[64]; /* n <= chunk <= 64 */
     double acc = 0;
     for (int i = 0; i < n; i++) {

@@ -1,4 +1,6 @@
-/* Chunked gated delta rule on the CPU: forward (docs/design.md section 3.2) and backward (section 3.3).
+/* Chunked gated delta rule on the CPU: forward (docs/design.md section 3.2) and backward (section 3.3), for
+ * every mixer of model/mixer.h (s->variant): a mixer without decay skips the gates' inputs, one
+ * without the delta term writes V itself and skips the WY products (see delta_chunk.h).
  *
  * Work is split over (batch, head) pairs with OpenMP; inside a pair the chunks are walked in
  * order, each chunk's rows gathered into contiguous scratch and the per-chunk products done by
@@ -69,9 +71,10 @@ static void delta_output(int n, int C, int K, int V, real scale, const real *q, 
     R(gdn_gemm)(0, 0, n, V, n, 1, L, C, Vn, V, 1, o, V);
 }
 
-static void delta_fwd_pair(const gdn_delta_shape *s, int b, int h, const real *q, const real *k,
-                           const real *v, const real *g, const real *beta, real scale,
-                           const real *h0, real *o, real *ht, delta_fwd_ws *w) {
+static void delta_fwd_pair(const gdn_delta_shape *s, const gdn_mixer_info *mx, int b, int h,
+                           const real *q, const real *k, const real *v, const real *g,
+                           const real *beta, real scale, const real *h0, real *o, real *ht,
+                           delta_fwd_ws *w) {
     const int C = s->chunk, K = s->K, V = s->V;
     const size_t st = ((size_t)b * s->H + h) * K * V;
     if (h0)
@@ -82,12 +85,17 @@ static void delta_fwd_pair(const gdn_delta_shape *s, int b, int h, const real *q
         int n = delta_chunk_rows(s, t0);
         delta_gather(w->q, q, s, b, h, t0, n, K);
         delta_gather(w->k, k, s, b, h, t0, n, K);
-        delta_gather(w->v, v, s, b, h, t0, n, V);
-        delta_gather(w->g, g, s, b, h, t0, n, 1);
-        delta_gather(w->beta, beta, s, b, h, t0, n, 1);
-        delta_gates(n, C, w->g, w->gam, w->Gam);
-        delta_wy(n, C, K, V, w->k, w->v, w->beta, w->gam, w->Gam, w->KK, w->Tm, w->W, w->U, w->tmp);
-        delta_vnew(n, K, V, w->U, w->W, w->S, w->Vn);
+        if (mx->has_decay) delta_gather(w->g, g, s, b, h, t0, n, 1);
+        delta_gates(n, C, mx->has_decay ? w->g : NULL, w->gam, w->Gam);
+        if (mx->has_delta) {
+            delta_gather(w->v, v, s, b, h, t0, n, V);
+            delta_gather(w->beta, beta, s, b, h, t0, n, 1);
+            delta_wy(n, C, K, V, w->k, w->v, w->beta, w->gam, w->Gam, w->KK, w->Tm, w->W, w->U,
+                     w->tmp);
+            delta_vnew(n, K, V, w->U, w->W, w->S, w->Vn);
+        } else {
+            delta_gather(w->Vn, v, s, b, h, t0, n, V); /* written as they come */
+        }
         delta_output(n, C, K, V, scale, w->q, w->k, w->gam, w->Gam, w->S, w->Vn, w->L, w->o);
         delta_scatter(o, w->o, s, b, h, t0, n, V);
         delta_state_step(n, C, K, V, w->k, w->gam, w->Gam, w->Vn, w->S, w->tmp);
@@ -98,7 +106,7 @@ static void delta_fwd_pair(const gdn_delta_shape *s, int b, int h, const real *q
 void R(gdn_delta_fwd)(const gdn_delta_shape *s, const real *q, const real *k, const real *v,
                       const real *g, const real *beta, real scale, const real *h0, real *o,
                       real *ht) {
-    delta_check_shape(s, "gdn_delta_fwd");
+    const gdn_mixer_info *mx = delta_check_shape(s, "gdn_delta_fwd");
     const int npairs = s->B * s->H, blas_threads = delta_blas_single_begin();
 #pragma omp parallel
     {
@@ -107,7 +115,7 @@ void R(gdn_delta_fwd)(const gdn_delta_shape *s, const real *q, const real *k, co
         delta_fwd_ws_carve(&w, block, s->chunk, s->K, s->V);
 #pragma omp for schedule(dynamic, 1)
         for (int p = 0; p < npairs; p++)
-            delta_fwd_pair(s, p / s->H, p % s->H, q, k, v, g, beta, scale, h0, o, ht, &w);
+            delta_fwd_pair(s, mx, p / s->H, p % s->H, q, k, v, g, beta, scale, h0, o, ht, &w);
         free(block);
     }
     delta_blas_single_end(blas_threads);
@@ -181,52 +189,13 @@ static real delta_dot(const real *a, const real *b, int n) {
     return acc;
 }
 
-/* One chunk of the reverse walk (docs/design.md section 3.3). On entry w->dS is dL/dS leaving the chunk and
- * w->q, k, v, dO, g, beta hold its gathered rows; S, Tm, W, U, Vn are the chunk's recomputed
- * forward quantities. Writes w->dq, dk, dv, dg, dbeta and w->dSp = dL/dS entering. */
-static void delta_bwd_chunk(int n, int C, int K, int V, real scale, const real *S, const real *Tm,
-                            const real *W, const real *U, const real *Vn, delta_bwd_ws *w) {
-    const real *q = w->q, *k = w->k, *v = w->v, *dO = w->dO, *beta = w->beta;
-    real *Gam = w->Gam, *gam = w->gam, *dS = w->dS, *dSp = w->dSp, *dGd = w->dGd;
-    delta_gates(n, C, w->g, gam, Gam);
-    const real *rr = Gam + (size_t)(n - 1) * C; /* r_j = gam_last / gam_j */
-    const real gl = gam[n - 1];
-
-    R(gdn_gemm)(0, 1, n, n, K, 1, q, K, k, K, 0, w->QK, C);
-    R(gdn_gemm)(0, 1, n, n, K, 1, k, K, k, K, 0, w->KK, C);
-    /* Lm = scale (Q K^T o Gam), lower triangle including the diagonal. */
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++)
-            w->Lm[(size_t)i * C + j] = scale * w->QK[(size_t)i * C + j] * Gam[(size_t)i * C + j];
-
-    /* 1. dVn = Lm^T dO + diag(r) K dS. */
-    R(gdn_gemm)(0, 0, n, V, K, 1, k, K, dS, V, 0, w->KdS, V);
-    R(gdn_gemm)(1, 0, n, V, n, 1, w->Lm, C, dO, V, 0, w->dVn, V);
-    for (int j = 0; j < n; j++)
-        for (int c = 0; c < V; c++) w->dVn[(size_t)j * V + c] += rr[j] * w->KdS[(size_t)j * V + c];
-
-    /* 2. dS entering = gam_last dS + Q^T diag(scale gam) dO - W^T dVn. */
-    for (int r = 0; r < n; r++)
-        for (int c = 0; c < V; c++)
-            w->dOg[(size_t)r * V + c] = scale * gam[r] * dO[(size_t)r * V + c];
-    for (int i = 0; i < K * V; i++) dSp[i] = gl * dS[i];
-    R(gdn_gemm)(1, 0, K, V, n, 1, q, K, w->dOg, V, 1, dSp, V);
-    R(gdn_gemm)(1, 0, K, V, n, -1, W, K, w->dVn, V, 1, dSp, V);
-
-    /* 3. D = scale (dO Vn^T) o Gam (lower incl. diagonal), kept in Lm;
-     *    dQ = diag(scale gam) dO S^T + D K;  dK = diag(r) Vn dS^T + D^T Q. */
-    R(gdn_gemm)(0, 1, n, n, V, scale, dO, V, Vn, V, 0, w->Lm, C);
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++) w->Lm[(size_t)i * C + j] *= Gam[(size_t)i * C + j];
-    R(gdn_gemm)(0, 1, n, K, V, 1, w->dOg, V, S, V, 0, w->dq, K);
-    for (int i = 0; i < n; i++) dGd[i] = delta_dot(w->dq + (size_t)i * K, q + (size_t)i * K, K);
-    R(gdn_gemm)(0, 0, n, K, n, 1, w->Lm, C, k, K, 1, w->dq, K);
-    R(gdn_gemm)(0, 1, n, K, V, 1, Vn, V, dS, V, 0, w->dk, K);
-    for (int j = 0; j < n; j++)
-        for (int i = 0; i < K; i++) w->dk[(size_t)j * K + i] *= rr[j];
-    R(gdn_gemm)(1, 0, n, K, n, 1, w->Lm, C, q, K, 1, w->dk, K);
-
-    /* 4. WY part: dW = -dVn S^T, dU = dVn; dKbg = T^T dW, dVb = T^T dU. */
+/* Step 4 of delta_bwd_chunk, the WY part (mixers with the delta term): dW = -dVn S^T, dU = dVn;
+ * dKbg = T^T dW, dVb = T^T dU; adds to dk and the gate terms (dGd, the pair terms in QK),
+ * writes dv and dbeta. */
+static void delta_bwd_wy(int n, int C, int K, int V, const real *S, const real *Tm, const real *W,
+                         const real *U, delta_bwd_ws *w) {
+    const real *k = w->k, *v = w->v, *beta = w->beta, *gam = w->gam, *Gam = w->Gam;
+    real *dGd = w->dGd;
     R(gdn_gemm)(0, 1, n, K, V, -1, w->dVn, V, S, V, 0, w->dW, K);
     R(gdn_gemm)(1, 0, n, K, n, 1, Tm, C, w->dW, K, 0, w->dKbg, K);
     R(gdn_gemm)(1, 0, n, V, n, 1, Tm, C, w->dVn, V, 0, w->dVb, V);
@@ -264,7 +233,72 @@ static void delta_bwd_chunk(int n, int C, int K, int V, real scale, const real *
     for (int i = 0; i < n; i++)
         for (int j = 0; j < i; j++) w->dA[(size_t)j * C + i] = w->dA[(size_t)i * C + j];
     R(gdn_gemm)(0, 0, n, K, n, 1, w->dA, C, k, K, 1, w->dk, K);
+}
 
+/* One chunk of the reverse walk (docs/design.md section 3.3). On entry w->dS is dL/dS leaving the chunk and
+ * w->q, k, v, dO, g, beta hold its gathered rows; S, Tm, W, U, Vn are the chunk's recomputed
+ * forward quantities. Writes w->dq, dk, dv, dg, dbeta and w->dSp = dL/dS entering.
+ * Without decay (g not read) the gates are 1 and dg = 0; without the delta term Tm, W, U are
+ * not read, Vn = V, dv = dVn and dbeta = 0: the WY part (step 4's products) drops out. */
+static void delta_bwd_chunk(int n, int C, int K, int V, real scale, int decay, int delta,
+                            const real *S, const real *Tm, const real *W, const real *U,
+                            const real *Vn, delta_bwd_ws *w) {
+    const real *q = w->q, *k = w->k, *dO = w->dO;
+    real *Gam = w->Gam, *gam = w->gam, *dS = w->dS, *dSp = w->dSp, *dGd = w->dGd;
+    delta_gates(n, C, decay ? w->g : NULL, gam, Gam);
+    const real *rr = Gam + (size_t)(n - 1) * C; /* r_j = gam_last / gam_j */
+    const real gl = gam[n - 1];
+
+    R(gdn_gemm)(0, 1, n, n, K, 1, q, K, k, K, 0, w->QK, C);
+    if (delta) R(gdn_gemm)(0, 1, n, n, K, 1, k, K, k, K, 0, w->KK, C);
+    /* Lm = scale (Q K^T o Gam), lower triangle including the diagonal. */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            w->Lm[(size_t)i * C + j] = scale * w->QK[(size_t)i * C + j] * Gam[(size_t)i * C + j];
+
+    /* 1. dVn = Lm^T dO + diag(r) K dS. */
+    R(gdn_gemm)(0, 0, n, V, K, 1, k, K, dS, V, 0, w->KdS, V);
+    R(gdn_gemm)(1, 0, n, V, n, 1, w->Lm, C, dO, V, 0, w->dVn, V);
+    for (int j = 0; j < n; j++)
+        for (int c = 0; c < V; c++) w->dVn[(size_t)j * V + c] += rr[j] * w->KdS[(size_t)j * V + c];
+
+    /* 2. dS entering = gam_last dS + Q^T diag(scale gam) dO - W^T dVn. */
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < V; c++)
+            w->dOg[(size_t)r * V + c] = scale * gam[r] * dO[(size_t)r * V + c];
+    for (int i = 0; i < K * V; i++) dSp[i] = gl * dS[i];
+    R(gdn_gemm)(1, 0, K, V, n, 1, q, K, w->dOg, V, 1, dSp, V);
+    if (delta) R(gdn_gemm)(1, 0, K, V, n, -1, W, K, w->dVn, V, 1, dSp, V);
+
+    /* 3. D = scale (dO Vn^T) o Gam (lower incl. diagonal), kept in Lm;
+     *    dQ = diag(scale gam) dO S^T + D K;  dK = diag(r) Vn dS^T + D^T Q. */
+    R(gdn_gemm)(0, 1, n, n, V, scale, dO, V, Vn, V, 0, w->Lm, C);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) w->Lm[(size_t)i * C + j] *= Gam[(size_t)i * C + j];
+    R(gdn_gemm)(0, 1, n, K, V, 1, w->dOg, V, S, V, 0, w->dq, K);
+    for (int i = 0; i < n; i++)
+        dGd[i] = decay ? delta_dot(w->dq + (size_t)i * K, q + (size_t)i * K, K) : 0;
+    R(gdn_gemm)(0, 0, n, K, n, 1, w->Lm, C, k, K, 1, w->dq, K);
+    R(gdn_gemm)(0, 1, n, K, V, 1, Vn, V, dS, V, 0, w->dk, K);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < K; i++) w->dk[(size_t)j * K + i] *= rr[j];
+    R(gdn_gemm)(1, 0, n, K, n, 1, w->Lm, C, q, K, 1, w->dk, K);
+
+    if (!delta) {
+        /* 4'. Vn = V: dv = dVn, no beta; the gate's pair terms are the intra ones, E = D o QK. */
+        memcpy(w->dv, w->dVn, sizeof(real) * n * V);
+        for (int r = 0; r < n; r++) w->dbeta[r] = 0;
+        if (decay)
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < i; j++) w->QK[(size_t)i * C + j] *= w->Lm[(size_t)i * C + j];
+    } else {
+        delta_bwd_wy(n, C, K, V, S, Tm, W, U, w);
+    }
+
+    if (!decay) {
+        for (int t = 0; t < n; t++) w->dg[t] = 0;
+        return;
+    }
     /* 5. Gate. State: S' = gam_last S + sum_j r_j k_j Vn_j^T gives gam_last <S, dS> on the last
      * row and the pair terms d_j r_j in row n-1 of X, d_j = (K dS)_j . Vn_j. */
     dGd[n - 1] += gl * delta_dot(S, dS, K * V);
@@ -288,14 +322,17 @@ static void delta_bwd_chunk(int n, int C, int K, int V, real scale, const real *
     }
 }
 
-static void delta_bwd_pair(const gdn_delta_shape *s, int b, int h, const real *q, const real *k,
-                           const real *v, const real *g, const real *beta, real scale,
-                           const real *h0, const real *d_o, const real *dht, real *dq, real *dk,
-                           real *dv, real *dg, real *dbeta, real *dh0, delta_bwd_ws *w) {
+static void delta_bwd_pair(const gdn_delta_shape *s, const gdn_mixer_info *mx, int b, int h,
+                           const real *q, const real *k, const real *v, const real *g,
+                           const real *beta, real scale, const real *h0, const real *d_o,
+                           const real *dht, real *dq, real *dk, real *dv, real *dg, real *dbeta,
+                           real *dh0, delta_bwd_ws *w) {
     const int C = s->chunk, K = s->K, V = s->V, NT = (s->T + C - 1) / C;
+    const int decay = mx->has_decay, delta = mx->has_delta;
     const size_t KV = (size_t)K * V, st = ((size_t)b * s->H + h) * KV;
 
-    /* Recompute the forward state pass, keeping each chunk's entering state, T, W, U and Vn. */
+    /* Recompute the forward state pass, keeping each chunk's entering state, T, W, U and Vn
+     * (only the state without the delta term: there Vn = V is gathered again below). */
     if (h0)
         memcpy(w->dSp, h0 + st, sizeof(real) * KV);
     else
@@ -308,12 +345,14 @@ static void delta_bwd_pair(const gdn_delta_shape *s, int b, int h, const real *q
         memcpy(w->Sc + (size_t)c * KV, S, sizeof(real) * KV);
         delta_gather(w->k, k, s, b, h, t0, n, K);
         delta_gather(w->v, v, s, b, h, t0, n, V);
-        delta_gather(w->g, g, s, b, h, t0, n, 1);
-        delta_gather(w->beta, beta, s, b, h, t0, n, 1);
-        delta_gates(n, C, w->g, w->gam, w->Gam);
-        delta_wy(n, C, K, V, w->k, w->v, w->beta, w->gam, w->Gam, w->KK, Tm, W, U, w->tmp);
-        delta_vnew(n, K, V, U, W, S, Vn);
-        delta_state_step(n, C, K, V, w->k, w->gam, w->Gam, Vn, S, w->tmp);
+        if (decay) delta_gather(w->g, g, s, b, h, t0, n, 1);
+        delta_gates(n, C, decay ? w->g : NULL, w->gam, w->Gam);
+        if (delta) {
+            delta_gather(w->beta, beta, s, b, h, t0, n, 1);
+            delta_wy(n, C, K, V, w->k, w->v, w->beta, w->gam, w->Gam, w->KK, Tm, W, U, w->tmp);
+            delta_vnew(n, K, V, U, W, S, Vn);
+        }
+        delta_state_step(n, C, K, V, w->k, w->gam, w->Gam, delta ? Vn : w->v, S, w->tmp);
     }
 
     /* Reverse walk, carrying dS = dL/dS leaving the current chunk. */
@@ -327,16 +366,16 @@ static void delta_bwd_pair(const gdn_delta_shape *s, int b, int h, const real *q
         delta_gather(w->k, k, s, b, h, t0, n, K);
         delta_gather(w->v, v, s, b, h, t0, n, V);
         delta_gather(w->dO, d_o, s, b, h, t0, n, V);
-        delta_gather(w->g, g, s, b, h, t0, n, 1);
-        delta_gather(w->beta, beta, s, b, h, t0, n, 1);
-        delta_bwd_chunk(n, C, K, V, scale, w->Sc + (size_t)c * KV, w->Tc + (size_t)c * C * C,
-                        w->Wc + (size_t)c * C * K, w->Uc + (size_t)c * C * V,
-                        w->Vc + (size_t)c * C * V, w);
+        if (decay) delta_gather(w->g, g, s, b, h, t0, n, 1);
+        if (delta) delta_gather(w->beta, beta, s, b, h, t0, n, 1);
+        delta_bwd_chunk(n, C, K, V, scale, decay, delta, w->Sc + (size_t)c * KV,
+                        w->Tc + (size_t)c * C * C, w->Wc + (size_t)c * C * K,
+                        w->Uc + (size_t)c * C * V, delta ? w->Vc + (size_t)c * C * V : w->v, w);
         delta_scatter(dq, w->dq, s, b, h, t0, n, K);
         delta_scatter(dk, w->dk, s, b, h, t0, n, K);
         delta_scatter(dv, w->dv, s, b, h, t0, n, V);
-        delta_scatter(dg, w->dg, s, b, h, t0, n, 1);
-        delta_scatter(dbeta, w->dbeta, s, b, h, t0, n, 1);
+        if (dg) delta_scatter(dg, w->dg, s, b, h, t0, n, 1);
+        if (dbeta) delta_scatter(dbeta, w->dbeta, s, b, h, t0, n, 1);
         real *swap = w->dS;
         w->dS = w->dSp;
         w->dSp = swap;
@@ -348,7 +387,7 @@ void R(gdn_delta_bwd)(const gdn_delta_shape *s, const real *q, const real *k, co
                       const real *g, const real *beta, real scale, const real *h0, const real *d_o,
                       const real *dht, real *dq, real *dk, real *dv, real *dg, real *dbeta,
                       real *dh0) {
-    delta_check_shape(s, "gdn_delta_bwd");
+    const gdn_mixer_info *mx = delta_check_shape(s, "gdn_delta_bwd");
     const int npairs = s->B * s->H, NT = (s->T + s->chunk - 1) / s->chunk;
     const int blas_threads = delta_blas_single_begin();
 #pragma omp parallel
@@ -359,8 +398,8 @@ void R(gdn_delta_bwd)(const gdn_delta_shape *s, const real *q, const real *k, co
         for (int p = 0; p < npairs; p++) {
             /* Carve per pair: the reverse walk swaps the dS / dSp pointers. */
             delta_bwd_ws_carve(&w, block, NT, s->chunk, s->K, s->V);
-            delta_bwd_pair(s, p / s->H, p % s->H, q, k, v, g, beta, scale, h0, d_o, dht, dq, dk, dv,
-                           dg, dbeta, dh0, &w);
+            delta_bwd_pair(s, mx, p / s->H, p % s->H, q, k, v, g, beta, scale, h0, d_o, dht, dq,
+                           dk, dv, dg, dbeta, dh0, &w);
         }
         free(block);
     }

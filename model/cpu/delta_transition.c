@@ -3,7 +3,9 @@
  *   forward:  ht  = M h0 + H,        M = prod over chunks (in order) of
  *                                        M_c = gamma_C I - K^T diag(gamma_C / gamma) W,
  *   backward: dh0 = M^T dht + E,     E = dh0 when dht = 0.
- * Chunk quantities (gates, T, W, U) are the ones delta_rule.c builds (delta_chunk.h). */
+ * Chunk quantities (gates, T, W, U) are the ones delta_rule.c builds (delta_chunk.h). Mixers
+ * without the delta term have W = 0, so M_c = gamma_C I and the W terms are skipped; mixers
+ * without decay have gamma = 1 (s->variant, model/mixer.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,15 +50,20 @@ static void tr_ws_carve(tr_ws *w, real *base, int C, int K, int V) {
 }
 
 /* Gathers a chunk's k, g, beta and computes its gates, W (and U when v_rows is set) and
- * Kr [n,K] = diag(r) K with r_j = gam_last / gam_j (row n-1 of Gam). */
-static void tr_chunk(const gdn_delta_shape *s, int b, int h, int t0, int n, const real *k,
-                     const real *g, const real *beta, const real *v_rows, tr_ws *w) {
+ * Kr [n,K] = diag(r) K with r_j = gam_last / gam_j (row n-1 of Gam). Without decay g is not
+ * read; without the delta term neither is beta, and W, U are not computed. */
+static void tr_chunk(const gdn_delta_shape *s, const gdn_mixer_info *mx, int b, int h, int t0,
+                     int n, const real *k, const real *g, const real *beta, const real *v_rows,
+                     tr_ws *w) {
     const int C = s->chunk, K = s->K, V = s->V;
     delta_gather(w->k, k, s, b, h, t0, n, K);
-    delta_gather(w->g, g, s, b, h, t0, n, 1);
-    delta_gather(w->beta, beta, s, b, h, t0, n, 1);
-    delta_gates(n, C, w->g, w->gam, w->Gam);
-    delta_wy(n, C, K, V, w->k, v_rows, w->beta, w->gam, w->Gam, w->KK, w->Tm, w->W, w->U, w->P);
+    if (mx->has_decay) delta_gather(w->g, g, s, b, h, t0, n, 1);
+    delta_gates(n, C, mx->has_decay ? w->g : NULL, w->gam, w->Gam);
+    if (mx->has_delta) {
+        delta_gather(w->beta, beta, s, b, h, t0, n, 1);
+        delta_wy(n, C, K, V, w->k, v_rows, w->beta, w->gam, w->Gam, w->KK, w->Tm, w->W, w->U,
+                 w->P);
+    }
     const real *rr = w->Gam + (size_t)(n - 1) * C;
     for (int r = 0; r < n; r++)
         for (int i = 0; i < K; i++) w->Kr[(size_t)r * K + i] = rr[r] * w->k[(size_t)r * K + i];
@@ -64,6 +71,7 @@ static void tr_chunk(const gdn_delta_shape *s, int b, int h, int t0, int n, cons
 
 /* The arguments of one public call; each pair function reads the ones it needs. */
 typedef struct {
+    const gdn_mixer_info *mx;
     const real *q, *k, *v, *g, *beta, *d_o;
     real scale;
     real *M, *H, *E;
@@ -73,9 +81,8 @@ typedef void (*tr_pair_fn)(const gdn_delta_shape *s, int b, int h, const tr_args
 
 /* Runs fn on every (batch, head) pair: OpenMP over pairs, one scratch block per thread, BLAS
  * single-threaded inside (see delta_blas_single_begin). */
-static void tr_for_pairs(const gdn_delta_shape *s, const char *who, tr_pair_fn fn,
-                         const tr_args *a) {
-    delta_check_shape(s, who);
+static void tr_for_pairs(const gdn_delta_shape *s, const char *who, tr_pair_fn fn, tr_args *a) {
+    a->mx = delta_check_shape(s, who);
     const int npairs = s->B * s->H, blas_threads = delta_blas_single_begin();
 #pragma omp parallel
     {
@@ -98,8 +105,13 @@ static void tr_fwd_pair(const gdn_delta_shape *s, int b, int h, const tr_args *a
     for (int t0 = 0; t0 < s->T; t0 += C) {
         int n = delta_chunk_rows(s, t0);
         if (H) delta_gather(w->x, a->v, s, b, h, t0, n, V);
-        tr_chunk(s, b, h, t0, n, a->k, a->g, a->beta, H ? w->x : NULL, w);
+        tr_chunk(s, a->mx, b, h, t0, n, a->k, a->g, a->beta, H ? w->x : NULL, w);
         const real gl = w->gam[n - 1];
+        if (!a->mx->has_delta) { /* W = 0: M <- gam_last M, H <- gam_last H + Kr^T V */
+            for (int i = 0; i < K * K; i++) Mr[i] *= gl;
+            if (H) R(gdn_gemm)(1, 0, K, V, n, 1, w->Kr, K, w->x, V, gl, Hr, V);
+            continue;
+        }
         /* M <- gam_last M - Kr^T (W M) */
         R(gdn_gemm)(0, 0, n, K, K, 1, w->W, K, Mr, K, 0, w->P, K);
         R(gdn_gemm)(1, 0, K, K, n, -1, w->Kr, K, w->P, K, gl, Mr, K);
@@ -115,13 +127,14 @@ static void tr_fwd_pair(const gdn_delta_shape *s, int b, int h, const tr_args *a
 
 void R(gdn_delta_transition)(const gdn_delta_shape *s, const real *k, const real *v,
                              const real *g, const real *beta, real *M, real *H) {
-    const tr_args a = {.k = k, .v = v, .g = g, .beta = beta, .M = M, .H = H};
+    tr_args a = {.k = k, .v = v, .g = g, .beta = beta, .M = M, .H = H};
     tr_for_pairs(s, "gdn_delta_transition", tr_fwd_pair, &a);
 }
 
 /* The reverse walk of docs/design.md section 3.3 restricted to the state gradient, from dS = 0 after the last
  * chunk: dVn = Lm^T dO + diag(r) K dS; dS_entering = gam_last dS + Q^T diag(scale gam) dO
- * - W^T dVn, with Lm = scale (Q K^T o Gam) on and below the diagonal. */
+ * - W^T dVn, with Lm = scale (Q K^T o Gam) on and below the diagonal. Without the delta term
+ * W = 0, so dVn is not needed. */
 static void tr_adj_pair(const gdn_delta_shape *s, int b, int h, const tr_args *a, tr_ws *w) {
     const int C = s->chunk, K = s->K, V = s->V, NT = (s->T + C - 1) / C;
     const real scale = a->scale;
@@ -129,20 +142,23 @@ static void tr_adj_pair(const gdn_delta_shape *s, int b, int h, const tr_args *a
     memset(dS, 0, sizeof(real) * K * V);
     for (int c = NT - 1; c >= 0; c--) {
         int t0 = c * C, n = delta_chunk_rows(s, t0);
-        tr_chunk(s, b, h, t0, n, a->k, a->g, a->beta, NULL, w);
+        const int delta = a->mx->has_delta;
+        tr_chunk(s, a->mx, b, h, t0, n, a->k, a->g, a->beta, NULL, w);
         delta_gather(w->q, a->q, s, b, h, t0, n, K);
         delta_gather(w->x, a->d_o, s, b, h, t0, n, V);
         const real gl = w->gam[n - 1];
-        delta_intra(n, C, K, scale, w->q, w->k, w->Gam, w->L);
-        /* dVn = Lm^T dO + Kr dS (Kr = diag(r) K) */
-        R(gdn_gemm)(1, 0, n, V, n, 1, w->L, C, w->x, V, 0, dVn, V);
-        R(gdn_gemm)(0, 0, n, V, K, 1, w->Kr, K, dS, V, 1, dVn, V);
+        if (delta) {
+            delta_intra(n, C, K, scale, w->q, w->k, w->Gam, w->L);
+            /* dVn = Lm^T dO + Kr dS (Kr = diag(r) K) */
+            R(gdn_gemm)(1, 0, n, V, n, 1, w->L, C, w->x, V, 0, dVn, V);
+            R(gdn_gemm)(0, 0, n, V, K, 1, w->Kr, K, dS, V, 1, dVn, V);
+        }
         for (int r = 0; r < n; r++)
             for (int j = 0; j < V; j++)
                 dOg[(size_t)r * V + j] = scale * w->gam[r] * w->x[(size_t)r * V + j];
         /* dS <- gam_last dS + Q^T dOg - W^T dVn (in place: dVn already read dS) */
         R(gdn_gemm)(1, 0, K, V, n, 1, w->q, K, dOg, V, gl, dS, V);
-        R(gdn_gemm)(1, 0, K, V, n, -1, w->W, K, dVn, V, 1, dS, V);
+        if (delta) R(gdn_gemm)(1, 0, K, V, n, -1, w->W, K, dVn, V, 1, dS, V);
     }
     memcpy(a->E + ((size_t)b * s->H + h) * K * V, dS, sizeof(real) * K * V);
 }
@@ -150,6 +166,6 @@ static void tr_adj_pair(const gdn_delta_shape *s, int b, int h, const tr_args *a
 void R(gdn_delta_transition_adjoint)(const gdn_delta_shape *s, const real *q, const real *k,
                                      const real *g, const real *beta, real scale, const real *d_o,
                                      real *E) {
-    const tr_args a = {.q = q, .k = k, .g = g, .beta = beta, .d_o = d_o, .scale = scale, .E = E};
+    tr_args a = {.q = q, .k = k, .g = g, .beta = beta, .d_o = d_o, .scale = scale, .E = E};
     tr_for_pairs(s, "gdn_delta_transition_adjoint", tr_adj_pair, &a);
 }

@@ -240,7 +240,7 @@ static void block_forward(acts_t *a, const gdn_param_table *t, const real *P, in
     R(gdn_decay_gate_fwd)(L->g, L->ap, P + off->A_log, P + off->dt_bias, N, H);
     R(gdn_beta_fwd)(L->beta, L->bp, c->allow_neg_eigval ? (real)2 : (real)1, (size_t)N * H);
 
-    gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size, 0};
+    gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size, 0, GDN_MIXER_G};
     const real scale = (real)(1.0 / sqrt((double)K));
     if (a->seq_parallel) {
         delta_args_t d = {&shape, L->q, L->k, L->v, L->g, L->beta, scale, NULL};
@@ -316,7 +316,7 @@ static void block_backward(acts_t *a, const gdn_param_table *t, const real *P, r
                              L->rstd_o, N * H, V);
 
     /* The gated delta rule. */
-    gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size, 0};
+    gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size, 0, GDN_MIXER_G};
     const real scale = (real)(1.0 / sqrt((double)K));
     const int sp = a->seq_parallel;
     if (sp) {

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "model/mixer.h"
+
 /* Shape of one gated-delta-rule call. */
 typedef struct {
     int B, T, H;  /* batch, sequence length, heads */
@@ -12,6 +14,8 @@ typedef struct {
     int chunk;    /* chunk size: 16, 32 or 64 */
     int qk_heads; /* 0 or H: q, k have H heads; else H % qk_heads == 0 and value head h reads
                      q, k head h / (H / qk_heads) (grouped value heads; the CUDA path only) */
+    int variant;  /* gdn_mixer (model/mixer.h): which rule of the family; 0 = G, the gated delta
+                     rule */
 } gdn_delta_shape;
 
 #define GDN_OPS_REAL float

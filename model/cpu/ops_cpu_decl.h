@@ -17,13 +17,18 @@
  *   S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,  o_t = scale * S_t^T q_t
  * q, k: [B,T,H,K]; v, o: [B,T,H,V]; g, beta: [B,T,H] (g = natural-log decay, <= 0);
  * states h0, ht: [B,H,K,V]. chunk in {16, 32, 64}; T need not be a multiple of chunk.
- * h0 may be NULL (zero initial state); ht may be NULL (final state not wanted). */
+ * h0 may be NULL (zero initial state); ht may be NULL (final state not wanted).
+ * s->variant picks the mixer (model/mixer.h): G as above; D with g_t = 0; M with
+ * S_t = exp(g_t) S_{t-1} + k_t v_t^T; L with S_t = S_{t-1} + k_t v_t^T. An input the mixer
+ * ignores (g for D and L, beta for M and L) is not read and may be NULL; an unknown variant is
+ * a fatal error. */
 void R_(gdn_delta_fwd)(const gdn_delta_shape *s, const real_ *q, const real_ *k, const real_ *v,
                        const real_ *g, const real_ *beta, real_ scale, const real_ *h0, real_ *o,
                        real_ *ht);
-/* Backward of gdn_delta_fwd (recomputes what it needs from the inputs).
+/* Backward of gdn_delta_fwd (recomputes what it needs from the inputs), for the same variant.
  * d_o: [B,T,H,V]; dht: [B,H,K,V] or NULL (no gradient on the final state).
- * Writes dq, dk [B,T,H,K], dv [B,T,H,V], dg, dbeta [B,T,H], dh0 [B,H,K,V] (dh0 may be NULL). */
+ * Writes dq, dk [B,T,H,K], dv [B,T,H,V], dg, dbeta [B,T,H], dh0 [B,H,K,V] (dh0, dg and dbeta
+ * may be NULL). The gradient of an input the variant ignores is written as exact zeros. */
 void R_(gdn_delta_bwd)(const gdn_delta_shape *s, const real_ *q, const real_ *k, const real_ *v,
                        const real_ *g, const real_ *beta, real_ scale, const real_ *h0,
                        const real_ *d_o, const real_ *dht, real_ *dq, real_ *dk, real_ *dv,
@@ -33,12 +38,13 @@ void R_(gdn_delta_bwd)(const gdn_delta_shape *s, const real_ *q, const real_ *k,
 /* For sequence parallelism (docs/design.md section 3.4). Per batch b and head h, gdn_delta_fwd on the same
  * inputs gives ht = M h0 + H for every h0. M [B,H,K,K] = product over the chunks, in order, of
  * gamma_C I - K^T diag(gamma_C / gamma) W; H [B,H,K,V] = ht from h0 = 0 (H may be NULL).
- * k: [B,T,H,K]; v: [B,T,H,V]; g, beta: [B,T,H]. */
+ * k: [B,T,H,K]; v: [B,T,H,V]; g, beta: [B,T,H]. Every variant: without the delta term W = 0,
+ * so M = prod gamma_C I (exactly diagonal); without decay gamma = 1. Ignored inputs may be NULL. */
 void R_(gdn_delta_transition)(const gdn_delta_shape *s, const real_ *k, const real_ *v,
                               const real_ *g, const real_ *beta, real_ *M, real_ *H);
 /* The adjoint counterpart: gdn_delta_bwd's dh0 = M^T dht + E for every dht and h0, where
  * E [B,H,K,V] = dh0 at dht = 0 (it depends on neither v nor h0).
- * q, k: [B,T,H,K]; g, beta: [B,T,H]; d_o: [B,T,H,V]. */
+ * q, k: [B,T,H,K]; g, beta: [B,T,H]; d_o: [B,T,H,V]. Every variant, as above. */
 void R_(gdn_delta_transition_adjoint)(const gdn_delta_shape *s, const real_ *q, const real_ *k,
                                       const real_ *g, const real_ *beta, real_ scale,
                                       const real_ *d_o, real_ *E);

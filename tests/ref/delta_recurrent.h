@@ -1,6 +1,8 @@
-/* Independent fp64 reference for the gated delta rule: the plain token-by-token recurrence
- * and its hand-written backpropagation through time. Same conventions and shapes as
- * gdn_delta_fwd / gdn_delta_bwd in model/cpu/ops_cpu_decl.h (the chunk field is ignored). */
+/* Independent fp64 reference for the gated delta rule and the other mixers of model/mixer.h
+ * (s->variant): the plain token-by-token recurrence and its hand-written backpropagation
+ * through time. Same conventions and shapes as gdn_delta_fwd / gdn_delta_bwd in
+ * model/cpu/ops_cpu_decl.h (the chunk field is ignored), including the inputs a variant does
+ * not read (may be NULL) and the zero gradients written for them (dg, dbeta may be NULL). */
 #ifndef GDN_TEST_DELTA_RECURRENT_H
 #define GDN_TEST_DELTA_RECURRENT_H
 
