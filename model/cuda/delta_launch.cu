@@ -115,6 +115,9 @@ void gdn_cuda_delta_check_shape(const gdn_delta_shape *s) {
     if (s->qk_heads < 0 || (s->qk_heads > 0 && s->H % s->qk_heads != 0))
         GDN_CUDA_DIE("gated delta rule (cuda): qk_heads=%d is neither 0 (q, k with one head per "
                      "value head) nor a divisor of the value heads H=%d", s->qk_heads, s->H);
+    if (s->variant != 0)
+        GDN_CUDA_DIE("gated delta rule (cuda): mixer variant %d is not implemented on the GPU yet "
+                     "(only the gated delta rule, variant 0); use --backend cpu", s->variant);
     if ((long)s->B * s->H > 65535)
         GDN_CUDA_DIE("gated delta rule (cuda): B*H=%ld exceeds the grid limit 65535; split the batch",
                      (long)s->B * s->H);
