@@ -461,9 +461,9 @@ static void test_wrong_format(void **state) {
     path_in(f, "fmt.h5", path, sizeof path);
     float *p2 = calloc(f->table.total, sizeof(float));
     save_step(f, path, 1);
-    set_root_attr(path, "format_version", 2, NULL);
+    set_root_attr(path, "format_version", CKPT_FORMAT_VERSION + 1, NULL);
     int st = ckpt_load(path, &f->cfg, &f->table, p2, NULL, NULL, NULL, err, sizeof err);
-    expect_error(st, CKPT_E_FORMAT, err, "format_version is 2");
+    expect_error(st, CKPT_E_FORMAT, err, "format_version is 3");
     save_step(f, path, 1);
     set_root_attr(path, "format", 0, "other-format"); /* fixed-length string: read too */
     st = ckpt_load(path, &f->cfg, &f->table, p2, NULL, NULL, NULL, err, sizeof err);
