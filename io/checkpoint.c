@@ -34,6 +34,8 @@ const char *ckpt_status_str(int status) {
     case CKPT_E_MODEL: return "model configuration mismatch";
     case CKPT_E_TENSOR: return "missing or malformed tensor";
     case CKPT_E_CHECKSUM: return "checksum mismatch";
+    case CKPT_E_META: return "metadata checksum mismatch";
+    case CKPT_E_DAMAGED: return "damaged file";
     default: return "unknown status";
     }
 }
@@ -215,7 +217,8 @@ static int write_all(hid_t file, const ckpt_contents *c, char *err, size_t errle
             write_tensors(file, "/optim/v", c->table, c->v, err, errlen) < 0)
             return -1;
     }
-    return write_state(file, c, err, errlen);
+    if (write_state(file, c, err, errlen) < 0) return -1;
+    return ckpt_meta_write(file, err, errlen);
 }
 
 /* fsync of a file or directory by path; errno is kept on failure. */
@@ -240,6 +243,129 @@ static void dir_of(const char *path, char *out, size_t outlen) {
         snprintf(out, outlen, "%.*s", (int)(slash - path), path);
 }
 
+/* The core driver's memory goes through these callbacks so that the buffer it would free at
+ * close, the finished file, is kept instead: H5Fget_file_image before the close returns the
+ * superblock with a stale checksum in HDF5 1.10. One save at a time (HDF5 is not thread-safe
+ * here either). */
+static struct {
+    void *kept;
+    size_t cap;
+} core_image;
+
+static void *img_malloc(size_t size, H5FD_file_image_op_t op, void *udata) {
+    (void)op, (void)udata;
+    void *p = malloc(size);
+    if (p) core_image.cap = size;
+    return p;
+}
+static void *img_memcpy(void *dest, const void *src, size_t size, H5FD_file_image_op_t op,
+                        void *udata) {
+    (void)op, (void)udata;
+    return memcpy(dest, src, size);
+}
+static void *img_realloc(void *ptr, size_t size, H5FD_file_image_op_t op, void *udata) {
+    (void)op, (void)udata;
+    void *p = realloc(ptr, size);
+    if (p) core_image.cap = size;
+    return p;
+}
+static herr_t img_free(void *ptr, H5FD_file_image_op_t op, void *udata) {
+    (void)udata;
+    if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && !core_image.kept)
+        core_image.kept = ptr;
+    else
+        free(ptr);
+    return 0;
+}
+
+/* Access properties for building a file in memory: nothing reaches the disk through HDF5. */
+static hid_t memory_fapl(size_t increment) {
+    H5FD_file_image_callbacks_t cb = {img_malloc, img_memcpy, img_realloc, img_free,
+                                      NULL,       NULL,       NULL};
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0) return -1;
+    if (H5Pset_fapl_core(fapl, increment, 0) < 0 ||
+        H5Pset_file_image_callbacks(fapl, &cb) < 0 ||
+        H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0 ||
+        H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18) < 0) {
+        H5Pclose(fapl);
+        return -1;
+    }
+    return fapl;
+}
+
+/* Builds the whole file in memory; *image is malloced, *size its length. */
+static int build_image(const ckpt_contents *c, void **image, size_t *size, char *reason,
+                       size_t rlen) {
+    *image = NULL;
+    size_t tensors = c->table->total * sizeof(float) * (c->m ? 3 : 1);
+    hid_t fapl = memory_fapl(tensors + (1u << 20)), file = -1;
+    ssize_t n = -1;
+    int rc = -1;
+    if (fapl < 0) {
+        io_h5_errf(reason, rlen, "cannot set up HDF5 file access");
+        return -1;
+    }
+    free(core_image.kept);
+    core_image.kept = NULL;
+    /* The name only labels HDF5's messages: with no backing store the core driver opens no file. */
+    file = H5Fcreate("checkpoint-in-memory.h5", H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (file < 0) {
+        char h5[256];
+        io_h5_errf(reason, rlen, "cannot create an HDF5 file in memory (%s)",
+                   io_h5_last_error(h5, sizeof h5));
+        goto out;
+    }
+    if (write_all(file, c, reason, rlen) < 0) goto out;
+    if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0 || (n = H5Fget_file_image(file, NULL, 0)) <= 0) {
+        io_h5_errf(reason, rlen, "cannot finish the HDF5 file in memory");
+        goto out;
+    }
+    rc = 0;
+out:
+    /* Closing a file in memory writes nothing, so it cannot fail on a full disk. */
+    if (file >= 0 && H5Fclose(file) < 0 && rc == 0) {
+        io_h5_errf(reason, rlen, "cannot close the HDF5 file in memory");
+        rc = -1;
+    }
+    io_h5_close(fapl);
+    if (rc == 0 && (!core_image.kept || core_image.cap < (size_t)n)) {
+        io_h5_errf(reason, rlen, "the HDF5 file image was not kept at close");
+        rc = -1;
+    }
+    if (rc == 0) {
+        *image = core_image.kept;
+        *size = (size_t)n;
+    } else {
+        free(core_image.kept);
+    }
+    core_image.kept = NULL;
+    return rc;
+}
+
+/* Writes n bytes to fd and fsyncs it; does not close it. */
+static int write_fd(int fd, const char *tmp, const void *data, size_t n, char *reason, size_t rlen) {
+    const char *b = data;
+    size_t left = n;
+    while (left > 0) {
+        ssize_t k = write(fd, b, left > (1u << 30) ? (1u << 30) : left);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            int e = k < 0 ? errno : ENOSPC;
+            io_h5_errf(reason, rlen, "cannot write %s after %zu of %zu bytes: %s (disk full?)", tmp,
+                       n - left, n, strerror(e));
+            return -1;
+        }
+        b += k;
+        left -= (size_t)k;
+    }
+    if (fsync(fd) < 0) {
+        io_h5_errf(reason, rlen, "fsync of %s failed: %s", tmp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int ckpt_save_atomic(const char *path, const ckpt_contents *c, char *err, size_t errlen) {
     char reason[1024] = "", tmp[PATH_MAX], dir[PATH_MAX];
     io_h5_quiet();
@@ -259,36 +385,28 @@ int ckpt_save_atomic(const char *path, const ckpt_contents *c, char *err, size_t
     dir_of(path, dir, sizeof dir);
 
     atomic_fetch_add(&saves_in_flight, 1);
-    hid_t fapl = -1, file = -1;
-    int renamed = 0;
+    void *image = NULL;
+    size_t size = 0;
+    int renamed = 0, fd = -1;
     st = CKPT_E_IO;
     unlink(tmp); /* a leftover of an earlier process that had our pid */
-    if ((fapl = ckpt_fapl()) < 0) {
-        io_h5_errf(reason, sizeof reason, "cannot set up HDF5 file access");
-        goto fail;
-    }
-    file = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
-    if (file < 0) {
-        char h5[256];
+    /* The temp file first: an unwritable directory is reported before any work. */
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
         io_h5_errf(reason, sizeof reason,
                    "cannot create temp file %s (%s); check that %s exists and is writable", tmp,
-                   io_h5_last_error(h5, sizeof h5), dir);
+                   strerror(errno), dir);
         goto fail;
     }
-    if (write_all(file, c, reason, sizeof reason) < 0) goto fail;
-    /* Errors such as a full disk can surface only when cached metadata is written out. */
-    if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) {
-        io_h5_errf(reason, sizeof reason, "cannot flush %s (disk full?)", tmp);
+    if (build_image(c, &image, &size, reason, sizeof reason) < 0 ||
+        write_fd(fd, tmp, image, size, reason, sizeof reason) < 0)
         goto fail;
-    }
-    herr_t closed = H5Fclose(file);
-    file = -1;
+    free(image);
+    image = NULL;
+    int closed = close(fd);
+    fd = -1;
     if (closed < 0) {
-        io_h5_errf(reason, sizeof reason, "cannot close %s (disk full?)", tmp);
-        goto fail;
-    }
-    if (fsync_path(tmp, 0) < 0) {
-        io_h5_errf(reason, sizeof reason, "fsync of %s failed: %s", tmp, strerror(errno));
+        io_h5_errf(reason, sizeof reason, "cannot close %s: %s (disk full?)", tmp, strerror(errno));
         goto fail;
     }
     if (rename(tmp, path) < 0) {
@@ -304,12 +422,11 @@ int ckpt_save_atomic(const char *path, const ckpt_contents *c, char *err, size_t
                    dir, strerror(errno));
         goto fail;
     }
-    H5Pclose(fapl);
     atomic_fetch_sub(&saves_in_flight, 1);
     return CKPT_OK;
 fail:
-    if (file >= 0) H5Fclose(file);
-    io_h5_close(fapl);
+    free(image);
+    if (fd >= 0) close(fd);
     if (!renamed) unlink(tmp);
     atomic_fetch_sub(&saves_in_flight, 1);
     io_h5_errf(err, errlen, "cannot save checkpoint %s: %s%s", path, reason,
@@ -361,13 +478,17 @@ static int open_checkpoint(const char *path, hid_t *file_out, int64_t *version, 
                    sub);
         goto fail;
     }
-    if (*version != CKPT_FORMAT_VERSION) {
+    if (*version < 1 || *version > CKPT_FORMAT_VERSION) {
         io_h5_errf(reason, rlen,
-                   "format_version is %lld but this gdn reads version %d: use a gdn release "
-                   "that reads it",
+                   "format_version is %lld but this gdn reads versions 1 to %d: use a gdn "
+                   "release that reads it",
                    (long long)*version, CKPT_FORMAT_VERSION);
         goto fail;
     }
+    int unprotected = 0;
+    st = ckpt_meta_verify(file, *version, &unprotected, reason, rlen);
+    if (st != CKPT_OK) goto fail;
+    if (unprotected) ckpt_meta_unprotected_seen = 1;
     free(format);
     *file_out = file;
     return CKPT_OK;
@@ -466,7 +587,7 @@ fail:
     return CKPT_E_FORMAT;
 }
 
-int ckpt_read_info(const char *path, ckpt_info *info, char *err, size_t errlen) {
+static int read_info_direct(const char *path, ckpt_info *info, char *err, size_t errlen) {
     char reason[1024] = "";
     hid_t file;
     int64_t version;
@@ -581,8 +702,9 @@ fail:
     return st;
 }
 
-int ckpt_load(const char *path, const gdn_config *expect_model, const gdn_param_table *table,
-              float *params, float *m, float *v, ckpt_info *info, char *err, size_t errlen) {
+static int load_direct(const char *path, const gdn_config *expect_model,
+                       const gdn_param_table *table, float *params, float *m, float *v,
+                       ckpt_info *info, char *err, size_t errlen) {
     char reason[2048] = "";
     ckpt_info local;
     ckpt_info *inf = info ? info : &local;
@@ -759,7 +881,8 @@ report:
     if (ctx->fn && ctx->fn(&tv, ctx->user) != 0) ctx->stopped = 1;
 }
 
-int ckpt_verify(const char *path, ckpt_tensor_fn fn, void *user, char *err, size_t errlen) {
+static int verify_direct(const char *path, ckpt_tensor_fn fn, void *user, char *err,
+                         size_t errlen) {
     static const char *groups[] = {"params", "optim/m", "optim/v"};
     char reason[1536] = "";
     hid_t file;
@@ -806,4 +929,69 @@ out:
     free(ctx.buf);
     if (st != CKPT_OK) io_h5_errf(err, errlen, "%s: %s", path, reason);
     return st;
+}
+
+/* ---- the public readers: each runs first in a child process (see ckpt_guard.c) ------------ */
+
+typedef struct {
+    const char *path;
+    ckpt_info *info;
+    const gdn_config *expect_model;
+    const gdn_param_table *table;
+    float *params, *m, *v;
+} reader_args;
+
+static int read_info_job(void *arg, char *err, size_t errlen) {
+    reader_args *a = arg;
+    int st = read_info_direct(a->path, a->info, err, errlen);
+    if (st == CKPT_OK) ckpt_info_free(a->info);
+    return st;
+}
+
+int ckpt_read_info(const char *path, ckpt_info *info, char *err, size_t errlen) {
+    memset(info, 0, sizeof *info);
+    if (!path) {
+        io_h5_errf(err, errlen, "ckpt_read_info: no path given");
+        return CKPT_E_ARG;
+    }
+    reader_args a = {.path = path, .info = info};
+    int st = ckpt_guard_run(path, read_info_job, &a, err, errlen);
+    return st != CKPT_OK ? st : read_info_direct(path, info, err, errlen);
+}
+
+static int load_job(void *arg, char *err, size_t errlen) {
+    reader_args *a = arg;
+    ckpt_info info;
+    return load_direct(a->path, a->expect_model, a->table, a->params, a->m, a->v, &info, err,
+                       errlen);
+}
+
+int ckpt_load(const char *path, const gdn_config *expect_model, const gdn_param_table *table,
+              float *params, float *m, float *v, ckpt_info *info, char *err, size_t errlen) {
+    if (info) memset(info, 0, sizeof *info);
+    if (!path || !table || !params || (m == NULL) != (v == NULL))
+        return load_direct(path, expect_model, table, params, m, v, info, err, errlen);
+    reader_args a = {.path = path, .expect_model = expect_model, .table = table,
+                     .params = params, .m = m, .v = v};
+    int st = ckpt_guard_run(path, load_job, &a, err, errlen);
+    return st != CKPT_OK ? st : load_direct(path, expect_model, table, params, m, v, info, err, errlen);
+}
+
+static int verify_job(void *arg, char *err, size_t errlen) {
+    reader_args *a = arg;
+    return verify_direct(a->path, NULL, NULL, err, errlen);
+}
+
+int ckpt_verify(const char *path, ckpt_tensor_fn fn, void *user, char *err, size_t errlen) {
+    if (!path) {
+        io_h5_errf(err, errlen, "ckpt_verify: no path given");
+        return CKPT_E_ARG;
+    }
+    reader_args a = {.path = path};
+    int st = ckpt_guard_run(path, verify_job, &a, err, errlen);
+    /* A failed child already said what is wrong; without a callback its answer is all. */
+    if (st != CKPT_OK && st != CKPT_E_CHECKSUM && st != CKPT_E_TENSOR) return st;
+    if (st == CKPT_OK) ckpt_guard_mark_verified(path);
+    if (!fn) return st;
+    return verify_direct(path, fn, user, err, errlen);
 }

@@ -1,8 +1,11 @@
 /* HDF5 checkpoints: one file per saved step, written atomically, every tensor checksummed.
  *
- * Layout (format "gdn-checkpoint", format_version 1), readable by h5py with no special code:
+ * Layout (format "gdn-checkpoint", format_version 2), readable by h5py with no special code:
  *   /                 attrs format (UTF-8 str), format_version, step, tokens_seen (int64),
- *                     config (UTF-8 str: JSON of the full resolved run configuration)
+ *                     config (UTF-8 str: JSON of the full resolved run configuration),
+ *                     meta_checksums (str), meta_crc32 (uint32): crc32s over every other
+ *                     attribute of /, /model_config and /state and /state/rng, defined in
+ *                     io/ckpt_meta.c (version 1 files lack them: read with a warning)
  *   /model_config     attrs: one per gdn_config field (ints as int64, norm_eps as float64)
  *   /params/<name>    fp32, natural shape, contiguous; attr crc32 (uint32) = zlib crc32 of
  *                     the little-endian fp32 bytes, i.e. zlib.crc32(arr.tobytes()) in Python
@@ -11,8 +14,11 @@
  *                     data_position and schedule_step
  * Tensor groups track creation order, so tools list tensors in parameter-table order.
  *
- * Atomic save: the file is written as PATH.tmp.<pid> in the same directory, flushed, closed,
- * fsync'ed, renamed to PATH and the directory fsync'ed. A writer killed at any moment leaves
+ * Atomic save: the file is built in memory (HDF5's core driver), written with plain write()s
+ * as PATH.tmp.<pid> in the same directory, fsync'ed, renamed to PATH and the directory
+ * fsync'ed. Building in memory keeps libhdf5 away from disk errors: a failed write of the
+ * HDF5 file itself left the library holding a half-closed file that crashed the process at
+ * exit. A full disk is a plain write error: the temp file is removed and nothing stays open. A writer killed at any moment leaves
  * the previous checkpoints untouched and at worst a stale temp file that ckpt_prune removes.
  * Files are written with library-version bounds 1.8..1.8, so any HDF5 >= 1.8 reads them and
  * metadata carries HDF5's own checksums.
@@ -22,6 +28,11 @@
  * avoids "file locking disabled on this file system" failures on Lustre/NFS. HDF5's rule
  * still applies: HDF5_USE_FILE_LOCKING=TRUE|FALSE|BEST_EFFORT in the environment overrides.
  * h5py readers on such filesystems need HDF5_USE_FILE_LOCKING=FALSE themselves.
+ *
+ * Untrusted files: libhdf5 can crash or loop on damaged metadata, so every reader (read_info,
+ * load, verify, find_resume) first runs its own operation on the file in a forked child
+ * process (io/ckpt_guard.c) and reports a child's death or hang as CKPT_E_DAMAGED,
+ * "damaged: PATH: reason"; only after the child succeeded does the caller open the file.
  *
  * Errors: functions return a ckpt_status (negative on failure) and write a message naming
  * the file, the dataset or field, and what to do into err; nothing here exits. HDF5's own
@@ -37,7 +48,7 @@
 #include "model/params.h"
 
 #define CKPT_FORMAT "gdn-checkpoint"
-#define CKPT_FORMAT_VERSION 1
+#define CKPT_FORMAT_VERSION 2 /* 1 is still read (no metadata checksum) */
 #define CKPT_KV_NAME_MAX 48 /* a /state value's name, NUL included */
 #define CKPT_STATE_MAX 64   /* /state values per file */
 #define CKPT_MAX_NDIM 8     /* tensor rank that ckpt_verify reports */
@@ -59,6 +70,8 @@ typedef enum {
     CKPT_E_MODEL = -5,    /* its model configuration differs from this run's */
     CKPT_E_TENSOR = -6,   /* a tensor is missing, unreadable, unexpected, or has a wrong shape */
     CKPT_E_CHECKSUM = -7, /* a tensor's data do not match its crc32 */
+    CKPT_E_META = -8,     /* an attribute or /state value does not match the metadata checksum */
+    CKPT_E_DAMAGED = -9,  /* reading the file crashed or hung libhdf5 (in the checking child) */
 } ckpt_status;
 
 /* "ok", "bad argument", "i/o error", ...: a short name of a status for logs. */

@@ -6,11 +6,15 @@
  *       exactly the contents of its step, and ckpt_find_resume must pick the newest.
  *   ckpt_stress known FILE    writes a small checkpoint whose values ckpt_h5py.py recomputes.
  *   ckpt_stress inspect ...   runs gdn inspect (the library command) with these arguments.
+ *   ckpt_stress dataranges FILE   prints "OFFSET SIZE" of every dataset's raw data (so that
+ *       ckpt_mutate.py can aim at HDF5 metadata); only for trusted files.
  * The "write" model has 1.71M parameters: about 20 MB per file with the AdamW moments. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <hdf5.h>
 
 #include "io/checkpoint.h"
 #include "tests/ckpt_fake.h"
@@ -199,6 +203,26 @@ static int cmd_known(const char *path) {
     return rc < 0 ? 1 : 0;
 }
 
+static herr_t print_range(hid_t loc, const char *name, const H5O_info_t *oi, void *data) {
+    (void)data;
+    if (oi->type != H5O_TYPE_DATASET) return 0;
+    hid_t d = H5Dopen2(loc, name, H5P_DEFAULT);
+    if (d < 0) return -1;
+    haddr_t off = H5Dget_offset(d);
+    hsize_t size = H5Dget_storage_size(d);
+    H5Dclose(d);
+    if (off != HADDR_UNDEF) printf("%llu %llu\n", (unsigned long long)off, (unsigned long long)size);
+    return 0;
+}
+
+static int cmd_dataranges(const char *path) {
+    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (file < 0) return 1;
+    herr_t rc = H5Ovisit(file, H5_INDEX_NAME, H5_ITER_INC, print_range, NULL);
+    H5Fclose(file);
+    return rc < 0 ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "write") == 0) {
         int64_t steps = -1;
@@ -213,6 +237,7 @@ int main(int argc, char **argv) {
     }
     if (argc == 3 && strcmp(argv[1], "verify") == 0) return cmd_verify(argv[2]);
     if (argc == 3 && strcmp(argv[1], "known") == 0) return cmd_known(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "dataranges") == 0) return cmd_dataranges(argv[2]);
     if (argc >= 2 && strcmp(argv[1], "inspect") == 0) return gdn_cmd_inspect(argc - 1, argv + 1);
     fprintf(stderr, "usage: ckpt_stress write DIR [--steps N] [--keep K] | verify DIR | known FILE"
                     " | inspect [--json] FILE\n");

@@ -23,6 +23,8 @@
 #include <hdf5.h>
 
 #include "io/checkpoint.h"
+#include "io/ckpt_internal.h"
+#include "io/h5util.h"
 #include "tests/ckpt_fake.h"
 #include "train/commands.h"
 
@@ -461,9 +463,9 @@ static void test_wrong_format(void **state) {
     path_in(f, "fmt.h5", path, sizeof path);
     float *p2 = calloc(f->table.total, sizeof(float));
     save_step(f, path, 1);
-    set_root_attr(path, "format_version", 2, NULL);
+    set_root_attr(path, "format_version", CKPT_FORMAT_VERSION + 1, NULL);
     int st = ckpt_load(path, &f->cfg, &f->table, p2, NULL, NULL, NULL, err, sizeof err);
-    expect_error(st, CKPT_E_FORMAT, err, "format_version is 2");
+    expect_error(st, CKPT_E_FORMAT, err, "format_version is 3");
     save_step(f, path, 1);
     set_root_attr(path, "format", 0, "other-format"); /* fixed-length string: read too */
     st = ckpt_load(path, &f->cfg, &f->table, p2, NULL, NULL, NULL, err, sizeof err);
@@ -627,6 +629,255 @@ static void test_prune(void **state) {
     assert_int_equal(ckpt_prune(f->dir, 2, err, sizeof err), 0);
 }
 
+
+/* Overwrites an existing attribute of obj (a path in the file) in place with the same type. */
+static void poke_attr(const char *path, const char *obj, const char *name, const void *value,
+                      hid_t mtype) {
+    hid_t file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    assert_true(file >= 0);
+    hid_t o = H5Oopen(file, obj, H5P_DEFAULT);
+    assert_true(o >= 0);
+    hid_t a = H5Aopen(o, name, H5P_DEFAULT);
+    assert_true(a >= 0);
+    if (H5Awrite(a, mtype, value) < 0) {
+        H5Eprint2(H5E_DEFAULT, stderr);
+        fail_msg("cannot edit %s %s", obj, name);
+    }
+    H5Aclose(a);
+    H5Oclose(o);
+    H5Fclose(file);
+}
+
+static int run_inspect_quiet(const char *path) {
+    char *argv[] = {"inspect", (char *)path, NULL};
+    fflush(stdout);
+    int saved = dup(1), devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    int rc = gdn_cmd_inspect(2, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    close(devnull);
+    return rc;
+}
+
+/* Every metadata item edited after the save (as h5py or a flipped byte would) is refused by
+ * every reader, naming the item. */
+static void test_metadata_edits_are_named(void **state) {
+    fixture *f = *state;
+    char path[512], err[2048];
+    path_in(f, "meta.h5", path, sizeof path);
+    float *p2 = calloc(f->table.total, sizeof(float));
+    const int64_t big = 999999;
+    const double eps = 1e-3;
+    const char *vstr = "{\"run\": 2}";
+    hid_t str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, H5T_VARIABLE);
+    H5Tset_cset(str, H5T_CSET_UTF8);
+    struct {
+        const char *obj, *name, *item;
+        const void *value;
+        hid_t mtype;
+    } edits[] = {
+        {"/", "step", "step", &big, H5T_NATIVE_INT64},
+        {"/", "tokens_seen", "tokens_seen", &big, H5T_NATIVE_INT64},
+        {"/", "config", "config", &vstr, str},
+        {"/model_config", "d_model", "model_config/d_model", &big, H5T_NATIVE_INT64},
+        {"/model_config", "norm_eps", "model_config/norm_eps", &eps, H5T_NATIVE_DOUBLE},
+        {"/state", "data_position", "state/data_position", &big, H5T_NATIVE_INT64},
+        {"/state", "schedule_step", "state/schedule_step", &big, H5T_NATIVE_INT64},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        save_step(f, path, 4);
+        poke_attr(path, edits[i].obj, edits[i].name, edits[i].value, edits[i].mtype);
+        char want[128];
+        snprintf(want, sizeof want, "metadata checksum mismatch in %s", edits[i].item);
+        int st = ckpt_load(path, NULL, &f->table, p2, NULL, NULL, NULL, err, sizeof err);
+        expect_error(st, CKPT_E_META, err, want);
+        ckpt_info info;
+        st = ckpt_read_info(path, &info, err, sizeof err);
+        expect_error(st, CKPT_E_META, err, want);
+        st = ckpt_verify(path, NULL, NULL, err, sizeof err);
+        expect_error(st, CKPT_E_META, err, want);
+        assert_int_equal(run_inspect_quiet(path), 1);
+    }
+    H5Tclose(str);
+    /* /state/rng, a dataset. */
+    save_step(f, path, 4);
+    hid_t file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t d = H5Dopen2(file, "/state/rng", H5P_DEFAULT);
+    uint64_t rng[5] = {1, 2, 3, 4, 5};
+    assert_true(H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rng) >= 0);
+    H5Dclose(d);
+    /* An added /state value is named too. */
+    H5Fclose(file);
+    int st = ckpt_verify(path, NULL, NULL, err, sizeof err);
+    expect_error(st, CKPT_E_META, err, "state/rng");
+    save_step(f, path, 4);
+    file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t g = H5Gopen2(file, "/state", H5P_DEFAULT);
+    char sub[256];
+    assert_int_equal(io_h5_attr_write_i64(g, "extra", 1, sub, sizeof sub), 0);
+    H5Gclose(g);
+    H5Fclose(file);
+    st = ckpt_verify(path, NULL, NULL, err, sizeof err);
+    expect_error(st, CKPT_E_META, err, "state/extra (not in the checksum list: added)");
+    /* Removing the checksums of a version-2 file is refused... */
+    save_step(f, path, 4);
+    file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    assert_true(H5Adelete(file, "meta_checksums") >= 0);
+    H5Fclose(file);
+    st = ckpt_load(path, NULL, &f->table, p2, NULL, NULL, NULL, err, sizeof err);
+    expect_error(st, CKPT_E_META, err, "missing or unreadable");
+    /* ...a version-1 file (no checksums) is read, with a warning on stderr. */
+    file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    assert_true(H5Adelete(file, "meta_crc32") >= 0);
+    int64_t one = 1;
+    hid_t a = H5Aopen(file, "format_version", H5P_DEFAULT);
+    assert_true(H5Awrite(a, H5T_NATIVE_INT64, &one) >= 0);
+    H5Aclose(a);
+    H5Fclose(file);
+    st = ckpt_load(path, &f->cfg, &f->table, p2, NULL, NULL, NULL, err, sizeof err);
+    if (st != CKPT_OK) fail_msg("version-1 file refused: %s", err);
+    assert_memory_equal(p2, f->params, f->table.total * sizeof(float));
+    /* Changing the version of a version-2 file to 1 does not switch the check off. */
+    save_step(f, path, 4);
+    poke_attr(path, "/", "format_version", &one, H5T_NATIVE_INT64);
+    st = ckpt_verify(path, NULL, NULL, err, sizeof err);
+    expect_error(st, CKPT_E_META, err, "format_version");
+    free(p2);
+}
+
+static void crash_hook(void) { raise(SIGSEGV); }
+static void abort_hook(void) { abort(); }
+static void hang_hook(void) {
+    for (;;) pause();
+}
+
+/* A reader whose child process crashes or hangs (what libhdf5 does on some damaged metadata)
+ * reports "damaged" and the calling process goes on. */
+static void test_child_crash_and_hang_are_damage(void **state) {
+    fixture *f = *state;
+    char path[512], err[2048];
+    ckpt_path_for_step(f->dir, 3, path, sizeof path);
+    save_step(f, path, 3);
+    float *p2 = calloc(f->table.total, sizeof(float));
+    ckpt_guard_child_hook = crash_hook;
+    int st = ckpt_load(path, &f->cfg, &f->table, p2, NULL, NULL, NULL, err, sizeof err);
+    expect_error(st, CKPT_E_DAMAGED, err, "damaged: ");
+    assert_non_null(strstr(err, "crashed the HDF5 library (signal 11"));
+    assert_non_null(strstr(err, path));
+    ckpt_guard_child_hook = abort_hook;
+    ckpt_info info;
+    st = ckpt_read_info(path, &info, err, sizeof err);
+    expect_error(st, CKPT_E_DAMAGED, err, "signal 6");
+    assert_int_equal(run_inspect_quiet(path), 1);
+    ckpt_guard_child_hook = hang_hook;
+    setenv("GDN_CKPT_CHECK_TIMEOUT", "1", 1);
+    st = ckpt_verify(path, NULL, NULL, err, sizeof err);
+    unsetenv("GDN_CKPT_CHECK_TIMEOUT");
+    expect_error(st, CKPT_E_DAMAGED, err, "did not finish within 1 s");
+    /* resume skips a file whose check crashes... when every file crashes, none is usable. */
+    ckpt_guard_child_hook = crash_hook;
+    char found[512];
+    int64_t step;
+    st = ckpt_find_resume(f->dir, found, sizeof found, &step, err, sizeof err);
+    ckpt_guard_child_hook = NULL;
+    assert_int_equal(st, CKPT_E_DAMAGED);
+    st = ckpt_load(path, &f->cfg, &f->table, p2, NULL, NULL, NULL, err, sizeof err);
+    if (st != CKPT_OK) fail_msg("%s", err);
+    free(p2);
+}
+
+/* Flipped bytes in HDF5 metadata: every reader answers (ok with the right contents, or an
+ * error), none crashes this process. Some of these flips crash libhdf5 1.10 itself. */
+static void test_flipped_metadata_never_crashes(void **state) {
+    fixture *f = *state;
+    char path[512], bad[600], err[2048];
+    path_in(f, "orig.h5", path, sizeof path);
+    snprintf(bad, sizeof bad, "%s/bad.h5", f->dir);
+    save_step(f, path, 6);
+    FILE *fp = fopen(path, "rb");
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    unsigned char *data = malloc((size_t)n);
+    fseek(fp, 0, SEEK_SET);
+    assert_int_equal(fread(data, 1, (size_t)n, fp), (size_t)n);
+    fclose(fp);
+    size_t total = f->table.total;
+    float *p2 = malloc(total * sizeof(float)), *m2 = malloc(total * sizeof(float)),
+          *v2 = malloc(total * sizeof(float));
+    uint64_t seed = 12345;
+    int ok = 0, errors = 0, damaged = 0;
+    for (int k = 0; k < 80; k++) {
+        unsigned char *b = malloc((size_t)n);
+        memcpy(b, data, (size_t)n);
+        for (int j = 0; j < 2; j++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            long off = (long)((seed >> 33) % (uint64_t)n);
+            b[off] ^= (unsigned char)(1u << ((seed >> 20) & 7));
+        }
+        fp = fopen(bad, "wb");
+        fwrite(b, 1, (size_t)n, fp);
+        fclose(fp);
+        free(b);
+        ckpt_info info;
+        int st = ckpt_load(bad, &f->cfg, &f->table, p2, m2, v2, &info, err, sizeof err);
+        if (st == CKPT_OK) {
+            /* Accepted: then everything must be exactly what was saved. */
+            assert_memory_equal(p2, f->params, total * sizeof(float));
+            assert_memory_equal(m2, f->m, total * sizeof(float));
+            assert_memory_equal(v2, f->v, total * sizeof(float));
+            assert_int_equal(info.step, 6);
+            assert_int_equal(info.tokens_seen, 6 * 4096 + (INT64_C(1) << 40));
+            ckpt_info_free(&info);
+            ok++;
+        } else {
+            assert_true(err[0] != '\0');
+            errors++;
+            damaged += st == CKPT_E_DAMAGED;
+        }
+        st = ckpt_verify(bad, NULL, NULL, err, sizeof err);
+        assert_true(st == CKPT_OK || err[0] != '\0');
+    }
+    printf("flipped metadata: %d accepted intact, %d refused (%d of them crashed libhdf5 in the "
+           "child)\n", ok, errors, damaged);
+    free(data);
+    free(p2);
+    free(m2);
+    free(v2);
+}
+
+/* A save that fails on a full file system leaves nothing open: the process then exits
+ * normally (libhdf5's exit handler crashed on a half-closed file before). */
+static void test_failed_save_then_clean_exit(void **state) {
+    fixture *f = *state;
+    char path[512];
+    ckpt_path_for_step(f->dir, 1, path, sizeof path);
+    const rlim_t limits[3] = {512, 40000, 100000};
+    for (int i = 0; i < 3; i++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            struct rlimit rl = {limits[i], limits[i]};
+            signal(SIGXFSZ, SIG_IGN);
+            if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(3);
+            char err[2048];
+            ckpt_contents c = contents(f, 1, "{}");
+            int st = ckpt_save_atomic(path, &c, err, sizeof err);
+            exit(st == CKPT_E_IO && strstr(err, "File too large") ? 0 : 1); /* runs atexit */
+        }
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            fail_msg("limit %llu: the process did not exit cleanly (status 0x%x)",
+                     (unsigned long long)limits[i], status);
+        assert_int_equal(access(path, F_OK), -1);
+        assert_int_equal(count_named(f->dir, ".tmp."), 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_round_trip_bitwise, setup, teardown),
@@ -640,6 +891,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_missing_extra_and_reshaped_tensors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_find_resume_skips_damaged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prune, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_metadata_edits_are_named, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_child_crash_and_hang_are_damage, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flipped_metadata_never_crashes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_save_then_clean_exit, setup, teardown),
     };
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,7 +4,8 @@
 ckpt_stress writes a small file with known values; `inspect --json` reports what the C library
 reads. Here h5py must find: the format attributes as str/int, the groups, every tensor's shape,
 dtype and zlib crc32, L2 norms equal to the C ones (1e-6 relative), the exact known values,
-the model config and the /state values. A copy with one flipped data byte must then fail both
+the model config and the /state values, and the metadata checksums recomputed from their
+definition (io/ckpt_meta.c). A copy with one edited attribute must fail inspect, naming it. A copy with one flipped data byte must then fail both
 inspect (naming the tensor) and the h5py crc check.
 Usage: ckpt_h5py.py CKPT_STRESS
 """
@@ -30,9 +31,28 @@ def check(cond, msg):
         fail(msg)
 
 
+def meta_checksums(f):
+    """meta_checksums as defined in io/ckpt_meta.c, from what h5py reads."""
+    def value_bytes(v):
+        if isinstance(v, (str, bytes)):
+            return v.encode() if isinstance(v, str) else v
+        if isinstance(v, (np.floating, float)):
+            return np.float64(v).astype("<f8").tobytes()
+        return np.int64(v).astype("<i8").tobytes()
+    items = {}
+    for prefix, obj in (("", f), ("model_config/", f["model_config"]), ("state/", f["state"])):
+        for k, v in obj.attrs.items():
+            if prefix == "" and k in ("meta_checksums", "meta_crc32"):
+                continue
+            items[prefix + k] = value_bytes(v)
+    items["state/rng"] = f["state/rng"][()].astype("<u8").tobytes()
+    crc = {n: zlib.crc32(n.encode() + b"\0" + v) for n, v in items.items()}
+    return "".join(f"{n} {crc[n]:08x}\n" for n in sorted(items, key=lambda n: n.encode()))
+
+
 def inspect(stress, path):
     r = subprocess.run([stress, "inspect", "--json", path], capture_output=True, text=True)
-    return r.returncode, json.loads(r.stdout), r.stderr
+    return r.returncode, json.loads(r.stdout) if r.stdout.strip() else None, r.stderr
 
 
 def main():
@@ -47,13 +67,16 @@ def main():
             a = f.attrs
             check(isinstance(a["format"], str) and a["format"] == "gdn-checkpoint",
                   f"format attribute {a['format']!r} is not the str 'gdn-checkpoint'")
-            check(a["format_version"] == 1 and a["format_version"].dtype == np.int64, "format_version")
+            check(a["format_version"] == 2 and a["format_version"].dtype == np.int64, "format_version")
             check(a["step"] == rep["step"] == 12, "step")
             check(a["tokens_seen"] == rep["tokens_seen"] == 12 * 4096, "tokens_seen")
             check(isinstance(a["config"], str), "config is not a str")
             cfg = json.loads(a["config"])
             check(cfg == json.loads(rep["config"]) and cfg["name"] == "known \u00e9", "config JSON")
             check(set(f.keys()) == {"model_config", "params", "optim", "state"}, f"groups {list(f.keys())}")
+            mine = meta_checksums(f)
+            check(a["meta_checksums"] == mine, f"meta_checksums: file {a['meta_checksums']!r} vs h5py {mine!r}")
+            check(a["meta_crc32"] == zlib.crc32(mine.encode()), "meta_crc32")
             check(set(f["optim"].keys()) == {"m", "v"}, "optim groups")
 
             mc = f["model_config"].attrs
@@ -106,6 +129,15 @@ def main():
         check([t["name"] for t in rep2["tensors"] if t["status"] != "ok"] == [victim], "MISMATCH rows")
         with h5py.File(bad, "r") as f:
             check(zlib.crc32(f[victim][()].tobytes()) != f[victim].attrs["crc32"], "h5py crc32 missed the flip")
+        # An attribute edited with h5py: inspect names it and exits 1.
+        for obj, name, value in (("/", "step", np.int64(13)), ("/state", "data_position", np.int64(5)),
+                                 ("/model_config", "d_ff", np.int64(64))):
+            shutil.copy(path, bad)
+            with h5py.File(bad, "r+") as f:
+                f[obj].attrs[name] = value
+            rc, rep3, err = inspect(stress, bad)
+            item = (obj.strip("/") + "/" if obj != "/" else "") + name
+            check(rc == 1 and f"metadata checksum mismatch in {item}" in err, f"edit of {item}: {err}")
     print(f"ckpt_h5py: {len(tensors)} tensors checked with h5py {h5py.__version__} "
           f"(HDF5 {h5py.version.hdf5_version}); damaged copy rejected, {victim} named")
 

@@ -19,8 +19,15 @@ prev=0
 for i in $(seq 1 "$iters"); do
   "$stress" write "$dir" --keep 3 2>"$dir/writer.log" &
   pid=$!
-  ms=$((100 + RANDOM % 900))
-  sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
+  # Progress is counted, not timed: wait (bounded generously) until this writer has finished
+  # a save, then kill it a random moment later, mostly inside one of its next saves.
+  for _ in $(seq 1 6000); do
+    now=$(newest_step); [ "${now:-0}" -gt "$prev" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.02
+  done
+  ms=$((RANDOM % 700))
+  sleep "0.$(printf '%03d' "$ms")"
   kill -KILL "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null && { echo "ckpt_kill: writer exited by itself:"; cat "$dir/writer.log"; exit 1; }
   if ls "$dir" | grep -q '\.tmp\.'; then mid_write=$((mid_write + 1)); fi
