@@ -207,7 +207,10 @@ static int read_scale(hid_t file, const char *path, double *scale) {
     double v = 0.0;
     if (cls != H5T_INTEGER && cls != H5T_FLOAT)
         fprintf(stderr, "gdn op: %s: attribute 'scale' must be a number (an integer or float), not %s\n", path,
-                cls == H5T_STRING ? "a string" : "this type");
+                cls == H5T_STRING ? "a string"
+                : cls == H5T_ENUM ? "an enumeration (h5py stores a bool so)"
+                : cls == H5T_ARRAY ? "an array"
+                                   : "a non-numeric type");
     else if (scls != H5S_SCALAR)
         fprintf(stderr, "gdn op: %s: attribute 'scale' must be a single number, not an array\n", path);
     else if (H5Aread(at, H5T_NATIVE_DOUBLE, &v) < 0)
