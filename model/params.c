@@ -11,11 +11,33 @@
 typedef struct {
     gdn_param_table *t;
     int cap;
+    char *err; /* the first size error; later tensors are skipped */
+    int err_len, failed;
 } table_builder;
 
-static size_t add_tensor(table_builder *b, const char *name, int ndim, int d0, int d1, int d2,
-                         int no_decay) {
+/* Sizes are computed in size_t with overflow checks: a setting such as n_heads = 2^31 - 1 must
+ * give a clear error, never a wrapped product and a short allocation. */
+static size_t add_tensor(table_builder *b, const char *name, int ndim, size_t d0, size_t d1,
+                         size_t d2, int no_decay) {
     gdn_param_table *t = b->t;
+    if (b->failed) return 0;
+    size_t numel = d0, total;
+    if ((ndim > 1 && __builtin_mul_overflow(numel, d1, &numel)) ||
+        (ndim > 2 && __builtin_mul_overflow(numel, d2, &numel)) || numel > GDN_MAX_TENSOR_ELEMS) {
+        snprintf(b->err, (size_t)b->err_len,
+                 "tensor %s would have more than %llu elements (shape %zu x %zu x %zu): "
+                 "reduce the model dimensions", name, GDN_MAX_TENSOR_ELEMS, d0,
+                 ndim > 1 ? d1 : 1, ndim > 2 ? d2 : 1);
+        b->failed = 1;
+        return 0;
+    }
+    if (__builtin_add_overflow(t->total, numel, &total) || total > GDN_MAX_PARAMS) {
+        snprintf(b->err, (size_t)b->err_len,
+                 "the model would have more than %llu parameters (at tensor %s): reduce the "
+                 "model dimensions", GDN_MAX_PARAMS, name);
+        b->failed = 1;
+        return 0;
+    }
     if (t->n == b->cap) {
         b->cap = b->cap ? 2 * b->cap : 64;
         gdn_param *np = realloc(t->p, (size_t)b->cap * sizeof *np);
@@ -26,27 +48,48 @@ static size_t add_tensor(table_builder *b, const char *name, int ndim, int d0, i
     memset(p, 0, sizeof *p);
     if (snprintf(p->name, sizeof p->name, "%s", name) >= (int)sizeof p->name)
         GDN_DIE("parameter name too long: %s", name);
+    /* every factor is at most numel <= GDN_MAX_TENSOR_ELEMS, so it fits an int */
     p->ndim = ndim;
-    p->shape[0] = d0;
-    p->shape[1] = d1;
-    p->shape[2] = d2;
-    p->numel = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1) * (ndim > 2 ? (size_t)d2 : 1);
+    p->shape[0] = (int)d0;
+    p->shape[1] = ndim > 1 ? (int)d1 : 0;
+    p->shape[2] = ndim > 2 ? (int)d2 : 0;
+    p->numel = numel;
     p->offset = t->total;
     p->no_decay = no_decay;
-    t->total += p->numel;
+    t->total = total;
     return p->offset;
 }
 
-void gdn_param_table_build(gdn_param_table *t, const gdn_config *c) {
+static int build(gdn_param_table *t, const gdn_config *c, char *err, int err_len) {
     memset(t, 0, sizeof *t);
     t->cfg = *c;
-    table_builder b = {t, 0};
-    const int D = c->d_model, H = c->n_heads, K = c->head_dim, V = gdn_config_head_v(c);
-    const int F = c->d_ff, W = c->conv_width;
+    table_builder b = {t, 0, err, err_len, 0};
+#define POSITIVE(field)                                                                    \
+    if (c->field < 1) {                                                                    \
+        snprintf(err, (size_t)err_len, #field " must be >= 1 (got %d)", c->field);          \
+        return -1;                                                                         \
+    }
+    POSITIVE(vocab_size) POSITIVE(d_model) POSITIVE(n_layers) POSITIVE(n_heads)
+    POSITIVE(head_dim) POSITIVE(expand_v) POSITIVE(d_ff) POSITIVE(conv_width)
+#undef POSITIVE
+    if (c->n_layers > GDN_MAX_LAYERS) {
+        snprintf(err, (size_t)err_len, "n_layers must be at most %d (got %d)", GDN_MAX_LAYERS,
+                 c->n_layers);
+        return -1;
+    }
+    const size_t D = (size_t)c->d_model, H = (size_t)c->n_heads, K = (size_t)c->head_dim;
+    const size_t V = (size_t)c->head_dim * (size_t)c->expand_v; /* < 2^62: both are ints */
+    const size_t F = (size_t)c->d_ff, W = (size_t)c->conv_width, VOC = (size_t)c->vocab_size;
+    size_t HK, HV; /* H*K, H*V */
+    if (__builtin_mul_overflow(H, K, &HK) || __builtin_mul_overflow(H, V, &HV)) {
+        snprintf(err, (size_t)err_len, "n_heads x head_dim x expand_v overflows");
+        return -1;
+    }
     char name[GDN_PARAM_NAME_MAX];
-    t->embed = add_tensor(&b, "model.embeddings.weight", 2, c->vocab_size, D, 0, 0);
+    t->embed = add_tensor(&b, "model.embeddings.weight", 2, VOC, D, 0, 0);
+    if (b.failed) return -1;
     t->layer = GDN_CALLOC((size_t)c->n_layers, sizeof *t->layer);
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = 0; l < c->n_layers && !b.failed; l++) {
         gdn_layer_offsets *o = &t->layer[l];
 #define T1(field, suffix, d0, nd)                                          \
     snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);       \
@@ -58,19 +101,19 @@ void gdn_param_table_build(gdn_param_table *t, const gdn_config *c) {
     snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);       \
     o->field = add_tensor(&b, name, 3, d0, 1, W, 0)
         T1(attn_norm, "attn_norm.weight", D, 1);
-        T2(q_proj, "attn.q_proj.weight", H * K, D);
-        T2(k_proj, "attn.k_proj.weight", H * K, D);
-        T2(v_proj, "attn.v_proj.weight", H * V, D);
+        T2(q_proj, "attn.q_proj.weight", HK, D);
+        T2(k_proj, "attn.k_proj.weight", HK, D);
+        T2(v_proj, "attn.v_proj.weight", HV, D);
         T2(a_proj, "attn.a_proj.weight", H, D);
         T2(b_proj, "attn.b_proj.weight", H, D);
-        T2(g_proj, "attn.g_proj.weight", H * V, D);
-        T3(q_conv, "attn.q_conv1d.weight", H * K);
-        T3(k_conv, "attn.k_conv1d.weight", H * K);
-        T3(v_conv, "attn.v_conv1d.weight", H * V);
+        T2(g_proj, "attn.g_proj.weight", HV, D);
+        T3(q_conv, "attn.q_conv1d.weight", HK);
+        T3(k_conv, "attn.k_conv1d.weight", HK);
+        T3(v_conv, "attn.v_conv1d.weight", HV);
         T1(A_log, "attn.A_log", H, 1);
         T1(dt_bias, "attn.dt_bias", H, 1);
         T1(o_norm, "attn.o_norm.weight", V, 1);
-        T2(o_proj, "attn.o_proj.weight", D, H * V);
+        T2(o_proj, "attn.o_proj.weight", D, HV);
         T1(mlp_norm, "mlp_norm.weight", D, 1);
         T2(gate_proj, "mlp.gate_proj.weight", F, D);
         T2(up_proj, "mlp.up_proj.weight", F, D);
@@ -80,8 +123,24 @@ void gdn_param_table_build(gdn_param_table *t, const gdn_config *c) {
 #undef T3
     }
     t->final_norm = add_tensor(&b, "model.norm.weight", 1, D, 0, 0, 1);
-    t->lm_head = c->tie_embeddings ? t->embed
-                                   : add_tensor(&b, "lm_head.weight", 2, c->vocab_size, D, 0, 0);
+    t->lm_head = c->tie_embeddings ? t->embed : add_tensor(&b, "lm_head.weight", 2, VOC, D, 0, 0);
+    return b.failed ? -1 : 0;
+}
+
+int gdn_param_count(const gdn_config *c, size_t *total, char *err, int err_len) {
+    gdn_param_table t;
+    int r = build(&t, c, err, err_len);
+    if (r == 0) *total = t.total;
+    gdn_param_table_free(&t);
+    return r;
+}
+
+void gdn_param_table_build(gdn_param_table *t, const gdn_config *c) {
+    char err[512];
+    if (build(t, c, err, sizeof err)) {
+        gdn_param_table_free(t);
+        GDN_DIE("invalid model: %s", err);
+    }
 }
 
 void gdn_param_table_free(gdn_param_table *t) {

@@ -48,7 +48,13 @@ typedef struct {
     gdn_layer_offsets *layer;  /* [n_layers] */
 } gdn_param_table;
 
+/* Builds the table of config c. A configuration whose sizes exceed the limits of model/config.h
+ * (or overflow) is a fatal error naming the tensor: validate input with gdn_config_validate
+ * first, which reports the same problems as a message. */
 void gdn_param_table_build(gdn_param_table *t, const gdn_config *c);
+/* The number of parameters of config c, computed with overflow checks: 0 and *total set, or -1
+ * with a message naming the tensor or setting and the limit in err. */
+int gdn_param_count(const gdn_config *c, size_t *total, char *err, int err_len);
 void gdn_param_table_free(gdn_param_table *t);
 /* The tensor of that name, or NULL. */
 const gdn_param *gdn_param_find(const gdn_param_table *t, const char *name);

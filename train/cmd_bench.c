@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "io/parse_num.h"
 #include "model/check.h"
 #include "model/cpu/model_cpu.h"
 #include "train/commands.h"
@@ -179,6 +180,44 @@ static void bench_step_cpu(const gdn_run_config *rc, int repeats, int json) {
     gdn_param_table_free(&t);
 }
 
+/* --shape B,T,H,D[,V]: each a strict integer; the arrays (B T H max(D, V), and the states
+ * B H D V) stay below 2^31 elements so every index fits an int. */
+static int parse_shape(const char *text, int dims[5], int *count, char *err, size_t err_len) {
+    static const char *names[5] = {"B", "T", "H", "D", "V"};
+    static const int hi[5] = {1 << 20, 1 << 24, 4096, GDN_MAX_HEAD_DIM, GDN_MAX_HEAD_V};
+    char buf[128], what[64];
+    if (strlen(text) >= sizeof buf) {
+        snprintf(err, err_len, "--shape expects B,T,H,D[,V], got a %zu-character value", strlen(text));
+        return -1;
+    }
+    memcpy(buf, text, strlen(text) + 1);
+    int n = 0;
+    for (char *p = buf;; n++) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = 0;
+        if (n == 5) {
+            snprintf(err, err_len, "--shape expects B,T,H,D[,V] (at most 5 numbers), got '%s'", text);
+            return -1;
+        }
+        snprintf(what, sizeof what, "--shape %s", names[n]);
+        if (io_parse_int(what, p, 1, hi[n], &dims[n], err, err_len)) return -1;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    *count = n + 1;
+    if (*count < 4) {
+        snprintf(err, err_len, "--shape expects B,T,H,D[,V] (at least 4 numbers), got '%s'", text);
+        return -1;
+    }
+    const double V = *count == 5 ? dims[4] : dims[3], K = dims[3];
+    const double big = (double)dims[0] * dims[1] * dims[2] * (K > V ? K : V);
+    if (big > 2147483647.0 || (double)dims[0] * dims[2] * K * V > 2147483647.0) {
+        snprintf(err, err_len, "--shape %s: the arrays would exceed 2^31 elements; use a smaller shape", text);
+        return -1;
+    }
+    return 0;
+}
+
 static void bench_usage(FILE *f) {
     fprintf(f,
             "usage: gdn bench [--backend cpu|cuda] [--what delta|step|all] [--shape B,T,H,D[,V]]\n"
@@ -202,10 +241,20 @@ int gdn_cmd_bench(int argc, char **argv) {
         if (i + 1 < argc && !strcmp(a, "--backend")) backend = argv[++i];
         else if (i + 1 < argc && !strcmp(a, "--what")) what = argv[++i];
         else if (i + 1 < argc && !strcmp(a, "--shape")) shape = argv[++i];
-        else if (i + 1 < argc && !strcmp(a, "--repeats")) repeats = atoi(argv[++i]);
-        else rest[nrest++] = argv[i];
+        else if (i + 1 < argc && !strcmp(a, "--repeats")) {
+            char err[256];
+            if (io_parse_int("--repeats", argv[++i], 1, 1000000, &repeats, err, sizeof err)) {
+                fprintf(stderr, "gdn bench: %s\n", err);
+                free(rest);
+                return 2;
+            }
+        } else if (!strcmp(a, "--backend") || !strcmp(a, "--what") || !strcmp(a, "--shape") ||
+                   !strcmp(a, "--repeats")) {
+            fprintf(stderr, "gdn bench: option '%s' needs a value\n", a);
+            free(rest);
+            return 2;
+        } else rest[nrest++] = argv[i];
     }
-    if (repeats < 1) { fprintf(stderr, "gdn bench: --repeats must be >= 1\n"); free(rest); return 2; }
     int cuda = !strcmp(backend, "cuda");
     if (!cuda && strcmp(backend, "cpu")) { fprintf(stderr, "gdn bench: --backend must be cpu or cuda\n"); free(rest); return 2; }
 #ifndef GDN_HAVE_CUDA
@@ -220,14 +269,15 @@ int gdn_cmd_bench(int argc, char **argv) {
         gdn_delta_shape shapes[3];
         int n = 0;
         if (shape) {
-            int B, T, H, D, V = -1;
-            int got = sscanf(shape, "%d,%d,%d,%d,%d", &B, &T, &H, &D, &V);
-            if (got < 4 || B < 1 || T < 1 || H < 1 || D < 1) {
-                fprintf(stderr, "gdn bench: --shape expects B,T,H,D[,V] (got '%s')\n", shape);
+            int dims[5], got = 0;
+            char err[256];
+            if (parse_shape(shape, dims, &got, err, sizeof err)) {
+                fprintf(stderr, "gdn bench: %s\n", err);
                 free(rest);
                 return 2;
             }
-            shapes[n++] = (gdn_delta_shape){B, T, H, D, got == 5 ? V : D, 64, 0, GDN_MIXER_G};
+            shapes[n++] = (gdn_delta_shape){dims[0], dims[1], dims[2], dims[3], got == 5 ? dims[4] : dims[3], 64, 0,
+                                            GDN_MIXER_G};
         } else if (cuda) {
             shapes[n++] = (gdn_delta_shape){4, 4096, 16, 128, 128, 64, 0, GDN_MIXER_G};
             shapes[n++] = (gdn_delta_shape){2, 16384, 16, 128, 128, 64, 0, GDN_MIXER_G};

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/parse_num.h"
 #include "io/tokens.h"
 #include "train/commands.h"
 
@@ -43,13 +44,12 @@ static int usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
-/* A non-negative decimal integer, all of s. */
+/* A non-negative decimal integer, all of s (io/parse_num.h rules; the callers word the error). */
 static int parse_count(const char *s, unsigned long long *out) {
-    if (!s || *s < '0' || *s > '9') return -1;
-    char *end;
-    errno = 0;
-    *out = strtoull(s, &end, 10);
-    return errno || *end ? -1 : 0;
+    uint64_t v;
+    if (io_parse_u64("count", s, UINT64_MAX, &v, NULL, 0)) return -1;
+    *out = v;
+    return 0;
 }
 
 /* Writes tokens [0, n) of text as shards PREFIX_kind_%06d.bin; returns shards written or -1. */

@@ -1,11 +1,15 @@
 /* gdn op gated-delta: runs the bare chunked gated delta rule on arrays from an HDF5 file, so
  * the kernels can be checked against other implementations. */
+#include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "io/h5util.h"
+#include "io/parse_num.h"
 #include "model/check.h"
 #include "model/cpu/ops_cpu.h"
 #ifdef GDN_HAVE_CUDA
@@ -23,6 +27,10 @@ static void op_usage(FILE *f) {
             "dbeta, dh0 (a missing do or dht counts as zeros).\n"
             "Precision: cpu computes in fp32 (default) or fp64; cuda in fp32 or bf16 (default).\n");
 }
+
+/* The largest input dataset read (elements), far above any test shape: an absurd shape in a
+ * file is refused instead of attempting the allocation. */
+#define OP_MAX_ELEMS (1ull << 32)
 
 /* Reads dataset `name` into a malloced double array, checking its rank and the dimensions
  * that are known (expect[i] >= 0). Unknown dimensions are returned in dims. Returns NULL when
@@ -43,6 +51,7 @@ static double *read_array(hid_t file, const char *path, const char *name, int ra
         GDN_DIE("%s: dataset '%s' must hold fp32 or fp64 numbers", path, name);
     sp = H5Dget_space(ds);
     hsize_t hd[8];
+    size_t idx_tmp[8];
     int nd = H5Sget_simple_extent_ndims(sp);
     if (nd != rank) GDN_DIE("%s: dataset '%s' has %d dimensions, expected shape %s", path, name, nd, expect_text);
     H5Sget_simple_extent_dims(sp, hd, NULL);
@@ -57,12 +66,32 @@ static double *read_array(hid_t file, const char *path, const char *name, int ra
             GDN_DIE("%s: dataset '%s' has shape %s, expected %s", path, name, got, expect_text);
         }
         if (hd[i] == 0) GDN_DIE("%s: dataset '%s' has an empty dimension", path, name);
+        /* shapes travel as int and the copy is count doubles: refuse what would not fit */
+        if (hd[i] > INT_MAX || __builtin_mul_overflow(count, (size_t)hd[i], &count) ||
+            count > OP_MAX_ELEMS)
+            GDN_DIE("%s: dataset '%s' is too large (dimension %d is %llu; at most %llu elements "
+                    "in all)", path, name, i, (unsigned long long)hd[i], (unsigned long long)OP_MAX_ELEMS);
         dims[i] = (long long)hd[i];
-        count *= hd[i];
     }
     double *out = GDN_MALLOC(count * sizeof *out);
     if (H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
         GDN_DIE("%s: cannot read dataset '%s': %s", path, name, io_h5_last_error(err, sizeof err));
+    /* NaN or Inf in would give non-finite outputs that look like a result */
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite(out[i])) {
+            char at[128];
+            size_t rest = i;
+            int n = 0;
+            for (int d = rank - 1; d >= 0; d--) { /* the multi-index, last dimension fastest */
+                idx_tmp[d] = rest % (size_t)hd[d];
+                rest /= (size_t)hd[d];
+            }
+            for (int d = 0; d < rank; d++)
+                n += snprintf(at + n, sizeof at - (size_t)n, "%s%zu", d ? "," : "[", idx_tmp[d]);
+            snprintf(at + n, sizeof at - (size_t)n, "]");
+            GDN_DIE("%s: dataset '%s' holds %s at element %s (flat index %zu): the inputs must be "
+                    "finite", path, name, isnan(out[i]) ? "NaN" : "an infinity", at, i);
+        }
     io_h5_close(ty);
     io_h5_close(sp);
     io_h5_close(ds);
@@ -160,6 +189,53 @@ static void run_cuda(op_arrays *a, gdn_cuda_precision p, int want_grad) {
 }
 #endif
 
+/* The optional root attribute 'scale': a scalar of any integer or float type (h5py writes a
+ * Python int as int64), converted to double, and finite. 0: read or absent; -1: reported. */
+static int read_scale(hid_t file, const char *path, double *scale) {
+    htri_t exists = H5Aexists(file, "scale");
+    if (exists == 0) return 0;
+    char err[512];
+    hid_t at = exists > 0 ? H5Aopen(file, "scale", H5P_DEFAULT) : -1;
+    if (at < 0) {
+        fprintf(stderr, "gdn op: %s: cannot read attribute 'scale': %s\n", path, io_h5_last_error(err, sizeof err));
+        return -1;
+    }
+    hid_t ty = H5Aget_type(at), sp = H5Aget_space(at);
+    H5T_class_t cls = ty >= 0 ? H5Tget_class(ty) : H5T_NO_CLASS;
+    H5S_class_t scls = sp >= 0 ? H5Sget_simple_extent_type(sp) : H5S_NO_CLASS;
+    int rc = -1;
+    double v = 0.0;
+    if (cls != H5T_INTEGER && cls != H5T_FLOAT)
+        fprintf(stderr, "gdn op: %s: attribute 'scale' must be a number (an integer or float), not %s\n", path,
+                cls == H5T_STRING ? "a string"
+                : cls == H5T_ENUM ? "an enumeration (h5py stores a bool so)"
+                : cls == H5T_ARRAY ? "an array"
+                                   : "a non-numeric type");
+    else if (scls != H5S_SCALAR)
+        fprintf(stderr, "gdn op: %s: attribute 'scale' must be a single number, not an array\n", path);
+    else if (H5Aread(at, H5T_NATIVE_DOUBLE, &v) < 0)
+        fprintf(stderr, "gdn op: %s: cannot read attribute 'scale': %s\n", path, io_h5_last_error(err, sizeof err));
+    else if (!isfinite(v))
+        fprintf(stderr, "gdn op: %s: attribute 'scale' is %s: it must be a finite number\n", path,
+                isnan(v) ? "NaN" : "infinite");
+    else {
+        *scale = v;
+        rc = 0;
+    }
+    io_h5_close(sp);
+    io_h5_close(ty);
+    io_h5_close(at);
+    return rc;
+}
+
+/* Whether the two paths name the same file (same device and inode: the same path, another
+ * spelling of it, a symbolic or a hard link). Writing the output would truncate the input. */
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (stat(a, &sa) != 0 || stat(b, &sb) != 0) return 0;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 static int cmd_gated_delta(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *backend = "cpu", *precision = NULL;
     int chunk = 64;
@@ -172,8 +248,13 @@ static int cmd_gated_delta(int argc, char **argv) {
         else if (!strcmp(a, "--out")) out = val;
         else if (!strcmp(a, "--backend")) backend = val;
         else if (!strcmp(a, "--precision")) precision = val;
-        else if (!strcmp(a, "--chunk")) chunk = atoi(val);
-        else { fprintf(stderr, "gdn op: unknown option '%s'\n\n", a); op_usage(stderr); return 2; }
+        else if (!strcmp(a, "--chunk")) {
+            char err[256];
+            if (io_parse_int("--chunk", val, 16, 64, &chunk, err, sizeof err)) {
+                fprintf(stderr, "gdn op: %s\n", err);
+                return 2;
+            }
+        } else { fprintf(stderr, "gdn op: unknown option '%s'\n\n", a); op_usage(stderr); return 2; }
         i++;
     }
     if (!in || !out) { fprintf(stderr, "gdn op: --in and --out are required\n\n"); op_usage(stderr); return 2; }
@@ -192,6 +273,11 @@ static int cmd_gated_delta(int argc, char **argv) {
     if (!ok_prec) {
         fprintf(stderr, "gdn op: --precision %s is not available on %s (cpu: fp32, fp64; cuda: fp32, bf16)\n",
                 precision, backend);
+        return 2;
+    }
+    if (same_file(in, out)) {
+        fprintf(stderr, "gdn op: --out %s is the input file %s (the same file): writing it would destroy "
+                        "the input; choose another output path\n", out, in);
         return 2;
     }
     io_h5_quiet();
@@ -215,8 +301,12 @@ static int cmd_gated_delta(int argc, char **argv) {
     a.dht = read_array(f, in, "dht", 4, es, "[B,H,K,V]", dh, 1);
     a.s = (gdn_delta_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dq[3], (int)dv[3], chunk, 0, GDN_MIXER_G};
     a.scale = 1.0 / sqrt((double)a.s.K);
-    if (H5Aexists(f, "scale") > 0 && io_h5_attr_read_f64(f, "scale", &a.scale, err, sizeof err))
-        GDN_DIE("%s: %s", in, err);
+    if (read_scale(f, in, &a.scale)) {
+        io_h5_close(f);
+        double *in_arrays[] = {a.q, a.k, a.v, a.g, a.beta, a.h0, a.d_o, a.dht};
+        for (size_t i = 0; i < 8; i++) free(in_arrays[i]);
+        return 1;
+    }
     io_h5_close(f);
     int want_grad = a.d_o || a.dht;
     const size_t nv = (size_t)a.s.B * a.s.T * a.s.H * a.s.V;

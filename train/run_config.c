@@ -1,9 +1,16 @@
 /* Settings table, presets, and resolution of a run's configuration. */
 #include "train/run_config.h"
 
+#include <float.h>
+#include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "io/parse_num.h"
+#include "model/params.h"
 
 typedef enum { F_INT, F_I64, F_DOUBLE, F_BOOL, F_STRING } field_type;
 
@@ -13,54 +20,59 @@ typedef struct {
     size_t offset;
     size_t size; /* strings: buffer size */
     const char *help;
+    double lo, hi; /* numbers: the allowed range (inclusive; finer rules are checked later) */
 } field;
 
-#define FM(k, t, h) {#k, t, offsetof(gdn_run_config, model.k), 0, h}
-#define FR(k, t, h) {#k, t, offsetof(gdn_run_config, k), 0, h}
-#define FS(k, h) {#k, F_STRING, offsetof(gdn_run_config, k), sizeof(((gdn_run_config *)0)->k), h}
+/* Ranges: every count is bounded so that products of settings (tokens per step, steps x
+ * tokens) fit an int64 and nothing absurd reaches an allocation. */
+#define BIG 1e12          /* steps and step intervals */
+#define I53 9007199254740992.0
+#define FM(k, t, lo, hi, h) {#k, t, offsetof(gdn_run_config, model.k), 0, h, lo, hi}
+#define FR(k, t, lo, hi, h) {#k, t, offsetof(gdn_run_config, k), 0, h, lo, hi}
+#define FS(k, h) {#k, F_STRING, offsetof(gdn_run_config, k), sizeof(((gdn_run_config *)0)->k), h, 0, 0}
 
 static const field fields[] = {
-    FM(vocab_size, F_INT, "tokens in the vocabulary (256 for byte-level text)"),
-    FM(d_model, F_INT, "hidden size"),
-    FM(n_layers, F_INT, "decoder blocks"),
-    FM(n_heads, F_INT, "GDN heads"),
-    FM(head_dim, F_INT, "key head dimension"),
-    FM(expand_v, F_INT, "value head dimension = expand_v * head_dim"),
-    FM(d_ff, F_INT, "SwiGLU inner size"),
-    FM(conv_width, F_INT, "short convolution width"),
-    FM(chunk_size, F_INT, "delta-rule chunk size (16, 32, 64)"),
-    FM(tie_embeddings, F_BOOL, "LM head shares the embedding table"),
-    FM(allow_neg_eigval, F_BOOL, "beta = 2*sigmoid instead of sigmoid"),
-    FM(norm_eps, F_DOUBLE, "RMSNorm epsilon"),
+    FM(vocab_size, F_INT, 2, GDN_MAX_VOCAB, "tokens in the vocabulary (256 for byte-level text)"),
+    FM(d_model, F_INT, 1, GDN_MAX_D_MODEL, "hidden size"),
+    FM(n_layers, F_INT, 1, GDN_MAX_LAYERS, "decoder blocks"),
+    FM(n_heads, F_INT, 1, GDN_MAX_HEADS, "GDN heads"),
+    FM(head_dim, F_INT, 1, GDN_MAX_HEAD_DIM, "key head dimension"),
+    FM(expand_v, F_INT, 1, GDN_MAX_HEAD_V, "value head dimension = expand_v * head_dim"),
+    FM(d_ff, F_INT, 1, GDN_MAX_D_FF, "SwiGLU inner size"),
+    FM(conv_width, F_INT, 1, 8, "short convolution width"),
+    FM(chunk_size, F_INT, 16, 64, "delta-rule chunk size (16, 32, 64)"),
+    FM(tie_embeddings, F_BOOL, 0, 1, "LM head shares the embedding table"),
+    FM(allow_neg_eigval, F_BOOL, 0, 1, "beta = 2*sigmoid instead of sigmoid"),
+    FM(norm_eps, F_DOUBLE, 0, 1, "RMSNorm epsilon"),
     FS(data, "training text (.txt, .gz) or token shards (.bin, comma list)"),
-    FR(val_tokens, F_I64, "tokens held out at the end of the corpus for validation"),
+    FR(val_tokens, F_I64, 0, I53, "tokens held out at the end of the corpus for validation"),
     FS(out, "run directory (required)"),
-    FR(steps, F_I64, "optimizer steps"),
-    FR(seed, F_I64, "random seed (initialisation and data order)"),
+    FR(steps, F_I64, 1, BIG, "optimizer steps"),
+    FR(seed, F_I64, -I53, I53, "random seed (initialisation and data order)"),
     FS(backend, "auto, cpu or cuda"),
-    FR(threads, F_INT, "CPU threads (0 = all cores)"),
-    FR(batch_size, F_INT, "sequences per micro-batch per rank"),
-    FR(seq_len, F_INT, "tokens per sequence"),
-    FR(batch_tokens, F_I64, "tokens per optimizer step over all ranks (0 = one micro-batch)"),
-    FR(lr, F_DOUBLE, "peak learning rate"),
-    FR(lr_min, F_DOUBLE, "learning-rate floor at the end of the cosine decay"),
-    FR(warmup_steps, F_I64, "linear warm-up steps"),
-    FR(decay_steps, F_I64, "length of the warm-up + cosine schedule (0 = steps)"),
-    FR(weight_decay, F_DOUBLE, "AdamW decoupled weight decay (not on norms, A_log, dt_bias)"),
-    FR(beta1, F_DOUBLE, "AdamW beta1"),
-    FR(beta2, F_DOUBLE, "AdamW beta2"),
-    FR(adam_eps, F_DOUBLE, "AdamW epsilon"),
-    FR(grad_clip, F_DOUBLE, "global gradient-norm clip (0 = off)"),
-    FR(eval_every, F_I64, "steps between validation passes (0 = at the end only)"),
-    FR(eval_batches, F_INT, "validation micro-batches per pass"),
-    FR(log_every, F_I64, "steps between progress updates"),
-    FR(ckpt_every, F_I64, "steps between checkpoints (0 = at the end only)"),
-    FR(keep, F_INT, "newest checkpoints to keep"),
+    FR(threads, F_INT, 0, 65536, "CPU threads (0 = all cores)"),
+    FR(batch_size, F_INT, 1, 1 << 20, "sequences per micro-batch per rank"),
+    FR(seq_len, F_INT, 1, 1 << 24, "tokens per sequence"),
+    FR(batch_tokens, F_I64, 0, 1e15, "tokens per optimizer step over all ranks (0 = one micro-batch)"),
+    FR(lr, F_DOUBLE, 0, DBL_MAX, "peak learning rate"),
+    FR(lr_min, F_DOUBLE, 0, DBL_MAX, "learning-rate floor at the end of the cosine decay"),
+    FR(warmup_steps, F_I64, 0, BIG, "linear warm-up steps"),
+    FR(decay_steps, F_I64, 0, BIG, "length of the warm-up + cosine schedule (0 = steps)"),
+    FR(weight_decay, F_DOUBLE, 0, DBL_MAX, "AdamW decoupled weight decay (not on norms, A_log, dt_bias)"),
+    FR(beta1, F_DOUBLE, 0, 1, "AdamW beta1"),
+    FR(beta2, F_DOUBLE, 0, 1, "AdamW beta2"),
+    FR(adam_eps, F_DOUBLE, 0, DBL_MAX, "AdamW epsilon"),
+    FR(grad_clip, F_DOUBLE, 0, DBL_MAX, "global gradient-norm clip (0 = off)"),
+    FR(eval_every, F_I64, 0, BIG, "steps between validation passes (0 = at the end only)"),
+    FR(eval_batches, F_INT, 1, 1 << 20, "validation micro-batches per pass"),
+    FR(log_every, F_I64, 1, BIG, "steps between progress updates"),
+    FR(ckpt_every, F_I64, 0, BIG, "steps between checkpoints (0 = at the end only)"),
+    FR(keep, F_INT, 1, 1000000, "newest checkpoints to keep"),
     FS(resume, "'auto' (newest readable checkpoint in out) or a checkpoint path"),
     FS(init_from, "start from a checkpoint's weights with a fresh optimizer"),
-    FR(sp, F_INT, "sequence-parallel group size (ranks per sequence; dp = ranks / sp)"),
+    FR(sp, F_INT, 1, 65536, "sequence-parallel group size (ranks per sequence; dp = ranks / sp)"),
     FS(sp_exchange, "sequence parallelism: 'pass' the state rank to rank or 'gather' affine maps"),
-    FR(zero, F_INT, "1: shard the AdamW moments over the ranks (ZeRO-1, see below); 0: every rank holds them"),
+    FR(zero, F_INT, 0, 1, "1: shard the AdamW moments over the ranks (ZeRO-1, see below); 0: every rank holds them"),
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
@@ -160,6 +172,94 @@ static int apply_json(gdn_run_config *rc, const io_json *obj, char *err, int err
     return 0;
 }
 
+/* Every number setting inside its range and finite, whatever its source (preset, file, command
+ * line, saved config): a JSON file may say 1e400 (read as infinity) or a count beyond any use. */
+static int check_ranges(const gdn_run_config *rc, char *err, int err_len) {
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        const field *f = &fields[i];
+        const char *src = (const char *)rc + f->offset;
+        double v;
+        switch (f->type) {
+        case F_INT: v = *(const int *)src; break;
+        case F_I64: v = (double)*(const int64_t *)src; break;
+        case F_DOUBLE: v = *(const double *)src; break;
+        default: continue;
+        }
+        if (!isfinite(v) || v < f->lo || v > f->hi) {
+            if (f->type == F_DOUBLE)
+                snprintf(err, (size_t)err_len, "setting '%s' must be a finite number from %g to %g (got %g)",
+                         f->key, f->lo, f->hi, v);
+            else
+                snprintf(err, (size_t)err_len, "setting '%s' must be an integer from %.0f to %.0f (got %.0f)",
+                         f->key, f->lo, f->hi, v);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A command-line value of a number or boolean setting, parsed strictly (the whole string, in
+ * range) and rewritten as JSON text for the override tree. */
+static int cli_value(const field *f, const char *value, char *out, size_t out_len, char *err,
+                     int err_len) {
+    char what[64];
+    snprintf(what, sizeof what, "--%s", f->key);
+    if (f->type == F_BOOL) {
+        if (!strcmp(value, "true") || !strcmp(value, "1")) snprintf(out, out_len, "true");
+        else if (!strcmp(value, "false") || !strcmp(value, "0")) snprintf(out, out_len, "false");
+        else {
+            snprintf(err, (size_t)err_len, "%s expects true, false, 1 or 0, got '%.80s'", what, value);
+            return -1;
+        }
+        return 0;
+    }
+    if (f->type == F_DOUBLE) {
+        double d;
+        if (io_parse_f64(what, value, f->lo, f->hi, &d, err, (size_t)err_len)) return -1;
+        io_jw w;
+        io_jw_init(&w, 0);
+        io_jw_number(&w, d);
+        snprintf(out, out_len, "%s", io_jw_text(&w));
+        io_jw_free(&w);
+        return 0;
+    }
+    int64_t v;
+    if (io_parse_i64(what, value, (int64_t)f->lo, (int64_t)f->hi, &v, err, (size_t)err_len)) return -1;
+    snprintf(out, out_len, "%lld", (long long)v);
+    return 0;
+}
+
+/* Sizes that follow from several settings together. */
+static int check_sizes(const gdn_run_config *rc, char *err, int err_len) {
+    const int64_t micro = (int64_t)rc->batch_size * rc->seq_len; /* < 2^44 */
+    if (micro > (INT64_C(1) << 30)) {
+        snprintf(err, (size_t)err_len,
+                 "batch_size x seq_len = %lld tokens per micro-batch; at most 2^30 = 1073741824 are "
+                 "supported: reduce batch_size or seq_len", (long long)micro);
+        return -1;
+    }
+    const double per_step = (double)(rc->batch_tokens > micro ? rc->batch_tokens : micro);
+    if ((double)rc->steps * per_step > I53) {
+        snprintf(err, (size_t)err_len,
+                 "steps x tokens per step = %g tokens exceeds 2^53 (the token counters would lose "
+                 "precision): reduce steps or the batch", (double)rc->steps * per_step);
+        return -1;
+    }
+    size_t params;
+    if (gdn_param_count(&rc->model, &params, err, err_len)) return -1;
+    /* one fp32 copy of the parameters is the least any backend holds in host memory */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double host = pages > 0 && page > 0 ? (double)pages * (double)page : 0.0;
+    if (host > 0 && 4.0 * (double)params > host) {
+        snprintf(err, (size_t)err_len,
+                 "the model has %zu parameters: %.1f GiB in fp32, more than this machine's %.1f GiB "
+                 "of memory: reduce the model dimensions", params, 4.0 * (double)params / 1073741824.0,
+                 host / 1073741824.0);
+        return -1;
+    }
+    return 0;
+}
+
 static int apply_json_text(gdn_run_config *rc, const char *text, const char *name, char *err,
                            int err_len) {
     io_json *j = io_json_parse(text, strlen(text), name, err, err_len);
@@ -201,7 +301,11 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
             gdn_run_config_usage(stdout);
             return 1;
         }
-        if ((!strcmp(argv[i], "--preset") || !strcmp(argv[i], "--config")) && i + 1 < argc) {
+        if (!strcmp(argv[i], "--preset") || !strcmp(argv[i], "--config")) {
+            if (i + 1 >= argc) {
+                snprintf(err, (size_t)err_len, "'%s' needs a value", argv[i]);
+                return -1;
+            }
             if (argv[i][2] == 'p') preset_name = argv[++i];
             else config_path = argv[++i];
         } else if (!strncmp(argv[i], "--preset=", 9)) {
@@ -259,9 +363,13 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
             }
             value = argv[++i];
         }
-        /* Strings are taken literally; everything else is parsed as JSON. */
+        /* Strings are taken literally; numbers and booleans are parsed strictly here (JSON
+         * would take " 5" or 1e3 for an integer) and passed on as JSON. */
         char quoted[GDN_PATH_MAX + 8];
-        if (f->type == F_STRING) {
+        if (f->type != F_STRING) {
+            if (cli_value(f, value, quoted, sizeof quoted, err, err_len)) goto done;
+            value = quoted;
+        } else {
             io_jw w;
             io_jw_init(&w, 0);
             io_jw_string(&w, value);
@@ -271,12 +379,13 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
         }
         if (io_json_set_path(over, f->key, value, a, err, err_len)) goto done;
     }
-    if (apply_json(rc, over, err, err_len)) goto done;
-    char merr[256];
+    if (apply_json(rc, over, err, err_len) || check_ranges(rc, err, err_len)) goto done;
+    char merr[512];
     if (gdn_config_validate(&rc->model, merr, sizeof merr)) {
         snprintf(err, (size_t)err_len, "invalid model: %s", merr);
         goto done;
     }
+    if (check_sizes(rc, err, err_len)) goto done;
 #define CHECK(cond, ...)                                 \
     if (!(cond)) {                                       \
         snprintf(err, (size_t)err_len, __VA_ARGS__);     \
@@ -340,7 +449,8 @@ void gdn_run_config_to_json(const gdn_run_config *rc, io_jw *w) {
 
 int gdn_run_config_from_json_text(gdn_run_config *rc, const char *text, char *err, int err_len) {
     set_defaults(rc);
-    return apply_json_text(rc, text, "saved config", err, err_len);
+    if (apply_json_text(rc, text, "saved config", err, err_len)) return -1;
+    return check_ranges(rc, err, err_len);
 }
 
 void gdn_run_config_print(const gdn_run_config *rc, FILE *f) {
