@@ -28,18 +28,19 @@ static int is_ckpt_name(const char *s, int64_t *step) {
 /* A checkpoint writer's temp file: "ckpt_<...>.h5.tmp.<...>". */
 static int is_ckpt_temp(const char *s) { return !strncmp(s, "ckpt_", 5) && strstr(s, ".h5.tmp."); }
 
-/* The first model field that differs between a (there) and b (this run), into err. */
-static int model_differs(const gdn_config *a, const gdn_config *b, const char *where, char *err,
-                         size_t errlen) {
+/* The first model field that differs between a (in file path, a "checkpoint" or "config.json")
+ * and b (this run), into err: "PATH: d_model: checkpoint has 64, this run has 96". */
+static int model_differs(const gdn_config *a, const gdn_config *b, const char *path, const char *what,
+                         char *err, size_t errlen) {
 #define CMP(f)                                                                                    \
     if (a->f != b->f) {                                                                           \
-        snprintf(err, errlen, "%s has %s = %d, this run %d", where, #f, a->f, b->f);              \
+        snprintf(err, errlen, "%s: %s: %s has %d, this run has %d", path, #f, what, a->f, b->f);  \
         return 1;                                                                                 \
     }
     CKPT_MODEL_INT_FIELDS(CMP)
 #undef CMP
     if (a->norm_eps != b->norm_eps) {
-        snprintf(err, errlen, "%s has norm_eps = %g, this run %g", where, a->norm_eps, b->norm_eps);
+        snprintf(err, errlen, "%s: norm_eps: %s has %g, this run has %g", path, what, a->norm_eps, b->norm_eps);
         return 1;
     }
     return 0;
@@ -65,32 +66,14 @@ static char *read_text(const char *path, size_t max) {
 static const char *const advice =
     "continue it with --resume auto, start afresh there with --overwrite (deletes its config.json, "
     "metrics.jsonl and ckpt_*.h5), or train into another --out";
+static const char *const advice_other =
+    "train into another --out, use that run's model settings, or start afresh there with --overwrite "
+    "(deletes its config.json, metrics.jsonl and ckpt_*.h5)";
 
 int gdn_run_dir_check(const char *dir, const gdn_run_config *rc, int fresh, int overwrite, char *err,
                       size_t errlen) {
     char path[4200], why[1024];
     struct stat st;
-    /* config.json: the run's resolved settings */
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!overwrite && stat(path, &st) == 0) {
-        char *text = S_ISREG(st.st_mode) ? read_text(path, 1 << 20) : NULL;
-        if (!text) {
-            snprintf(err, errlen, "%s: cannot tell which run %s holds (%s); %s", path, dir,
-                     S_ISREG(st.st_mode) ? strerror(errno) : "not a regular file", advice);
-            return 2;
-        }
-        static gdn_run_config old; /* large: off the stack */
-        int r = gdn_run_config_from_json_text(&old, text, why, sizeof why);
-        free(text);
-        if (r) {
-            snprintf(err, errlen, "cannot tell which run %s holds: %s; %s", dir, why, advice);
-            return 2;
-        }
-        if (model_differs(&old.model, &rc->model, path, why, sizeof why)) {
-            snprintf(err, errlen, "%s holds a different run: %s; %s", dir, why, advice);
-            return 2;
-        }
-    }
     DIR *d = opendir(dir);
     if (!d) {
         snprintf(err, errlen, "cannot read run directory %s: %s", dir, strerror(errno));
@@ -110,14 +93,36 @@ int gdn_run_dir_check(const char *dir, const gdn_run_config *rc, int fresh, int 
         ckpt_info info;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (ckpt_read_info(path, &info, why, sizeof why) != CKPT_OK) continue;
-        if (model_differs(&info.model, &rc->model, path, why, sizeof why)) {
-            snprintf(err, errlen, "%s holds a different run: %s; %s", dir, why, advice);
+        if (model_differs(&info.model, &rc->model, path, "checkpoint", why, sizeof why)) {
+            snprintf(err, errlen, "%s holds a different run: %s; %s", dir, why, advice_other);
             status = 2;
         }
         ckpt_info_free(&info);
     }
     closedir(d);
-    if (status || overwrite || !fresh) return status;
+    if (status) return status;
+    /* config.json: the run's resolved settings */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!overwrite && stat(path, &st) == 0) {
+        char *text = S_ISREG(st.st_mode) ? read_text(path, 1 << 20) : NULL;
+        if (!text) {
+            snprintf(err, errlen, "%s: cannot tell which run %s holds (%s); %s", path, dir,
+                     S_ISREG(st.st_mode) ? strerror(errno) : "not a regular file", advice_other);
+            return 2;
+        }
+        static gdn_run_config old; /* large: off the stack */
+        int r = gdn_run_config_from_json_text(&old, text, why, sizeof why);
+        free(text);
+        if (r) {
+            snprintf(err, errlen, "cannot tell which run %s holds: %s; %s", dir, why, advice_other);
+            return 2;
+        }
+        if (model_differs(&old.model, &rc->model, path, "config.json", why, sizeof why)) {
+            snprintf(err, errlen, "%s holds a different run: %s; %s", dir, why, advice_other);
+            return 2;
+        }
+    }
+    if (overwrite || !fresh) return 0;
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     int has_metrics = stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
     if (n_ckpt > 0 || has_metrics) {

@@ -200,6 +200,9 @@ static double probe_loss(trainer *t) {
     return acc[0] / acc[1];
 }
 
+/* "NaN", "+Inf" or "-Inf" for a non-finite x (printf's spelling varies: "-nan"). */
+static const char *nonfinite_name(double x) { return isnan(x) ? "NaN" : x > 0 ? "+Inf" : "-Inf"; }
+
 /* The index of the first non-finite value of x [n], or n. */
 static size_t first_nonfinite(const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -221,9 +224,9 @@ static int check_saveable(trainer *t, double known_loss) {
     size_t ip = first_nonfinite(t->params, n), im = first_nonfinite(t->m, ns), iv = first_nonfinite(t->v, ns);
     int bad = ip < n || im < ns || iv < ns;
     if (ip < n && t->comm->rank == 0) /* the same parameters on every rank */
-        complain(t, "step %lld: parameter %s holds %g (non-finite); not writing a checkpoint (the newest one "
+        complain(t, "step %lld: parameter %s holds %s; not writing a checkpoint (the newest one "
                  "stays the last good state; try a lower --lr or --grad_clip)", (long long)t->step,
-                 tensor_at(&t->table, ip), (double)t->params[ip]);
+                 tensor_at(&t->table, ip), nonfinite_name(t->params[ip]));
     else if (im < ns || iv < ns)
         complain(t, "step %lld: the AdamW %s moment holds a non-finite value; not writing a checkpoint (try a "
                  "lower --lr)", (long long)t->step, im < ns ? "first" : "second");
@@ -231,9 +234,9 @@ static int check_saveable(trainer *t, double known_loss) {
     double loss = isfinite(known_loss) ? known_loss : probe_loss(t);
     if (!isfinite(loss)) { /* reduced: the same on every rank */
         if (t->comm->rank == 0)
-            fprintf(stderr, "gdn train: step %lld: the parameters after this step give a loss of %g on the next "
+            fprintf(stderr, "gdn train: step %lld: the parameters after this step give a loss of %s on the next "
                     "batch; not writing a checkpoint (the newest one stays the last good state; try a lower --lr)\n",
-                    (long long)t->step, loss);
+                    (long long)t->step, nonfinite_name(loss));
         return GDN_EXIT_NONFINITE;
     }
     return 0;
@@ -920,10 +923,10 @@ int gdn_train_run(const gdn_run_config *rc, const gdn_train_opts *opts, gdn_comm
          * takes this branch together; nothing is saved after it */
         if (!isfinite(loss) || !isfinite(gnorm)) {
             if (c->rank == 0)
-                fprintf(stderr, "%sgdn train: step %lld: the %s is %g; stopping without writing a checkpoint (the "
+                fprintf(stderr, "%sgdn train: step %lld: the %s is %s; stopping without writing a checkpoint (the "
                         "newest checkpoint is the last good state; try a lower --lr, a --grad_clip or more "
                         "--warmup_steps)\n", tty ? "\n" : "", (long long)t.step,
-                        !isfinite(loss) ? "training loss" : "gradient norm", !isfinite(loss) ? loss : gnorm);
+                        !isfinite(loss) ? "training loss" : "gradient norm", nonfinite_name(!isfinite(loss) ? loss : gnorm));
             if (c->rank == 0) write_metrics(&t, &m, !isfinite(loss) ? "non-finite loss" : "non-finite gradient norm");
             status = GDN_EXIT_NONFINITE;
             break;
@@ -934,9 +937,9 @@ int gdn_train_run(const gdn_run_config *rc, const gdn_train_opts *opts, gdn_comm
         m.evaluated = do_eval;
         if (do_eval && !isfinite(val) && t.data.n_val_windows > 0) {
             if (c->rank == 0)
-                fprintf(stderr, "%sgdn train: step %lld: the validation loss is %g; stopping without writing a "
+                fprintf(stderr, "%sgdn train: step %lld: the validation loss is %s; stopping without writing a "
                         "checkpoint (the newest checkpoint is the last good state; try a lower --lr, a --grad_clip "
-                        "or more --warmup_steps)\n", tty ? "\n" : "", (long long)t.step, val);
+                        "or more --warmup_steps)\n", tty ? "\n" : "", (long long)t.step, nonfinite_name(val));
             if (c->rank == 0) write_metrics(&t, &m, "non-finite validation loss");
             status = GDN_EXIT_NONFINITE;
             break;
