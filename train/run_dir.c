@@ -80,10 +80,9 @@ int gdn_run_dir_check(const char *dir, const gdn_run_config *rc, int fresh, int 
         return 1;
     }
     int n_ckpt = 0;
-    int64_t newest = -1;
+    int64_t newest = -1, newest_other = -1; /* the newest checkpoint, of another shape */
     struct dirent *e;
-    int status = 0;
-    while (!status && (e = readdir(d))) {
+    while ((e = readdir(d))) {
         int64_t step;
         if (!is_ckpt_name(e->d_name, &step)) continue;
         n_ckpt++;
@@ -93,14 +92,14 @@ int gdn_run_dir_check(const char *dir, const gdn_run_config *rc, int fresh, int 
         ckpt_info info;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (ckpt_read_info(path, &info, why, sizeof why) != CKPT_OK) continue;
-        if (model_differs(&info.model, &rc->model, path, "checkpoint", why, sizeof why)) {
+        if (step > newest_other && model_differs(&info.model, &rc->model, path, "checkpoint", why, sizeof why)) {
             snprintf(err, errlen, "%s holds a different run: %s; %s", dir, why, advice_other);
-            status = 2;
+            newest_other = step;
         }
         ckpt_info_free(&info);
     }
     closedir(d);
-    if (status) return status;
+    if (newest_other >= 0) return 2;
     /* config.json: the run's resolved settings */
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (!overwrite && stat(path, &st) == 0) {
