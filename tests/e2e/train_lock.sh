@@ -17,12 +17,19 @@ wait_for() {
   for _ in $(seq 6000); do "$@" && return 0; sleep 0.1; done
   fail "timed out waiting for: $*"
 }
-started() { [ "$(lines)" -ge 1 ] && grep -q "^pid $1 on host " "$run/.lock"; }
 at_least() { [ "$(lines)" -ge "$1" ]; }
+# started PID: its first metrics line is out, so it holds the lock, which names it
+started() {
+  wait_for at_least $(($2 + 1))
+  grep -q "^pid $1 on host $(hostname) since " "$run/.lock" || fail "the lock file does not name pid $1"
+}
+bg=()
+trap 'for p in "${bg[@]}"; do kill -9 "$p" 2> /dev/null || true; done; rm -rf "$dir"' EXIT
 
 "$GDN" train "${small[@]}" --steps 1000000 --out "$run" > "$dir/a.log" 2>&1 &
 a=$!
-wait_for started $a
+bg+=($a)
+started $a 0
 before=$(lines)
 set +e; "$GDN" train "${small[@]}" --steps 10 --resume auto --out "$run" > "$dir/b.log" 2> "$dir/b.err"; st=$?; set -e
 [ $st -eq 4 ] || { cat "$dir/b.err"; fail "second trainer: exit status $st, expected 4"; }
@@ -45,8 +52,9 @@ PY
 # 2. after a SIGUSR1 stop and after a SIGKILL the lock is free again: --resume auto goes on
 "$GDN" train "${small[@]}" --steps 1000000 --ckpt_every 2 --resume auto --out "$run" > "$dir/c.log" 2>&1 &
 c=$!
-wait_for started $c
+bg+=($c)
 n=$(lines)
+started $c $n
 wait_for at_least $((n + 3))
 kill -9 $c
 wait $c 2> /dev/null || true
