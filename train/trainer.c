@@ -559,8 +559,13 @@ static int agree_status(trainer *t, int status, const char *what) {
 static int claim_run_dir(trainer *t) {
     const gdn_run_config *rc = &t->rc;
     char err[2048];
-    if (mkdir_p(rc->out)) {
+    struct stat st;
+    if (mkdir_p(rc->out) || stat(rc->out, &st)) {
         complain(t, "cannot create run directory %s: %s", rc->out, strerror(errno));
+        return GDN_EXIT_ERROR;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        complain(t, "--out %s exists and is not a directory", rc->out);
         return GDN_EXIT_ERROR;
     }
     int r = gdn_run_lock(rc->out, &t->lock_fd, err, sizeof err);
@@ -838,13 +843,25 @@ static int write_metrics(trainer *t, const step_metrics *m, const char *stopped)
     return r;
 }
 
-/* --eval_only: the validation loss of the restored checkpoint, printed by rank 0. */
-static void eval_only(trainer *t) {
+/* --eval_only: the validation loss of the restored checkpoint, printed by rank 0; 0, or
+ * GDN_EXIT_ERROR when there was no checkpoint (checkpoints are written at steps >= 1). */
+static int eval_only(trainer *t) {
+    if (t->step == 0) {
+        if (t->comm->rank == 0)
+            fprintf(stderr, "gdn train: --eval_only: no checkpoint to evaluate (--resume %s)\n", t->rc.resume);
+        return GDN_EXIT_ERROR;
+    }
+    if (t->data.n_val_windows == 0) {
+        if (t->comm->rank == 0)
+            fprintf(stderr, "gdn train: --eval_only: %s has no validation data (set --val_tokens)\n", t->rc.data);
+        return GDN_EXIT_USAGE;
+    }
     const double val = evaluate(t);
     uint64_t N = (uint64_t)t->rc.eval_batches * (uint64_t)t->rc.batch_size;
     if (N > t->data.n_val_windows) N = t->data.n_val_windows;
     say(t, "eval: step %lld, val_loss %.17g over %llu validation windows of %d tokens\n", (long long)t->step, val,
         (unsigned long long)N, t->rc.seq_len);
+    return 0;
 }
 
 int gdn_train_run(const gdn_run_config *rc, const gdn_train_opts *opts, gdn_comm *comm, int argc, char **argv) {
@@ -894,7 +911,7 @@ int gdn_train_run(const gdn_run_config *rc, const gdn_train_opts *opts, gdn_comm
     sigaction(SIGUSR1, &sa, NULL);
     int status = open_run(&t, use_gpu, argc, argv);
     if (status || opts->eval_only) {
-        if (!status) eval_only(&t);
+        if (!status) status = eval_only(&t);
         close_run(&t);
         return status;
     }
