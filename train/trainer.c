@@ -35,6 +35,9 @@
 #include "comm/comm_nccl.h"
 #include "comm/seqpar_cuda.h"
 #endif
+#include "train/metrics_log.h"
+#include "train/run_dir.h"
+#include "train/run_lock.h"
 #include "train/train_dist.h"
 #include "train/zero.h"
 
@@ -63,6 +66,7 @@ static int mkdir_p(const char *path) {
 
 typedef struct {
     gdn_run_config rc;
+    gdn_train_opts opts;
     gdn_comm *comm;              /* world = dp x sp */
     gdn_seqpar *seqpar;          /* sp > 1 */
     int T_seg;                   /* tokens per rank of each sequence: seq_len / sp */
@@ -87,7 +91,8 @@ typedef struct {
     int64_t tokens_seen;         /* over all ranks */
     uint64_t sample;             /* this rank's data sample counter (the same on every rank) */
     int accum;                   /* micro-batches per step */
-    FILE *metrics;               /* rank 0 */
+    gdn_metrics_log metrics;     /* rank 0 */
+    int lock_fd;                 /* rank 0: the run directory's lock (-1: none) */
 } trainer;
 
 /* printf on rank 0 only. */
@@ -131,30 +136,110 @@ static void split_window(trainer *t) {
     }
 }
 
-/* Mean validation loss over about eval_batches micro-batches shared by the data-parallel ranks
- * (NAN when there is no validation). */
+/* The validation set is the first N = min(eval_batches x batch_size, validation windows) windows,
+ * whatever the layout: batch j holds windows [jB, jB + B) (the last one padded with ignored
+ * rows), the data-parallel ranks take batches j = dp_rank, dp_rank + dp, ..., and each batch's
+ * loss sum goes to its own entry of a vector summed over the world and then in batch order. So
+ * dp ranks give bitwise the value of one rank (the other entries add exact zeros) and sp ranks
+ * the same to rounding (a batch's sum is formed from the sp segments). NAN without validation. */
 static double evaluate(trainer *t) {
-    const int B = t->rc.batch_size, dp = t->comm->dp;
-    uint64_t n = io_dataset_n_val_batches(&t->data, B, dp);
-    uint64_t want = ((uint64_t)t->rc.eval_batches + (uint64_t)dp - 1) / (uint64_t)dp;
-    if (want < n) n = want;
-    if (n == 0) return NAN;
-    double acc[2] = {0.0, 0.0}; /* loss sum, valid targets */
-    for (uint64_t i = 0; i < n; i++) {
-        io_dataset_val_batch(&t->data, i, B, t->comm->dp_rank, dp, t->window);
+    const int B = t->rc.batch_size, T = t->rc.seq_len, Ts = t->T_seg, dp = t->comm->dp;
+    uint64_t N = (uint64_t)t->rc.eval_batches * (uint64_t)B;
+    if (N > t->data.n_val_windows) N = t->data.n_val_windows;
+    if (N == 0) return NAN;
+    const uint64_t nb = (N + (uint64_t)B - 1) / (uint64_t)B;
+    double *acc = GDN_CALLOC(2 * nb, sizeof(double)); /* loss sums [nb], valid targets [nb] */
+    for (uint64_t j = (uint64_t)t->comm->dp_rank; j < nb; j += (uint64_t)dp) {
+        int rows = 0; /* real windows in this batch; the rest repeat the first with no targets */
+        for (int b = 0; b < B; b++) {
+            int *row = t->window + (size_t)b * (T + 1);
+            if (j * (uint64_t)B + (uint64_t)b < N) {
+                io_dataset_val_window(&t->data, j * (uint64_t)B + (uint64_t)b, row);
+                rows++;
+            } else {
+                memcpy(row, t->window, (size_t)(T + 1) * sizeof(int));
+            }
+        }
         split_window(t);
+        for (size_t i = (size_t)rows * Ts; i < (size_t)B * Ts; i++) t->targets[i] = -1;
         int nv = 0;
 #ifdef GDN_HAVE_CUDA
-        if (t->gpu) acc[0] += gdn_cuda_model_forward(t->gpu, t->inputs, t->targets, 0.0f, &nv);
+        if (t->gpu) acc[j] = gdn_cuda_model_forward(t->gpu, t->inputs, t->targets, 0.0f, &nv);
         else
 #endif
-            acc[0] += gdn_cpu_forward_f32(t->acts, &t->table, t->params, t->inputs, t->targets, 0.0f, &nv,
-                                          NULL, NULL);
-        acc[1] += nv;
+            acc[j] = gdn_cpu_forward_f32(t->acts, &t->table, t->params, t->inputs, t->targets, 0.0f, &nv,
+                                         NULL, NULL);
+        acc[nb + j] = nv;
     }
     if (t->comm->size > 1)
-        gdn_all_reduce(t->comm, GDN_WORLD, acc, 2, GDN_F64, GDN_SUM, "validation loss");
+        gdn_all_reduce(t->comm, GDN_WORLD, acc, 2 * nb, GDN_F64, GDN_SUM, "validation loss");
+    double loss = 0.0, valid = 0.0;
+    for (uint64_t j = 0; j < nb; j++) {
+        loss += acc[j];
+        valid += acc[nb + j];
+    }
+    free(acc);
+    return loss / valid;
+}
+
+/* The mean loss of the current parameters on the next training micro-batch of every rank,
+ * without consuming it: a finite number shows that the parameters about to be saved still
+ * compute (an update can leave them finite but so large that the next forward overflows). */
+static double probe_loss(trainer *t) {
+    io_dataset_train_batch(&t->data, t->sample, t->rc.batch_size, t->comm->dp_rank, t->comm->dp, t->window);
+    split_window(t);
+    double acc[2] = {0.0, 0.0};
+    int nv = 0;
+#ifdef GDN_HAVE_CUDA
+    if (t->gpu) acc[0] = gdn_cuda_model_forward(t->gpu, t->inputs, t->targets, 0.0f, &nv);
+    else
+#endif
+        acc[0] = gdn_cpu_forward_f32(t->acts, &t->table, t->params, t->inputs, t->targets, 0.0f, &nv, NULL, NULL);
+    acc[1] = nv;
+    if (t->comm->size > 1) gdn_all_reduce(t->comm, GDN_WORLD, acc, 2, GDN_F64, GDN_SUM, "probe loss");
     return acc[0] / acc[1];
+}
+
+/* "NaN", "+Inf" or "-Inf" for a non-finite x (printf's spelling varies: "-nan"). */
+static const char *nonfinite_name(double x) { return isnan(x) ? "NaN" : x > 0 ? "+Inf" : "-Inf"; }
+
+/* The index of the first non-finite value of x [n], or n. */
+static size_t first_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
+}
+
+/* The name of the tensor holding flat index i of the parameter buffer. */
+static const char *tensor_at(const gdn_param_table *tab, size_t i) {
+    for (int k = 0; k < tab->n; k++)
+        if (i >= tab->p[k].offset && i < tab->p[k].offset + tab->p[k].numel) return tab->p[k].name;
+    return "?";
+}
+
+/* Collective: 0 when this rank's parameters and moments are finite and (known_loss, or else a
+ * probe forward) give a finite loss; else GDN_EXIT_NONFINITE, with the cause printed. */
+static int check_saveable(trainer *t, double known_loss) {
+    const size_t n = t->table.total, ns = gdn_zero_state_len(&t->zero);
+    size_t ip = first_nonfinite(t->params, n), im = first_nonfinite(t->m, ns), iv = first_nonfinite(t->v, ns);
+    int bad = ip < n || im < ns || iv < ns;
+    if (ip < n && t->comm->rank == 0) /* the same parameters on every rank */
+        complain(t, "step %lld: parameter %s holds %s; not writing a checkpoint (the newest one "
+                 "stays the last good state; try a lower --lr or --grad_clip)", (long long)t->step,
+                 tensor_at(&t->table, ip), nonfinite_name(t->params[ip]));
+    else if (im < ns || iv < ns)
+        complain(t, "step %lld: the AdamW %s moment holds a non-finite value; not writing a checkpoint (try a "
+                 "lower --lr)", (long long)t->step, im < ns ? "first" : "second");
+    if (agree_ok(t, bad, "the finiteness check of the parameters")) return GDN_EXIT_NONFINITE;
+    double loss = isfinite(known_loss) ? known_loss : probe_loss(t);
+    if (!isfinite(loss)) { /* reduced: the same on every rank */
+        if (t->comm->rank == 0)
+            fprintf(stderr, "gdn train: step %lld: the parameters after this step give a loss of %s on the next "
+                    "batch; not writing a checkpoint (the newest one stays the last good state; try a lower --lr)\n",
+                    (long long)t->step, nonfinite_name(loss));
+        return GDN_EXIT_NONFINITE;
+    }
+    return 0;
 }
 
 static void config_json(const gdn_run_config *rc, io_jw *w) {
@@ -162,13 +247,17 @@ static void config_json(const gdn_run_config *rc, io_jw *w) {
     gdn_run_config_to_json(rc, w);
 }
 
-/* Rank 0 writes the checkpoint; collective (every rank learns whether it worked). /state
- * records the grid, so that a resume on another world size can map the data position. */
-static int save_checkpoint(trainer *t) {
+/* Rank 0 writes the checkpoint; collective (every rank learns whether it worked): 0,
+ * GDN_EXIT_NONFINITE (the state is not finite: nothing written) or GDN_EXIT_ERROR. /state
+ * records the grid, so that a resume on another world size can map the data position.
+ * known_loss: a loss of the current parameters computed this step (validation), or NAN. */
+static int save_checkpoint(trainer *t, double known_loss) {
 #ifdef GDN_HAVE_CUDA
     if (t->gpu) gdn_cuda_model_download(t->gpu, t->params, t->m, t->v);
 #endif
     gdn_dist_check_same_params(t->comm, t->params, t->table.total);
+    int bad = check_saveable(t, known_loss);
+    if (bad) return bad;
     /* sharded moments: rank 0 gathers the blocks into full-size ones for the file */
     float *m = t->m, *v = t->v;
     if (t->zero.on) {
@@ -213,7 +302,7 @@ static int save_checkpoint(trainer *t) {
         }
     }
     if (m != t->m) free(m);
-    return agree_ok(t, failed, "to write a checkpoint");
+    return agree_ok(t, failed, "to write a checkpoint") ? GDN_EXIT_ERROR : 0;
 }
 
 /* Prints the settings that differ between a checkpoint's run and this one. */
@@ -244,27 +333,6 @@ static void report_changed_settings(const char *saved_json, const gdn_run_config
     free(sb);
     io_jw_free(&a);
     io_jw_free(&b);
-}
-
-/* Keeps only the metrics lines of steps <= step (a resumed run rewrites what followed). */
-static int truncate_metrics(const char *path, int64_t step) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char tmp[GDN_PATH_MAX + 64];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *o = fopen(tmp, "w");
-    if (!o) {
-        fclose(f);
-        return -1;
-    }
-    char line[4096];
-    while (fgets(line, sizeof line, f)) {
-        const char *s = strstr(line, "\"step\":");
-        if (s && strtoll(s + 7, NULL, 10) <= step) fputs(line, o);
-    }
-    fclose(f);
-    if (fclose(o)) return -1;
-    return rename(tmp, path);
 }
 
 /* Starts fresh, from --init-from weights, or resumes, into t->params and the full-size moments
@@ -477,22 +545,93 @@ static void on_grads_ready(void *ctx, float *grads, size_t lo, size_t hi) {
 }
 #endif
 
+/* Collective: 0 when no rank failed, else the failing ranks' highest status (each printed its
+ * cause; the others name the first failing rank). */
+static int agree_status(trainer *t, int status, const char *what) {
+    if (!agree_ok(t, status != 0, what)) return 0;
+    int64_t s = status;
+    if (t->comm->size > 1) gdn_all_reduce(t->comm, GDN_WORLD, &s, 1, GDN_I64, GDN_MAX, "exit status");
+    return (int)s;
+}
+
+/* Rank 0, before anything in the run directory changes: creates it, takes its lock and checks
+ * that it holds no other run (train/run_dir.h). Returns 0 or an exit status (cause printed). */
+static int claim_run_dir(trainer *t) {
+    const gdn_run_config *rc = &t->rc;
+    char err[2048];
+    struct stat st;
+    if (mkdir_p(rc->out) || stat(rc->out, &st)) {
+        complain(t, "cannot create run directory %s: %s", rc->out, strerror(errno));
+        return GDN_EXIT_ERROR;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        complain(t, "--out %s exists and is not a directory", rc->out);
+        return GDN_EXIT_ERROR;
+    }
+    int r = gdn_run_lock(rc->out, &t->lock_fd, err, sizeof err);
+    if (r != GDN_LOCK_OK) {
+        complain(t, "%s", err);
+        return r == GDN_LOCK_BUSY ? GDN_EXIT_LOCKED : GDN_EXIT_ERROR;
+    }
+    r = gdn_run_dir_check(rc->out, rc, rc->resume[0] == 0, t->opts.overwrite, err, sizeof err);
+    if (r) {
+        complain(t, "%s", err);
+        return r == 2 ? GDN_EXIT_USAGE : GDN_EXIT_ERROR;
+    }
+    return 0;
+}
+
+/* Rank 0, once the run is set up: --overwrite's deletion, config.json (written whole or not
+ * at all: a temp file renamed over it) and metrics.jsonl. 0 or -1 (cause printed). */
+static int write_run_files(trainer *t) {
+    const gdn_run_config *rc = &t->rc;
+    char err[2048], path[GDN_PATH_MAX + 32], tmp[GDN_PATH_MAX + 48];
+    if (t->opts.overwrite) {
+        int removed = 0;
+        if (gdn_run_dir_clear(rc->out, &removed, err, sizeof err)) {
+            complain(t, "%s", err);
+            return -1;
+        }
+        printf("--overwrite: deleted %d file%s of the previous run in %s\n", removed, removed == 1 ? "" : "s",
+               rc->out);
+    }
+    io_jw w;
+    config_json(rc, &w);
+    snprintf(path, sizeof path, "%s/config.json", rc->out);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int bad = !f || fprintf(f, "%s\n", io_jw_text(&w)) < 0;
+    if (f && fclose(f)) bad = 1;
+    if (bad || rename(tmp, path)) {
+        complain(t, "cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+        io_jw_free(&w);
+        return -1;
+    }
+    io_jw_free(&w);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", rc->out);
+    if (gdn_metrics_open(&t->metrics, path, t->step > 0 ? t->step : -1, err, sizeof err)) {
+        complain(t, "%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Sets up the run (data, model, restored state, GPUs, run directory files); returns 0 or an
+ * exit status. --eval_only reads the run directory and writes nothing there. */
 static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
     const gdn_run_config *rc = &t->rc;
     gdn_comm *c = t->comm;
-    char err[1024], path[GDN_PATH_MAX + 32];
+    char err[1024];
     int failed = 0;
-    if (c->rank == 0 && mkdir_p(rc->out)) {
-        complain(t, "cannot create run directory %s: %s", rc->out, strerror(errno));
-        failed = 1;
-    }
-    if (agree_ok(t, failed, "to create the run directory")) return -1;
+    int status = c->rank == 0 && !t->opts.eval_only ? claim_run_dir(t) : 0;
+    if ((status = agree_status(t, status, "to take the run directory"))) return status;
     io_dataset_opts opts = {.seq_len = rc->seq_len, .seed = (uint64_t)rc->seed,
                             .val_tokens = (size_t)rc->val_tokens, .val_fraction = 0.0};
     failed = io_dataset_open_files(&t->data, rc->data, NULL, rc->model.vocab_size, &opts, err,
                                    sizeof err) != 0;
     if (failed) complain(t, "%s", err);
-    if (agree_ok(t, failed, "to open the data")) return -1;
+    if (agree_ok(t, failed, "to open the data")) return GDN_EXIT_ERROR;
     gdn_param_table_build(&t->table, &rc->model);
     size_t n = t->table.total;
     gdn_zero_layout(&t->zero, n, rc->zero, c->rank, c->size);
@@ -517,7 +656,7 @@ static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
     /* batch_tokens counts every rank's tokens: one micro-batch of the job is dp x B x seq_len */
     int64_t micro = (int64_t)c->dp * rc->batch_size * rc->seq_len;
     t->accum = rc->batch_tokens ? (int)((rc->batch_tokens + micro - 1) / micro) : 1;
-    if (restore_and_share(t)) return -1;
+    if (restore_and_share(t)) return GDN_EXIT_ERROR;
 #ifdef GDN_HAVE_CUDA
     if (use_gpu) {
 #ifdef GDN_HAVE_NCCL
@@ -525,7 +664,7 @@ static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
             t->gpu_comm = gdn_nccl_init(c, err, sizeof err);
             if (!t->gpu_comm) {
                 if (err[0]) complain(t, "%s", err);
-                return -1;
+                return GDN_EXIT_ERROR;
             }
             t->grad_bucket = grad_bucket_elems(t);
         }
@@ -546,17 +685,7 @@ static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
 #endif
 
     /* The resolved settings: printed, and saved with the run. */
-    if (c->rank == 0) {
-        io_jw w;
-        config_json(rc, &w);
-        snprintf(path, sizeof path, "%s/config.json", rc->out);
-        FILE *f = fopen(path, "w");
-        if (!f || fprintf(f, "%s\n", io_jw_text(&w)) < 0 || fclose(f)) {
-            complain(t, "cannot write %s: %s", path, strerror(errno));
-            failed = 1;
-        }
-        io_jw_free(&w);
-    }
+    if (c->rank == 0 && !t->opts.eval_only) failed = write_run_files(t) != 0;
     if (!failed) {
         say(t, "backend: %s%s\n", use_gpu ? "cuda (bf16 activations and matrix inputs, fp32 master weights)" : "cpu",
             !strcmp(rc->backend, "auto") ? " (auto)" : "");
@@ -571,22 +700,17 @@ static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
             t->data.train.n_tokens, (unsigned long long)t->data.n_val_windows, omp_get_max_threads());
         print_grid(t);
         print_optimizer_state(t);
-        if (c->rank == 0) {
-            snprintf(path, sizeof path, "%s/metrics.jsonl", rc->out);
-            if (t->step > 0 && truncate_metrics(path, t->step)) {
-                complain(t, "cannot rewrite %s: %s", path, strerror(errno));
-                failed = 1;
-            } else if (!(t->metrics = fopen(path, t->step > 0 ? "a" : "w"))) {
-                complain(t, "cannot open %s: %s", path, strerror(errno));
-                failed = 1;
-            }
-        }
     }
-    return agree_ok(t, failed, "to write to the run directory");
+    return agree_ok(t, failed, "to write to the run directory") ? GDN_EXIT_ERROR : 0;
 }
 
-static void close_run(trainer *t) {
-    if (t->metrics) fclose(t->metrics);
+/* Releases everything open_run set up; 0, or -1 when closing metrics.jsonl failed (printed). */
+static int close_run(trainer *t) {
+    char err[1024];
+    int r = gdn_metrics_close(&t->metrics, err, sizeof err);
+    if (r) complain(t, "%s", err);
+    gdn_run_unlock(t->lock_fd);
+    t->lock_fd = -1;
     gdn_seqpar_free(t->seqpar);
     gdn_cpu_acts_free_f32(t->acts);
 #ifdef GDN_HAVE_NCCL
@@ -602,6 +726,7 @@ static void close_run(trainer *t) {
     free(t->targets);
     gdn_param_table_free(&t->table);
     io_dataset_close(&t->data);
+    return r;
 }
 
 /* The next micro-batch of this rank's training windows into inputs / targets. */
@@ -685,11 +810,68 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
     return loss / tokens;
 }
 
-int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **argv) {
+/* What one step reports. */
+typedef struct {
+    double loss, lr, gnorm, tok_s, time_s;
+    int evaluated; /* val holds this step's validation loss (NAN without validation data) */
+    double val;
+} step_metrics;
+
+/* Rank 0: appends step t->step's line to metrics.jsonl (non-finite values as null; stopped:
+ * why the run stops at this step, or NULL). 0, or -1 with the failure printed. */
+static int write_metrics(trainer *t, const step_metrics *m, const char *stopped) {
+    io_jw w;
+    char err[1024];
+    io_jw_init(&w, 0);
+    io_jw_begin_object(&w);
+    io_jw_kv_int(&w, "step", t->step);
+    io_jw_kv_number(&w, "loss", m->loss);
+    io_jw_kv_number(&w, "lr", m->lr);
+    io_jw_kv_number(&w, "grad_norm", m->gnorm);
+    io_jw_kv_number(&w, "tokens_per_s", m->tok_s);
+    io_jw_kv_int(&w, "tokens", t->tokens_seen);
+    io_jw_kv_number(&w, "time_s", m->time_s);
+    if (m->evaluated && (isfinite(m->val) || stopped)) io_jw_kv_number(&w, "val_loss", m->val);
+    if (stopped) io_jw_kv_string(&w, "stopped", stopped);
+    io_jw_end_object(&w);
+    int r = gdn_metrics_append(&t->metrics, io_jw_text(&w), err, sizeof err);
+    if (r)
+        fprintf(stderr, "gdn train: step %lld: %s%s\n", (long long)t->step, err,
+                stopped ? "" : "; stopping without a checkpoint of this step (a resumed run repeats the steps "
+                               "since the newest checkpoint and writes their lines again)");
+    io_jw_free(&w);
+    return r;
+}
+
+/* --eval_only: the validation loss of the restored checkpoint, printed by rank 0; 0, or
+ * GDN_EXIT_ERROR when there was no checkpoint (checkpoints are written at steps >= 1). */
+static int eval_only(trainer *t) {
+    if (t->step == 0) {
+        if (t->comm->rank == 0)
+            fprintf(stderr, "gdn train: --eval_only: no checkpoint to evaluate (--resume %s)\n", t->rc.resume);
+        return GDN_EXIT_ERROR;
+    }
+    if (t->data.n_val_windows == 0) {
+        if (t->comm->rank == 0)
+            fprintf(stderr, "gdn train: --eval_only: %s has no validation data (set --val_tokens)\n", t->rc.data);
+        return GDN_EXIT_USAGE;
+    }
+    const double val = evaluate(t);
+    uint64_t N = (uint64_t)t->rc.eval_batches * (uint64_t)t->rc.batch_size;
+    if (N > t->data.n_val_windows) N = t->data.n_val_windows;
+    say(t, "eval: step %lld, val_loss %.17g over %llu validation windows of %d tokens\n", (long long)t->step, val,
+        (unsigned long long)N, t->rc.seq_len);
+    return 0;
+}
+
+int gdn_train_run(const gdn_run_config *rc, const gdn_train_opts *opts, gdn_comm *comm, int argc, char **argv) {
     static trainer t; /* zero-initialised; one run per process */
     memset(&t, 0, sizeof t);
     t.rc = *rc;
+    t.opts = *opts;
     t.comm = comm;
+    t.metrics.fd = -1;
+    t.lock_fd = -1;
     /* cuda: one process on one GPU, or data and sequence parallel with one GPU per rank over NCCL
      * (sequence parallel: the pass exchange; the gather one is CPU-only). auto takes
      * the GPU when there is one and the job is a single process (several ranks on GPUs ask for
@@ -715,7 +897,7 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
     const int first_bad = gdn_comm_agree(comm, why != NULL);
     if (first_bad >= 0) { /* the lowest such rank says why; the others stop with it */
         if (first_bad == comm->rank) fprintf(stderr, "gdn train: %s\n", why);
-        return 2;
+        return GDN_EXIT_USAGE;
     }
     /* One thread pool: OpenMP splits the work, OpenBLAS runs single-threaded inside it. Ranks on
      * one node share its cores. */
@@ -727,9 +909,11 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
     sa.sa_handler = on_stop_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
-    if (open_run(&t, use_gpu, argc, argv)) {
+    int status = open_run(&t, use_gpu, argc, argv);
+    if (status || opts->eval_only) {
+        if (!status) status = eval_only(&t);
         close_run(&t);
-        return 1;
+        return status;
     }
 
     gdn_comm *c = comm;
@@ -744,45 +928,51 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
     const gdn_comm_bytes gpu_bytes0 = t.gpu_comm ? t.gpu_comm->bytes : (gdn_comm_bytes){0};
     const double gpu_wait0 = t.gpu_comm ? t.gpu_comm->wait_s : 0.0;
 #endif
-    int status = 0;
     double last_val = NAN;
     while (t.step < rc->steps) {
         double t0 = now_s(), gnorm = 0, lr = 0;
         double loss = train_step(&t, &gnorm, &lr);
-        /* a signal may reach some ranks only, or between their checks: decide together (and
-         * name the signal the same way on every rank) */
-        int64_t sig = stop_signal;
-        if (c->size > 1) gdn_all_reduce(c, GDN_WORLD, &sig, 1, GDN_I64, GDN_MAX, "stop signal");
-        const int stop = sig != 0;
         double dt = now_s() - t0;
-        double tok_s = (double)t.accum * c->dp * rc->batch_size * rc->seq_len / dt;
-        if (!isfinite(loss)) { /* the same reduced value on every rank */
+        step_metrics m = {loss, lr, gnorm, (double)t.accum * c->dp * rc->batch_size * rc->seq_len / dt,
+                          now_s() - t_start, 0, NAN};
+        const double tok_s = m.tok_s;
+        /* the loss and the gradient norm are reduced: the same on every rank, so every rank
+         * takes this branch together; nothing is saved after it */
+        if (!isfinite(loss) || !isfinite(gnorm)) {
             if (c->rank == 0)
-                fprintf(stderr, "\ngdn train: the loss is %g at step %lld; stopping (try a lower lr)\n", loss,
-                        (long long)t.step);
-            status = 1;
+                fprintf(stderr, "%sgdn train: step %lld: the %s is %s; stopping without writing a checkpoint (the "
+                        "newest checkpoint is the last good state; try a lower --lr, a --grad_clip or more "
+                        "--warmup_steps)\n", tty ? "\n" : "", (long long)t.step,
+                        !isfinite(loss) ? "training loss" : "gradient norm", nonfinite_name(!isfinite(loss) ? loss : gnorm));
+            if (c->rank == 0) write_metrics(&t, &m, !isfinite(loss) ? "non-finite loss" : "non-finite gradient norm");
+            status = GDN_EXIT_NONFINITE;
             break;
         }
         int do_eval = (rc->eval_every > 0 && t.step % rc->eval_every == 0) || t.step == rc->steps;
         double val = do_eval ? evaluate(&t) : NAN;
+        m.val = val;
+        m.evaluated = do_eval;
+        if (do_eval && !isfinite(val) && t.data.n_val_windows > 0) {
+            if (c->rank == 0)
+                fprintf(stderr, "%sgdn train: step %lld: the validation loss is %s; stopping without writing a "
+                        "checkpoint (the newest checkpoint is the last good state; try a lower --lr, a --grad_clip "
+                        "or more --warmup_steps)\n", tty ? "\n" : "", (long long)t.step, nonfinite_name(val));
+            if (c->rank == 0) write_metrics(&t, &m, "non-finite validation loss");
+            status = GDN_EXIT_NONFINITE;
+            break;
+        }
         if (do_eval) last_val = val;
 
-        if (c->rank == 0) {
-            io_jw w;
-            io_jw_init(&w, 0);
-            io_jw_begin_object(&w);
-            io_jw_kv_int(&w, "step", t.step);
-            io_jw_kv_number(&w, "loss", loss);
-            io_jw_kv_number(&w, "lr", lr);
-            io_jw_kv_number(&w, "grad_norm", gnorm);
-            io_jw_kv_number(&w, "tokens_per_s", tok_s);
-            io_jw_kv_int(&w, "tokens", t.tokens_seen);
-            io_jw_kv_number(&w, "time_s", now_s() - t_start);
-            if (do_eval && isfinite(val)) io_jw_kv_number(&w, "val_loss", val);
-            io_jw_end_object(&w);
-            fprintf(t.metrics, "%s\n", io_jw_text(&w));
-            fflush(t.metrics);
-            io_jw_free(&w);
+        int metrics_failed = c->rank == 0 && write_metrics(&t, &m, NULL);
+        /* a signal may reach some ranks only, or between their checks, and metrics are written
+         * by rank 0 alone: decide together (and name the signal the same way on every rank) */
+        int64_t flags[2] = {stop_signal, metrics_failed};
+        if (c->size > 1) gdn_all_reduce(c, GDN_WORLD, flags, 2, GDN_I64, GDN_MAX, "stop signal");
+        const int64_t sig = flags[0];
+        const int stop = sig != 0;
+        if (flags[1]) {
+            status = GDN_EXIT_ERROR;
+            break;
         }
 
         double elapsed = now_s() - t_start;
@@ -798,10 +988,7 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
         int do_ckpt = (rc->ckpt_every > 0 && t.step % rc->ckpt_every == 0) || t.step == rc->steps;
         if (do_ckpt || stop) {
             if (tty) printf("\n");
-            if (save_checkpoint(&t)) {
-                status = 1;
-                break;
-            }
+            if ((status = save_checkpoint(&t, do_eval ? val : NAN))) break;
         }
         if (stop) {
             say(&t, "stopped by signal %d at step %lld after writing a checkpoint; exit status %d (requeue)\n",
@@ -809,6 +996,13 @@ int gdn_train_run(const gdn_run_config *rc, gdn_comm *comm, int argc, char **arg
             status = GDN_EXIT_REQUEUE;
             break;
         }
+    }
+    {   /* a metrics.jsonl that does not close cleanly may have lost lines */
+        char err[1024];
+        int closed = c->rank == 0 && gdn_metrics_close(&t.metrics, err, sizeof err) ? GDN_EXIT_ERROR : 0;
+        if (closed) complain(&t, "%s", err);
+        closed = agree_status(&t, closed, "to close metrics.jsonl");
+        if (closed && (status == 0 || status == GDN_EXIT_REQUEUE)) status = closed;
     }
     if (status == 0) {
         double elapsed = now_s() - t_start;
