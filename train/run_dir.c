@@ -72,7 +72,7 @@ static const char *const advice_other =
 
 int gdn_run_dir_check(const char *dir, const gdn_run_config *rc, int fresh, int overwrite, char *err,
                       size_t errlen) {
-    char path[4200], why[1024];
+    char path[4200], why[1024], damage[1024];
     struct stat st;
     DIR *d = opendir(dir);
     if (!d) {
@@ -88,11 +88,13 @@ int gdn_run_dir_check(const char *dir, const gdn_run_config *rc, int fresh, int 
         n_ckpt++;
         if (step > newest) newest = step;
         if (overwrite) continue;
-        /* header only; a damaged file is left to --resume auto, which reports and skips it */
+        /* the header first; another shape counts only if the whole file verifies (a damaged
+         * file is left to --resume auto, which reports and skips it) */
         ckpt_info info;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (ckpt_read_info(path, &info, why, sizeof why) != CKPT_OK) continue;
-        if (step > newest_other && model_differs(&info.model, &rc->model, path, "checkpoint", why, sizeof why)) {
+        if (step > newest_other && model_differs(&info.model, &rc->model, path, "checkpoint", why, sizeof why) &&
+            ckpt_verify(path, NULL, NULL, damage, sizeof damage) == CKPT_OK) {
             snprintf(err, errlen, "%s holds a different run: %s; %s", dir, why, advice_other);
             newest_other = step;
         }
