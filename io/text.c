@@ -3,8 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include "io/regular_file.h"
 #include "io/tokens.h"
 #include "model/check.h"
 
@@ -27,12 +29,13 @@ static const char *gz_message(gzFile gz, const char *path, int *code) {
     return msg;
 }
 
-static int read_gzip(const char *path, unsigned char **out, size_t *out_len, char *err,
+/* Reads the gzip stream on fd (which it closes). */
+static int read_gzip(int fd, const char *path, unsigned char **out, size_t *out_len, char *err,
                      int err_len) {
-    gzFile gz = gzopen(path, "rb");
+    gzFile gz = gzdopen(fd, "rb");
     if (!gz) {
-        snprintf(err, (size_t)err_len, "%s: cannot open: %s", path,
-                 errno ? strerror(errno) : "out of memory");
+        snprintf(err, (size_t)err_len, "%s: cannot read: out of memory", path);
+        close(fd);
         return -1;
     }
     gzbuffer(gz, 1 << 17);
@@ -74,18 +77,17 @@ static int read_gzip(const char *path, unsigned char **out, size_t *out_len, cha
 }
 
 int io_text_read(const char *path, unsigned char **bytes, size_t *len, char *err, int err_len) {
-    FILE *f = fopen(path, "rb");
+    int fd = io_open_regular(path, NULL, err, err_len);
+    if (fd < 0) return -1;
+    unsigned char magic[2];
+    if (pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b)
+        return read_gzip(fd, path, bytes, len, err, err_len);
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
-        snprintf(err, (size_t)err_len, "%s: cannot open: %s", path, strerror(errno));
+        snprintf(err, (size_t)err_len, "%s: cannot read: %s", path, strerror(errno));
+        close(fd);
         return -1;
     }
-    unsigned char magic[2];
-    size_t m = fread(magic, 1, 2, f);
-    if (m == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
-        fclose(f);
-        return read_gzip(path, bytes, len, err, err_len);
-    }
-    rewind(f);
     unsigned char *buf = NULL;
     size_t n = 0, cap = 0, got;
     do {
