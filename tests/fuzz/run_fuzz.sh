@@ -18,6 +18,10 @@ name=$(basename "$harness")
 # -malloc_limit_mb: memory; leaks are reported by AddressSanitizer at the end of each input.
 # -jobs is not used: one process, so the time is the test's own and ctest -j spreads harnesses.
 echo "run_fuzz: $name for ${seconds}s over $(ls "$work/corpus" | wc -l) seed inputs"
+# a symbolizer turns sanitizer stack traces into file:line (Debian: llvm-14)
+if [ -z "${ASAN_SYMBOLIZER_PATH:-}" ] && ! command -v llvm-symbolizer >/dev/null; then
+    for s in /usr/lib/llvm-*/bin/llvm-symbolizer; do [ -x "$s" ] && export ASAN_SYMBOLIZER_PATH=$s; done
+fi
 TMPDIR="$work/tmp" ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
 "$harness" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
