@@ -1088,14 +1088,17 @@ static void test_inputs_must_be_regular_files(void **state) {
     ASSERT_CONTAINS(err, "fifo.txt: not a regular file (a named pipe (FIFO))");
     assert_null(io_json_parse_file(tmp_path("fifo.txt"), err, sizeof err));
     ASSERT_CONTAINS(err, "fifo.txt: not a regular file (a named pipe (FIFO))");
-    alarm(0);
     /* a character device read as text used to give an empty corpus */
     assert_int_equal(io_tokens_open(&t, "/dev/null", 256, err, sizeof err), -1);
     ASSERT_CONTAINS(err, "/dev/null: not a regular file (a character device)");
     assert_null(io_json_parse_file("/dev/null", err, sizeof err));
     ASSERT_CONTAINS(err, "/dev/null: not a regular file (a character device)");
+    /* and /dev/zero read as text never ended */
+    assert_int_equal(io_text_read("/dev/zero", &bytes, &n, err, sizeof err), -1);
+    ASSERT_CONTAINS(err, "/dev/zero: not a regular file (a character device)");
     assert_null(io_json_parse_file(g_dir, err, sizeof err));
     ASSERT_CONTAINS(err, "not a regular file (a directory)");
+    alarm(0);
     /* regular files still open, the gzip path included */
     write_file(tmp_path("plain.txt"), "hello", 5);
     assert_int_equal(io_text_read(tmp_path("plain.txt"), &bytes, &n, err, sizeof err), 0);

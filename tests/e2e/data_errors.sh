@@ -79,6 +79,12 @@ refuse "$work/dir.bin: not a regular file (a directory)" -- \
     "$gdn" "${train[@]}" --data "$work/dir.bin"
 refuse "/dev/null: not a regular file (a character device)" -- \
     "$gdn" "${train[@]}" --data /dev/null
+# /dev/zero read as text never ends (memory runs out first)
+refuse "/dev/zero: not a regular file (a character device)" -- \
+    "$gdn" "${train[@]}" --data /dev/zero
+python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$work/sock.bin"
+refuse "$work/sock.bin: not a regular file (a socket)" -- \
+    "$gdn" "${train[@]}" --data "$work/sock.bin"
 refuse "$work/pipe.txt: not a regular file (a named pipe (FIFO))" -- \
     "$gdn" data --in "$work/pipe.txt" --out "$work/x"
 [ -e "$work/run/metrics.jsonl" ] && fail "a refused input still started a run"
