@@ -619,6 +619,16 @@ static void set_origin(io_json *v, const char *origin) {
     for (size_t i = 0; i < v->n_items; i++) set_origin(&v->items[i], origin);
 }
 
+/* Levels of nesting in v: 1 for a scalar or an empty container. */
+static int depth_of(const io_json *v) {
+    int d = 0;
+    for (size_t i = 0; i < v->n_items; i++) {
+        int di = depth_of(&v->items[i]);
+        if (di > d) d = di;
+    }
+    return d + 1;
+}
+
 /* obj[key]; when absent, a new null member (*created = 1). */
 static io_json *member(io_json *obj, const char *key, size_t key_len, int *created) {
     *created = 0;
@@ -648,7 +658,8 @@ int io_json_set_path(io_json *root, const char *path, const char *value_text, co
         snprintf(err, (size_t)err_len, "%s: the configuration is not a JSON object", origin);
         return -1;
     }
-    /* validate the path first so a bad one changes nothing */
+    /* validate the path and the value's depth first so a bad one changes nothing */
+    int levels = 1; /* the root, then one per path component */
     for (const char *s = path;; s++) {
         const char *dot = strchr(s, '.');
         size_t n = dot ? (size_t)(dot - s) : strlen(s);
@@ -656,8 +667,19 @@ int io_json_set_path(io_json *root, const char *path, const char *value_text, co
             snprintf(err, (size_t)err_len, "%s: empty name in the setting path '%s'", origin, path);
             return -1;
         }
+        if (levels <= IO_JSON_MAX_DEPTH) levels++;
         if (!dot) break;
         s = dot;
+    }
+    char perr[8];
+    io_json *val = io_json_parse(value_text, strlen(value_text), origin, perr, sizeof perr);
+    /* the same limit as parsed documents, so that every tree can be written back */
+    if (levels - 1 + (val ? depth_of(val) : 1) > IO_JSON_MAX_DEPTH) {
+        snprintf(err, (size_t)err_len,
+                 "%s: the setting '%.40s%s' nests deeper than %d levels", origin, path,
+                 strlen(path) > 40 ? "..." : "", IO_JSON_MAX_DEPTH);
+        io_json_free(val);
+        return -1;
     }
     io_json *obj = root;
     const char *s = path;
@@ -672,12 +694,11 @@ int io_json_set_path(io_json *root, const char *path, const char *value_text, co
             io_json_where(m, where, sizeof where);
             snprintf(err, (size_t)err_len, "%s: '%.*s' is %s (%s), not an object", origin,
                      (int)(dot - path), path, io_json_type_name(m->type), where);
+            io_json_free(val);
             return -1;
         }
         obj = m;
     }
-    char perr[8];
-    io_json *val = io_json_parse(value_text, strlen(value_text), origin, perr, sizeof perr);
     int created;
     io_json *m = member(obj, s, strlen(s), &created);
     char *key = m->key;

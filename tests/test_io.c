@@ -979,6 +979,52 @@ static void test_gdn_data_split_matches_holdout(void **state) {
     io_dataset_close(&b);
 }
 
+/* An override could build a tree deeper than any parsed document (a dotted path of 128 names,
+ * or a deeply nested value under a path), which the writer then refused with an internal-check
+ * exit: overrides are held to the parser's limit, and whatever they build can be written. */
+static void test_json_override_depth_limit(void **state) {
+    (void)state;
+    char err[512], path[2 * IO_JSON_MAX_DEPTH + 8], value[2 * IO_JSON_MAX_DEPTH + 8];
+    for (int k = IO_JSON_MAX_DEPTH - 1; k <= IO_JSON_MAX_DEPTH; k++) {
+        io_json *root = io_json_parse("{\"a\": 1}", 8, "c.json", err, sizeof err);
+        assert_non_null(root);
+        size_t m = 0;
+        for (int i = 0; i < k; i++) m += (size_t)sprintf(path + m, "%sb", i ? "." : "");
+        int rc = io_json_set_path(root, path, "1", "--deep", err, sizeof err);
+        if (k == IO_JSON_MAX_DEPTH) { /* the value would sit at depth 129 */
+            assert_int_equal(rc, -1);
+            ASSERT_CONTAINS(err, "--deep: the setting 'b.b.b.b");
+            ASSERT_CONTAINS(err, "nests deeper than 128 levels");
+            assert_int_equal(root->n_items, 1); /* nothing changed */
+        } else {
+            if (rc) fail_msg("%s", err);
+            io_jw w;
+            io_jw_init(&w, 0);
+            io_jw_value(&w, root);
+            io_json *back = io_json_parse(io_jw_text(&w), w.len, "back", err, sizeof err);
+            if (!back) fail_msg("%s", err);
+            io_json_free(back);
+            io_jw_free(&w);
+        }
+        io_json_free(root);
+    }
+    /* a nested value under a one-name path: 127 levels fit, 128 do not */
+    for (int d = IO_JSON_MAX_DEPTH - 1; d <= IO_JSON_MAX_DEPTH; d++) {
+        io_json *root = io_json_parse("{}", 2, "c.json", err, sizeof err);
+        memset(value, '[', (size_t)d);
+        memset(value + d, ']', (size_t)d);
+        value[2 * d] = 0;
+        int rc = io_json_set_path(root, "x", value, "--x", err, sizeof err);
+        assert_int_equal(rc, d == IO_JSON_MAX_DEPTH ? -1 : 0);
+        assert_int_equal(root->n_items, d == IO_JSON_MAX_DEPTH ? 0 : 1);
+        io_jw w;
+        io_jw_init(&w, 1);
+        io_jw_value(&w, root);
+        io_jw_free(&w);
+        io_json_free(root);
+    }
+}
+
 /* ---- regressions: input sizes and file types ----------------------------------------------- */
 
 /* JSON text of an object with n distinct members "k0".."k{n-1}"; when dup_of >= 0 one more
@@ -1124,6 +1170,7 @@ int main(void) {
         cmocka_unit_test(test_windows_stay_inside_files),
         cmocka_unit_test(test_windows_too_short),
         cmocka_unit_test(test_gdn_data_split_matches_holdout),
+        cmocka_unit_test(test_json_override_depth_limit),
         cmocka_unit_test(test_json_many_keys_linear),
         cmocka_unit_test(test_json_duplicate_keys_exhaustive),
         cmocka_unit_test(test_inputs_must_be_regular_files),
