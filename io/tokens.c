@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/regular_file.h"
 #include "model/check.h"
 
 static int ends_with(const char *s, const char *suffix) {
@@ -38,19 +39,12 @@ static void add_span(io_tokens *t, const char *path, void *block, size_t map_byt
 
 /* Maps one shard after checking its header and its size against the header's count. */
 static int open_shard(io_tokens *t, const char *path, char *err, int err_len) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        snprintf(err, (size_t)err_len, "%s: cannot open token shard: %s", path, strerror(errno));
-        return -1;
-    }
+    int fd = io_open_regular(path, "token shard", err, err_len);
+    if (fd < 0) return -1;
     struct stat st;
     int32_t h[IO_SHARD_HEADER_INTS];
     if (fstat(fd, &st) != 0) {
         snprintf(err, (size_t)err_len, "%s: cannot stat: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        snprintf(err, (size_t)err_len, "%s: not a regular file", path);
         goto fail;
     }
     size_t size = (size_t)st.st_size;

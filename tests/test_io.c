@@ -663,7 +663,7 @@ static void test_shard_errors(void **state) {
     ASSERT_CONTAINS(err, "adir.bin: not a regular file");
     assert_int_equal(mkdir(tmp_path("adir.txt"), 0700), 0);
     assert_int_equal(io_tokens_open(&t, tmp_path("adir.txt"), 256, err, sizeof err), -1);
-    ASSERT_CONTAINS(err, "adir.txt: read error after 0 bytes: Is a directory");
+    ASSERT_CONTAINS(err, "adir.txt: not a regular file (a directory)");
 
     /* a failed open leaves nothing to close, and a good file before a bad one is released */
     snprintf(spec, sizeof spec, "%s,%s", tmp_path("vocab.bin"), tmp_path("magic.bin"));
@@ -979,6 +979,179 @@ static void test_gdn_data_split_matches_holdout(void **state) {
     io_dataset_close(&b);
 }
 
+/* An override could build a tree deeper than any parsed document (a dotted path of 128 names,
+ * or a deeply nested value under a path), which the writer then refused with an internal-check
+ * exit: overrides are held to the parser's limit, and whatever they build can be written. */
+static void test_json_override_depth_limit(void **state) {
+    (void)state;
+    char err[512], path[2 * IO_JSON_MAX_DEPTH + 8], value[2 * IO_JSON_MAX_DEPTH + 8];
+    for (int k = IO_JSON_MAX_DEPTH - 1; k <= IO_JSON_MAX_DEPTH; k++) {
+        io_json *root = io_json_parse("{\"a\": 1}", 8, "c.json", err, sizeof err);
+        assert_non_null(root);
+        size_t m = 0;
+        for (int i = 0; i < k; i++) m += (size_t)sprintf(path + m, "%sb", i ? "." : "");
+        int rc = io_json_set_path(root, path, "1", "--deep", err, sizeof err);
+        if (k == IO_JSON_MAX_DEPTH) { /* the value would sit at depth 129 */
+            assert_int_equal(rc, -1);
+            ASSERT_CONTAINS(err, "--deep: the setting 'b.b.b.b");
+            ASSERT_CONTAINS(err, "nests deeper than 128 levels");
+            assert_int_equal(root->n_items, 1); /* nothing changed */
+        } else {
+            if (rc) fail_msg("%s", err);
+            io_jw w;
+            io_jw_init(&w, 0);
+            io_jw_value(&w, root);
+            io_json *back = io_json_parse(io_jw_text(&w), w.len, "back", err, sizeof err);
+            if (!back) fail_msg("%s", err);
+            io_json_free(back);
+            io_jw_free(&w);
+        }
+        io_json_free(root);
+    }
+    /* a nested value under a one-name path: 127 levels fit, 128 do not */
+    for (int d = IO_JSON_MAX_DEPTH - 1; d <= IO_JSON_MAX_DEPTH; d++) {
+        io_json *root = io_json_parse("{}", 2, "c.json", err, sizeof err);
+        memset(value, '[', (size_t)d);
+        memset(value + d, ']', (size_t)d);
+        value[2 * d] = 0;
+        int rc = io_json_set_path(root, "x", value, "--x", err, sizeof err);
+        assert_int_equal(rc, d == IO_JSON_MAX_DEPTH ? -1 : 0);
+        assert_int_equal(root->n_items, d == IO_JSON_MAX_DEPTH ? 0 : 1);
+        io_jw w;
+        io_jw_init(&w, 1);
+        io_jw_value(&w, root);
+        io_jw_free(&w);
+        io_json_free(root);
+    }
+}
+
+/* ---- regressions: input sizes and file types ----------------------------------------------- */
+
+/* JSON text of an object with n distinct members "k0".."k{n-1}"; when dup_of >= 0 one more
+ * member repeats key dup_of on its own last line. */
+static char *many_keys(size_t n, long dup_of, size_t *len) {
+    char *t = malloc(n * 24 + 64);
+    assert_non_null(t);
+    size_t m = 0;
+    t[m++] = '{';
+    for (size_t i = 0; i < n; i++) m += (size_t)sprintf(t + m, "%s\"k%zu\":%zu", i ? "," : "", i, i);
+    if (dup_of >= 0) m += (size_t)sprintf(t + m, ",\n\"k%ld\":0", dup_of);
+    t[m++] = '}';
+    *len = m;
+    return t;
+}
+
+/* Duplicate detection used to compare each key with every earlier one: n^2 / 2 comparisons
+ * (2 * 10^10 here, minutes). The work is counted, not timed: it must stay linear. */
+static void test_json_many_keys_linear(void **state) {
+    (void)state;
+    char err[512];
+    const size_t n = 200000;
+    size_t len;
+    char *text = many_keys(n, -1, &len);
+    unsigned long long c0 = io_json_key_compares();
+    io_json *root = io_json_parse(text, len, "big.json", err, sizeof err);
+    unsigned long long compares = io_json_key_compares() - c0;
+    if (!root) fail_msg("%s", err);
+    assert_int_equal(root->n_items, n);
+    for (size_t i = 0; i < n; i += 997) {
+        char k[32];
+        snprintf(k, sizeof k, "k%zu", i);
+        const io_json *v = io_json_get(root, k);
+        assert_non_null(v);
+        assert_true(v->type == IO_JSON_NUMBER && v->number == (double)i);
+    }
+    io_json_free(root);
+    if (compares > 2 * n) fail_msg("%llu key comparisons for %zu keys: not linear", compares, n);
+    free(text);
+
+    /* a duplicate is still found, wherever its first occurrence is */
+    const long firsts[] = {0, 7, 8, 9, 1000, (long)n - 1};
+    for (size_t f = 0; f < sizeof firsts / sizeof *firsts; f++) {
+        text = many_keys(n, firsts[f], &len);
+        assert_null(io_json_parse(text, len, "big.json", err, sizeof err));
+        char want[128];
+        snprintf(want, sizeof want, "big.json:2:1: duplicate member \"k%ld\" (first at line 1)",
+                 firsts[f]);
+        ASSERT_CONTAINS(err, want);
+        free(text);
+    }
+}
+
+/* Duplicate detection against the plain definition on objects of every small size: keys drawn
+ * from a small alphabet so that repeats (and hash collisions) are common. */
+static void test_json_duplicate_keys_exhaustive(void **state) {
+    (void)state;
+    char err[512], text[4096];
+    uint64_t r = 12345;
+    for (int trial = 0; trial < 3000; trial++) {
+        int n = 1 + trial % 60, first_dup = -1, first_of = -1;
+        int keys[64];
+        size_t m = 0;
+        text[m++] = '{';
+        for (int i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            keys[i] = (int)((r >> 33) % (uint64_t)(trial % 3 == 0 ? 40 : 4000));
+            for (int j = 0; j < i && first_dup < 0; j++)
+                if (keys[j] == keys[i]) first_dup = i, first_of = j;
+            m += (size_t)sprintf(text + m, "%s\"%d\":\n%d", i ? "," : "", keys[i], i);
+        }
+        text[m++] = '}';
+        io_json *root = io_json_parse(text, m, "t.json", err, sizeof err);
+        if (first_dup < 0) {
+            if (!root) fail_msg("trial %d: %s", trial, err);
+            assert_int_equal(root->n_items, (size_t)n);
+            io_json_free(root);
+        } else {
+            assert_null(root);
+            /* member i's key is on line i + 1, its value on line i + 2 */
+            char want[128];
+            snprintf(want, sizeof want, "t.json:%d:", first_dup + 1);
+            ASSERT_CONTAINS(err, want);
+            snprintf(want, sizeof want, ": duplicate member \"%d\" (first at line %d)",
+                     keys[first_dup], first_of + 2);
+            ASSERT_CONTAINS(err, want);
+        }
+    }
+}
+
+/* Inputs that are not regular files are refused before anything waits on them: a named pipe
+ * without a writer used to block open() forever. alarm turns such a hang into a failure. */
+static void test_inputs_must_be_regular_files(void **state) {
+    (void)state;
+    char err[512];
+    io_tokens t;
+    unsigned char *bytes;
+    size_t n;
+    assert_int_equal(mkfifo(tmp_path("fifo.bin"), 0600), 0);
+    assert_int_equal(mkfifo(tmp_path("fifo.txt"), 0600), 0);
+    alarm(60);
+    assert_int_equal(io_tokens_open(&t, tmp_path("fifo.bin"), 256, err, sizeof err), -1);
+    ASSERT_CONTAINS(err, "fifo.bin: not a regular file (a named pipe (FIFO))");
+    assert_int_equal(io_tokens_open(&t, tmp_path("fifo.txt"), 256, err, sizeof err), -1);
+    ASSERT_CONTAINS(err, "fifo.txt: not a regular file (a named pipe (FIFO))");
+    assert_int_equal(io_text_read(tmp_path("fifo.txt"), &bytes, &n, err, sizeof err), -1);
+    ASSERT_CONTAINS(err, "fifo.txt: not a regular file (a named pipe (FIFO))");
+    assert_null(io_json_parse_file(tmp_path("fifo.txt"), err, sizeof err));
+    ASSERT_CONTAINS(err, "fifo.txt: not a regular file (a named pipe (FIFO))");
+    /* a character device read as text used to give an empty corpus */
+    assert_int_equal(io_tokens_open(&t, "/dev/null", 256, err, sizeof err), -1);
+    ASSERT_CONTAINS(err, "/dev/null: not a regular file (a character device)");
+    assert_null(io_json_parse_file("/dev/null", err, sizeof err));
+    ASSERT_CONTAINS(err, "/dev/null: not a regular file (a character device)");
+    /* and /dev/zero read as text never ended */
+    assert_int_equal(io_text_read("/dev/zero", &bytes, &n, err, sizeof err), -1);
+    ASSERT_CONTAINS(err, "/dev/zero: not a regular file (a character device)");
+    assert_null(io_json_parse_file(g_dir, err, sizeof err));
+    ASSERT_CONTAINS(err, "not a regular file (a directory)");
+    alarm(0);
+    /* regular files still open, the gzip path included */
+    write_file(tmp_path("plain.txt"), "hello", 5);
+    assert_int_equal(io_text_read(tmp_path("plain.txt"), &bytes, &n, err, sizeof err), 0);
+    assert_int_equal(n, 5);
+    free(bytes);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_parse_nested),
@@ -997,6 +1170,10 @@ int main(void) {
         cmocka_unit_test(test_windows_stay_inside_files),
         cmocka_unit_test(test_windows_too_short),
         cmocka_unit_test(test_gdn_data_split_matches_holdout),
+        cmocka_unit_test(test_json_override_depth_limit),
+        cmocka_unit_test(test_json_many_keys_linear),
+        cmocka_unit_test(test_json_duplicate_keys_exhaustive),
+        cmocka_unit_test(test_inputs_must_be_regular_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

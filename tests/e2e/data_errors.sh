@@ -47,6 +47,48 @@ printf 'not gzip after all' | cat <(printf '\x1f\x8b\x08\x00') - >"$work/broken.
 expect 1 "$work/broken.gz: " -- --in "$work/broken.gz" --out "$work/x"
 ls "$work"/x_* >/dev/null 2>&1 && fail "failed runs left output files: $(ls "$work"/x_*)"
 
+# ---- inputs that are not regular files: refused at once, never waited on --------------------
+# A named pipe with no writer would block open() forever; `timeout` bounds the test itself (exit
+# 124 = the old hang), the checks want the refusal naming the path.
+# refuse NEEDLE -- CMD...: CMD must exit 1 (or 2) quickly with NEEDLE in its stderr.
+refuse() {
+    local needle=$1
+    shift 2
+    timeout -k 5 60 "$@" >"$work/out" 2>"$work/err"
+    local got=$?
+    if [ "$got" -eq 124 ] || [ "$got" -eq 137 ]; then
+        fail "$*: still blocked after 60 s (waiting on a named pipe?)"
+    elif [ "$got" -eq 0 ]; then
+        fail "$*: exit status 0 for an input that is not a regular file"
+    elif ! grep -qF -- "$needle" "$work/err"; then
+        fail "$*: stderr does not mention '$needle': $(cat "$work/err")"
+    fi
+}
+mkfifo "$work/pipe.txt" "$work/pipe.bin" "$work/pipe.json"
+mkdir "$work/dir.bin"
+train=(train --preset tiny --steps 1 --out "$work/run")
+refuse "$work/pipe.bin: not a regular file (a named pipe (FIFO))" -- \
+    "$gdn" "${train[@]}" --data "$work/pipe.bin"
+refuse "$work/pipe.txt: not a regular file (a named pipe (FIFO))" -- \
+    "$gdn" "${train[@]}" --data "$work/pipe.txt"
+refuse "$work/pipe.txt: not a regular file (a named pipe (FIFO))" -- \
+    "$gdn" "${train[@]}" --data "$work/empty.txt,$work/pipe.txt"
+refuse "$work/pipe.json: not a regular file (a named pipe (FIFO))" -- \
+    "$gdn" "${train[@]}" --data "$work/empty.txt" --config "$work/pipe.json"
+refuse "$work/dir.bin: not a regular file (a directory)" -- \
+    "$gdn" "${train[@]}" --data "$work/dir.bin"
+refuse "/dev/null: not a regular file (a character device)" -- \
+    "$gdn" "${train[@]}" --data /dev/null
+# /dev/zero read as text never ends (memory runs out first)
+refuse "/dev/zero: not a regular file (a character device)" -- \
+    "$gdn" "${train[@]}" --data /dev/zero
+python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$work/sock.bin"
+refuse "$work/sock.bin: not a regular file (a socket)" -- \
+    "$gdn" "${train[@]}" --data "$work/sock.bin"
+refuse "$work/pipe.txt: not a regular file (a named pipe (FIFO))" -- \
+    "$gdn" data --in "$work/pipe.txt" --out "$work/x"
+[ -e "$work/run/metrics.jsonl" ] && fail "a refused input still started a run"
+
 # ---- good input ----------------------------------------------------------------------------
 python3 - "$work/corpus.txt" <<'EOF'
 import sys
