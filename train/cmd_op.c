@@ -239,7 +239,7 @@ static int same_file(const char *a, const char *b) {
 static int cmd_gated_delta(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *backend = "cpu", *precision = NULL;
     int chunk = 64;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* OPTION VALUE pairs */
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { op_usage(stdout); return 0; }
@@ -255,7 +255,6 @@ static int cmd_gated_delta(int argc, char **argv) {
                 return 2;
             }
         } else { fprintf(stderr, "gdn op: unknown option '%s'\n\n", a); op_usage(stderr); return 2; }
-        i++;
     }
     if (!in || !out) { fprintf(stderr, "gdn op: --in and --out are required\n\n"); op_usage(stderr); return 2; }
     if (chunk != 16 && chunk != 32 && chunk != 64) {
