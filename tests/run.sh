@@ -3,7 +3,7 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer. Installs missing system packages first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash jobs/install_deps.sh
+bash jobs/install_deps.sh --tests
 jobs=$(nproc)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
