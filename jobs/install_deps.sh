@@ -38,8 +38,9 @@ cmake_min=$(sed -n 's/^cmake_minimum_required(VERSION \([0-9.]*\).*/\1/p' CMakeL
 try_build() {
   local cc=$1 src=$2; shift 2
   printf '%s\n' "$src" > "$tmp/t.c"
+  # in $tmp: wrappers such as h5cc leave their object files in the current folder
   # shellcheck disable=SC2086
-  $cc "$tmp/t.c" -o "$tmp/t" "$@" > "$tmp/cc.log" 2>&1
+  (cd "$tmp" && $cc t.c -o t "$@") > "$tmp/cc.log" 2>&1
 }
 have() { command -v "$1" > /dev/null 2>&1; }
 version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -1)" = "$2" ]; }
