@@ -106,6 +106,9 @@ static int cmd_write(const char *dir, int64_t n_steps, int keep) {
         if (ckpt_path_for_step(dir, step, path, sizeof path) < 0 ||
             save(path, &md, step, "{\"stress\": true}") < 0)
             return 1;
+        /* progress for ckpt_kill.sh, which kills only after a save of this writer */
+        printf("saved %lld\n", (long long)step);
+        fflush(stdout);
         if (ckpt_prune(dir, keep, err, sizeof err) < 0) {
             fprintf(stderr, "ckpt_stress: %s\n", err);
             return 1;

@@ -6,7 +6,7 @@
 # readable reports).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash jobs/install_deps.sh clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
+bash jobs/install_deps.sh --tests clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
 jobs=$(nproc)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "train/commands.h"
+#include "train/threads.h"
 
 typedef struct {
     const char *name;
@@ -27,6 +28,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    gdn_threads_set_wait_policy(argv); /* passive OpenMP waits unless the user chose (may re-exec) */
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -36,8 +36,13 @@ PY
 # 2. SIGUSR1: checkpoint at the current step, exit 75, resume continues.
 "$GDN" train "${small[@]}" --steps 100000 --out "$dir/sig" > "$dir/sig.log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do [ -s "$dir/sig/metrics.jsonl" ] && break; sleep 0.1; done
-sleep 1
+# progress, not time: the signal comes after 3 steps (bound: 300 s on a busy machine)
+for _ in $(seq 3000); do
+  [ -s "$dir/sig/metrics.jsonl" ] && [ "$(wc -l < "$dir/sig/metrics.jsonl")" -ge 3 ] && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.1
+done
+[ "$(wc -l < "$dir/sig/metrics.jsonl" 2>/dev/null || echo 0)" -ge 3 ] || { cat "$dir/sig.log"; fail "no 3 steps before SIGUSR1"; }
 kill -USR1 $pid
 set +e; wait $pid; status=$?; set -e
 [ $status -eq 75 ] || { cat "$dir/sig.log"; fail "exit status $status after SIGUSR1, expected 75"; }
@@ -52,12 +57,21 @@ assert steps == list(range(1, k + 4)), f"steps after resume: {steps[-6:]}"
 print(f"SIGUSR1 at step {k}: exit 75, resumed and finished at step {k + 3}")
 PY
 
-# 3. SIGKILL at random moments with a checkpoint every step.
+# 3. SIGKILL at random moments with a checkpoint every step: each run is killed after it saved a
+# new checkpoint (progress, not time; bound 300 s), at a random moment of the saves that follow.
 kill_dir="$dir/kill"
+newest_ckpt() { { ls "$kill_dir" 2>/dev/null || true; } | sed -n 's/^ckpt_0*\([0-9][0-9]*\)\.h5$/\1/p' | sort -n | tail -1; }
 for i in $(seq 8); do
-  "$GDN" train "${small[@]}" --steps 400 --ckpt_every 1 --keep 2 --resume auto --out "$kill_dir" > /dev/null 2>&1 &
+  before=$(newest_ckpt); before=${before:-0}
+  "$GDN" train "${small[@]}" --steps 400 --ckpt_every 1 --keep 2 --resume auto --out "$kill_dir" > "$dir/kill$i.log" 2>&1 &
   pid=$!
-  sleep "$($PY -c "import random; print(round(random.uniform(0.6, 2.0), 2))")"
+  for _ in $(seq 3000); do
+    n=$(newest_ckpt); [ "${n:-0}" -gt "$before" ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  n=$(newest_ckpt); [ "${n:-0}" -gt "$before" ] || { cat "$dir/kill$i.log"; fail "run $i saved no new checkpoint"; }
+  sleep "$($PY -c "import random; print(round(random.uniform(0, 0.5), 2))")"
   kill -9 $pid 2>/dev/null || true
   wait $pid 2>/dev/null || true
   for f in "$kill_dir"/ckpt_*.h5; do
