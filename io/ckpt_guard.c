@@ -176,6 +176,11 @@ int ckpt_guard_run(const char *path, ckpt_guarded_fn fn, void *arg, char *err, s
     struct stat sb;
     off_t size = 0;
     if (stat(path, &sb) == 0) {
+        /* a named pipe would block libhdf5's open (and the child) until a writer appears */
+        if (!S_ISREG(sb.st_mode)) {
+            io_h5_errf(err, errlen, "%s: not a regular file: give the path of a checkpoint file", path);
+            return CKPT_E_OPEN;
+        }
         size = sb.st_size;
         for (int i = 0; i < 8; i++)
             if (same_id(&verified[i], &sb)) return CKPT_OK;

@@ -516,8 +516,8 @@ static size_t grad_bucket_elems(const trainer *t) {
     if (s && *s) {
         char *end = NULL;
         double v = strtod(s, &end);
-        if (*end || !(v >= 0)) say(t, "gdn train: GDN_GRAD_BUCKET_MB must be a number of MB >= 0, got '%s'; "
-                                   "using 64\n", s);
+        if (*end || !(v >= 0 && v <= 1e6))
+            say(t, "gdn train: GDN_GRAD_BUCKET_MB must be a number of MB from 0 to 1e6, got '%s'; using 64\n", s);
         else mb = v;
     }
     if (mb == 0) return SIZE_MAX;

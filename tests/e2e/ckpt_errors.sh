@@ -37,6 +37,15 @@ expect_refused "crash0.h5" "sample --ckpt" "$GDN" sample --ckpt "$dir/crash0.h5"
 expect_refused "crash0.h5" "train --resume PATH" "$GDN" train "${args[@]}" --steps 1 --out "$dir/r0" --resume "$dir/crash0.h5"
 expect_refused "crash0.h5" "train --init_from" "$GDN" train "${args[@]}" --steps 1 --out "$dir/r1" --init_from "$dir/crash0.h5"
 
+# A named pipe or a directory given as a checkpoint is refused at once (a pipe would block
+# libhdf5's open until a writer appears); timeout turns a hang into a failure, not a stuck test.
+mkfifo "$dir/pipe.h5"
+mkdir "$dir/folder.h5"
+for p in pipe.h5 folder.h5; do
+  expect_refused "not a regular file" "inspect $p" timeout -k 5 60 "$GDN" inspect "$dir/$p"
+  expect_refused "not a regular file" "sample --ckpt $p" timeout -k 5 60 "$GDN" sample --ckpt "$dir/$p" --prompt x --bytes 1
+done
+
 # --resume auto skips a damaged newest file and resumes from the one before.
 "$GDN" train "${args[@]}" --steps 2 --ckpt_every 1 --out "$dir/run" > "$dir/train.log"
 cp "$dir/crash0.h5" "$dir/run/ckpt_00000003.h5"
