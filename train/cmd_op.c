@@ -12,6 +12,7 @@
 #include "io/parse_num.h"
 #include "model/check.h"
 #include "model/cpu/ops_cpu.h"
+#include "model/mixer.h"
 #ifdef GDN_HAVE_CUDA
 #include "model/cuda/delta_cuda.h"
 #endif
@@ -19,13 +20,28 @@
 static void op_usage(FILE *f) {
     fprintf(f,
             "usage: gdn op gated-delta --in IN.h5 --out OUT.h5 [--chunk 16|32|64] [--backend cpu|cuda]\n"
-            "                          [--precision fp32|fp64|bf16]\n\n"
+            "                          [--precision fp32|fp64|bf16] [--variant gdn|deltanet|gla|linear]\n\n"
             "Input datasets (fp32 or fp64): q, k [B,T,H,K]; v [B,T,H,V]; g, beta [B,T,H] (g is the\n"
             "natural-log decay); optional h0 [B,H,K,V]; optional do [B,T,H,V] and dht [B,H,K,V].\n"
             "Optional root attribute 'scale' (default 1/sqrt(K)). q and k are used as given (no\n"
             "normalisation). Outputs (fp32): o, ht, and when do or dht is given dq, dk, dv, dg,\n"
             "dbeta, dh0 (a missing do or dht counts as zeros).\n"
+            "Variant: the state update (S [K,V], o_t = scale * S_t^T q_t), default gdn:\n"
+            "  gdn       S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T\n"
+            "  deltanet  the same with g_t = 0 (g is not needed)\n"
+            "  gla       S_t = exp(g_t) S_{t-1} + k_t v_t^T (beta is not needed)\n"
+            "  linear    S_t = S_{t-1} + k_t v_t^T (neither g nor beta is needed)\n"
+            "An input the variant ignores may be absent; when present it is checked like the others\n"
+            "and its gradient (dg or dbeta) is written as zeros. The cuda backend runs gdn only.\n"
             "Precision: cpu computes in fp32 (default) or fp64; cuda in fp32 or bf16 (default).\n");
+}
+
+/* The valid --variant words, "gdn, deltanet, gla, linear", from the mixer table. */
+static void variant_names(char *buf, size_t n) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int v = 0; v < GDN_MIXER_COUNT && used < n; v++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", v ? ", " : "", gdn_mixer_get(v)->name);
 }
 
 /* The largest input dataset read (elements), far above any test shape: an absurd shape in a
@@ -237,7 +253,7 @@ static int same_file(const char *a, const char *b) {
 }
 
 static int cmd_gated_delta(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *backend = "cpu", *precision = NULL;
+    const char *in = NULL, *out = NULL, *backend = "cpu", *precision = NULL, *variant_name = "gdn";
     int chunk = 64;
     for (int i = 1; i < argc; i += 2) { /* OPTION VALUE pairs */
         const char *a = argv[i];
@@ -248,6 +264,7 @@ static int cmd_gated_delta(int argc, char **argv) {
         else if (!strcmp(a, "--out")) out = val;
         else if (!strcmp(a, "--backend")) backend = val;
         else if (!strcmp(a, "--precision")) precision = val;
+        else if (!strcmp(a, "--variant")) variant_name = val;
         else if (!strcmp(a, "--chunk")) {
             char err[256];
             if (io_parse_int("--chunk", val, 16, 64, &chunk, err, sizeof err)) {
@@ -266,6 +283,20 @@ static int cmd_gated_delta(int argc, char **argv) {
         fprintf(stderr, "gdn op: --backend must be cpu or cuda (got '%s')\n", backend);
         return 2;
     }
+    int variant = gdn_mixer_from_name(variant_name);
+    if (variant < 0) {
+        char names[128];
+        variant_names(names, sizeof names);
+        fprintf(stderr, "gdn op: unknown --variant '%s' (valid: %s)\n", variant_name, names);
+        return 2;
+    }
+    /* the GPU kernels implement the gated delta rule only: say so before reading any input */
+    if (use_cuda && variant != GDN_MIXER_G) {
+        fprintf(stderr, "gdn op: --backend cuda runs only --variant gdn (got '%s'); use --backend cpu "
+                        "for the other variants\n", variant_name);
+        return 2;
+    }
+    const gdn_mixer_info *mx = gdn_mixer_get(variant);
     if (!precision) precision = use_cuda ? "bf16" : "fp32";
     int ok_prec = use_cuda ? (!strcmp(precision, "bf16") || !strcmp(precision, "fp32"))
                            : (!strcmp(precision, "fp32") || !strcmp(precision, "fp64"));
@@ -292,13 +323,14 @@ static int cmd_gated_delta(int argc, char **argv) {
     long long ev[4] = {dq[0], dq[1], dq[2], -1};
     a.v = read_array(f, in, "v", 4, ev, "[B,T,H,V] (B, T, H as q)", dv, 0);
     long long eg[3] = {dq[0], dq[1], dq[2]};
-    a.g = read_array(f, in, "g", 3, eg, "[B,T,H] (as q)", dg, 0);
-    a.beta = read_array(f, in, "beta", 3, eg, "[B,T,H] (as q)", dg, 0);
+    /* an input the variant ignores may be absent; present, it is still checked */
+    a.g = read_array(f, in, "g", 3, eg, "[B,T,H] (as q)", dg, !mx->has_decay);
+    a.beta = read_array(f, in, "beta", 3, eg, "[B,T,H] (as q)", dg, !mx->has_beta);
     long long es[4] = {dq[0], dq[2], dq[3], dv[3]};
     a.h0 = read_array(f, in, "h0", 4, es, "[B,H,K,V]", dh, 1);
     a.d_o = read_array(f, in, "do", 4, dv, "[B,T,H,V] (as v)", dh, 1);
     a.dht = read_array(f, in, "dht", 4, es, "[B,H,K,V]", dh, 1);
-    a.s = (gdn_delta_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dq[3], (int)dv[3], chunk, 0, GDN_MIXER_G};
+    a.s = (gdn_delta_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dq[3], (int)dv[3], chunk, 0, variant};
     a.scale = 1.0 / sqrt((double)a.s.K);
     if (read_scale(f, in, &a.scale)) {
         io_h5_close(f);
@@ -341,8 +373,9 @@ static int cmd_gated_delta(int argc, char **argv) {
         write_f32(o, out, "dh0", 4, shs, a.dh0);
     }
     if (H5Fclose(o) < 0) GDN_DIE("cannot close %s: %s", out, io_h5_last_error(err, sizeof err));
-    printf("gdn op gated-delta: B=%d T=%d H=%d K=%d V=%d chunk=%d scale=%g backend=%s precision=%s%s -> %s\n",
-           a.s.B, a.s.T, a.s.H, a.s.K, a.s.V, chunk, a.scale, backend, precision,
+    printf("gdn op gated-delta: B=%d T=%d H=%d K=%d V=%d chunk=%d scale=%g variant=%s backend=%s "
+           "precision=%s%s -> %s\n",
+           a.s.B, a.s.T, a.s.H, a.s.K, a.s.V, chunk, a.scale, mx->name, backend, precision,
            want_grad ? " (with gradients)" : "", out);
     double *in_arrays[] = {a.q, a.k, a.v, a.g, a.beta, a.h0, a.d_o, a.dht};
     float *out_arrays[] = {a.o, a.ht, a.dq, a.dk, a.dv, a.dg, a.dbeta, a.dh0};

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""gdn op gated-delta --variant gdn|deltanet|gla|linear through its HDF5 interface, against an
+independent NumPy float64 implementation of each recurrence, token by token, and of its
+backpropagation through time (itself checked by directional finite differences). Inputs a variant
+ignores (g for deltanet and linear, beta for gla and linear) may be absent; present, they change
+nothing, are still checked (finite, shape), and their gradients are written as exact zeros.
+Also: the default variant is gdn, an unknown variant and the cuda backend with a variant other
+than gdn are refused with exit status 2 before any input is read.
+Usage: op_variants.py PATH/TO/gdn"""
+import os, subprocess, sys, tempfile
+import h5py
+import numpy as np
+
+gdn = sys.argv[1]
+tmp = tempfile.mkdtemp()
+rng = np.random.default_rng(14)
+failures = []
+
+# which inputs each variant reads (model/mixer.h)
+VARIANTS = {"gdn": dict(decay=True, beta=True, delta=True),
+            "deltanet": dict(decay=False, beta=True, delta=True),
+            "gla": dict(decay=True, beta=False, delta=False),
+            "linear": dict(decay=False, beta=False, delta=False)}
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+def forward(var, x, scale, keep=False):
+    """S' = a_t S; u = b_t (v_t - S'^T k_t) with the delta term, else b_t v_t; S = S' + k_t u^T;
+    o_t = scale S^T q_t. a_t = exp(g_t) or 1, b_t = beta_t or 1."""
+    m = VARIANTS[var]
+    q, k, v = x["q"], x["k"], x["v"]
+    B, T, H, K = q.shape
+    o = np.zeros(v.shape)
+    S = x["h0"].copy()
+    saved = []
+    for t in range(T):
+        a = np.exp(x["g"][:, t]) if m["decay"] else np.ones((B, H))
+        b = x["beta"][:, t] if m["beta"] else np.ones((B, H))
+        Sa = S * a[:, :, None, None]
+        kt, vt = k[:, t], v[:, t]
+        pred = np.einsum("bhk,bhkv->bhv", kt, Sa)
+        r = vt - pred if m["delta"] else vt
+        u = b[:, :, None] * r
+        if keep:
+            saved.append((S, a, b, Sa, r, u))
+        S = Sa + np.einsum("bhk,bhv->bhkv", kt, u)
+        o[:, t] = scale * np.einsum("bhk,bhkv->bhv", q[:, t], S)
+    return (o, S, saved) if keep else (o, S)
+
+
+def backward(var, x, scale):
+    """Gradients of L = sum(o * do) + sum(ht * dht) by backpropagation through time."""
+    m = VARIANTS[var]
+    q, k, v, do = x["q"], x["k"], x["v"], x["do"]
+    o, S_end, saved = forward(var, x, scale, keep=True)
+    d = {n: np.zeros(x[n].shape) for n in ["q", "k", "v", "g", "beta"]}
+    dS = x["dht"].copy()
+    for t in reversed(range(q.shape[1])):
+        S_prev, a, b, Sa, r, u = saved[t]
+        S = Sa + np.einsum("bhk,bhv->bhkv", k[:, t], u)
+        d["q"][:, t] = scale * np.einsum("bhkv,bhv->bhk", S, do[:, t])
+        dS = dS + scale * np.einsum("bhk,bhv->bhkv", q[:, t], do[:, t])
+        dSa = dS.copy()
+        d["k"][:, t] = np.einsum("bhkv,bhv->bhk", dS, u)
+        du = np.einsum("bhkv,bhk->bhv", dS, k[:, t])
+        dr = b[:, :, None] * du
+        if m["beta"]:
+            d["beta"][:, t] = np.sum(du * r, axis=-1)
+        d["v"][:, t] = dr
+        if m["delta"]:  # r = v - Sa^T k
+            dSa -= np.einsum("bhk,bhv->bhkv", k[:, t], dr)
+            d["k"][:, t] -= np.einsum("bhkv,bhv->bhk", Sa, dr)
+        if m["decay"]:
+            d["g"][:, t] = a * np.einsum("bhkv,bhkv->bh", dSa, S_prev)
+        dS = dSa * a[:, :, None, None]
+    d["h0"] = dS
+    return o, S_end, d
+
+
+def inputs(B, T, H, K, V):
+    q = rng.standard_normal((B, T, H, K))
+    k = rng.standard_normal((B, T, H, K))
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    return dict(q=q, k=k, v=rng.standard_normal((B, T, H, V)),
+                g=-rng.uniform(0.01, 1.0, (B, T, H)), beta=rng.uniform(0.1, 0.9, (B, T, H)),
+                h0=rng.standard_normal((B, H, K, V)) * 0.5,
+                do=rng.standard_normal((B, T, H, V)), dht=rng.standard_normal((B, H, K, V)))
+
+
+def run(arrays, args=(), attrs=None):
+    path_in, path_out = os.path.join(tmp, "in.h5"), os.path.join(tmp, "out.h5")
+    if os.path.exists(path_out):
+        os.remove(path_out)
+    with h5py.File(path_in, "w") as f:
+        for name, a in arrays.items():
+            f[name] = a
+        for name, a in (attrs or {}).items():
+            f.attrs[name] = a
+    r = subprocess.run([gdn, "op", "gated-delta", "--in", path_in, "--out", path_out, *args],
+                       capture_output=True, text=True)
+    check(r.returncode >= 0, f"gdn op {args} died by signal {-r.returncode}")
+    if r.returncode != 0:
+        return r
+    with h5py.File(path_out, "r") as f:
+        return {name: f[name][()] for name in f}
+
+
+def rel(a, b):
+    n = np.linalg.norm(b)
+    return np.linalg.norm(a - b) / (n if n > 0 else 1.0)
+
+
+GRAD = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "beta": "dbeta", "h0": "dh0"}
+
+# ---- the reference BPTT against finite differences of the reference forward -------------------
+for var, m in VARIANTS.items():
+    x = inputs(2, 9, 2, 4, 3)
+    scale = 0.6
+    _, _, d = backward(var, x, scale)
+    names = ["q", "k", "v", "h0"] + (["g"] if m["decay"] else []) + (["beta"] if m["beta"] else [])
+    u = {n: rng.standard_normal(x[n].shape) for n in names}
+    analytic = sum(float(np.sum(d[n] * u[n])) for n in names)
+    eps = 1e-6
+
+    def L(sign):
+        y = dict(x, **{n: x[n] + sign * eps * u[n] for n in names})
+        o2, h2 = forward(var, y, scale)
+        return np.sum(o2 * x["do"]) + np.sum(h2 * x["dht"])
+    numeric = (L(1) - L(-1)) / (2 * eps)
+    e = abs(analytic - numeric) / abs(numeric)
+    check(e < 1e-7, f"reference BPTT {var}: directional derivative off by {e:.2e}")
+
+# ---- the op against the reference, ignored inputs absent and present ----------------------------
+for var, m in VARIANTS.items():
+    ignored = ([] if m["decay"] else ["g"]) + ([] if m["beta"] else ["beta"])
+    for (B, prec, tol) in [(1, "fp64", 1e-5), (2, "fp64", 1e-5), (2, "fp32", 1e-5)]:
+        x = inputs(B, 37, 2, 16, 16)
+        scale = 0.7
+        o, ht, d = backward(var, x, scale)
+        args = ["--chunk", "16", "--precision", prec, "--variant", var]
+        outs = {}
+        for present in ([True, False] if ignored else [True]):
+            arrays = {n: a for n, a in x.items() if present or n not in ignored}
+            out = run(arrays, args, {"scale": scale})
+            if not isinstance(out, dict):
+                check(False, f"{var} B{B} {prec} ignored present={present}: exit {out.returncode}: {out.stderr}")
+                continue
+            outs[present] = out
+            check(sorted(out) == sorted(["o", "ht"] + list(GRAD.values())), f"{var}: datasets {sorted(out)}")
+            errs = {"o": rel(out["o"], o), "ht": rel(out["ht"], ht)}
+            for n, dn in GRAD.items():
+                if n in ignored:
+                    check(out[dn].shape == x[n].shape and not np.any(out[dn]),
+                          f"{var} B{B} {prec}: {dn} of an ignored input is not all zeros")
+                else:
+                    errs[dn] = rel(out[dn].astype(np.float64), d[n])
+            worst = max(errs, key=errs.get)
+            print(f"{var:8s} B{B} {prec} ignored inputs {'present' if present else 'absent '}: "
+                  f"worst {worst} {errs[worst]:.2e}")
+            check(all(e < tol for e in errs.values()), f"{var} B{B} {prec} present={present}: {errs}")
+        if len(outs) == 2:  # an ignored input changes nothing, bit for bit
+            for n in outs[True]:
+                check(np.array_equal(outs[True][n], outs[False][n]),
+                      f"{var} B{B} {prec}: {n} differs with the ignored inputs present")
+
+# Forward only (no do/dht): only o and ht, from the minimal set of inputs.
+for var, m in VARIANTS.items():
+    x = inputs(1, 37, 2, 16, 16)
+    x["h0"] = np.zeros_like(x["h0"])
+    keep = ["q", "k", "v"] + (["g"] if m["decay"] else []) + (["beta"] if m["beta"] else [])
+    out = run({n: x[n] for n in keep}, ["--chunk", "16", "--precision", "fp64", "--variant", var])
+    if isinstance(out, dict):
+        o, ht = forward(var, x, 1 / np.sqrt(16))
+        check(sorted(out) == ["ht", "o"], f"{var} forward only: {sorted(out)}")
+        check(rel(out["o"], o) < 1e-5 and rel(out["ht"], ht) < 1e-5, f"{var} forward only: values")
+    else:
+        check(False, f"{var} forward only: exit {out.returncode}: {out.stderr}")
+
+# The default is gdn, bit for bit.
+x = inputs(1, 37, 2, 16, 16)
+a, b = run(x, ["--chunk", "16"]), run(x, ["--chunk", "16", "--variant", "gdn"])
+check(isinstance(a, dict) and isinstance(b, dict) and all(np.array_equal(a[n], b[n]) for n in a),
+      "the default variant is not gdn")
+
+# ---- refusals ---------------------------------------------------------------------------------
+x = inputs(1, 20, 2, 8, 8)
+for var, m in VARIANTS.items():
+    # a needed input absent: named with its shape
+    for n in (["g"] if m["decay"] else []) + (["beta"] if m["beta"] else []):
+        r = run({k: v for k, v in x.items() if k != n}, ["--variant", var])
+        check(not isinstance(r, dict) and r.returncode != 0 and f"'{n}'" in r.stderr,
+              f"{var} without {n}: {getattr(r, 'stderr', 'accepted')}")
+    # an ignored input, present, is still checked: non-finite and a wrong shape are refused
+    for n in ([] if m["decay"] else ["g"]) + ([] if m["beta"] else ["beta"]):
+        bad = dict(x)
+        bad[n] = x[n].copy()
+        bad[n][0, 3, 1] = np.nan
+        r = run(bad, ["--variant", var])
+        check(not isinstance(r, dict) and r.returncode != 0 and f"'{n}'" in r.stderr and "NaN" in r.stderr,
+              f"{var} with NaN in ignored {n}: {getattr(r, 'stderr', 'accepted')}")
+        bad[n] = rng.standard_normal((1, 19, 2))
+        r = run(bad, ["--variant", var])
+        check(not isinstance(r, dict) and r.returncode != 0 and f"'{n}'" in r.stderr,
+              f"{var} with a wrongly shaped ignored {n}: {getattr(r, 'stderr', 'accepted')}")
+for bad in ["GDN", "mamba", "", "G", "gdn "]:
+    r = run(x, ["--variant", bad])
+    check(not isinstance(r, dict) and r.returncode == 2 and "gdn, deltanet, gla, linear" in r.stderr,
+          f"--variant {bad!r}: {getattr(r, 'stderr', 'accepted')}")
+for var in ["deltanet", "gla", "linear"]:
+    # refused before the input is opened: the same answer with or without a GPU in the build
+    r = subprocess.run([gdn, "op", "gated-delta", "--in", os.path.join(tmp, "absent.h5"), "--out",
+                        os.path.join(tmp, "o.h5"), "--backend", "cuda", "--variant", var],
+                       capture_output=True, text=True)
+    check(r.returncode == 2 and "--variant gdn" in r.stderr and "absent.h5" not in r.stderr,
+          f"--backend cuda --variant {var}: {r.returncode} {r.stderr}")
+r = subprocess.run([gdn, "op", "gated-delta", "--help"], capture_output=True, text=True)
+check(r.returncode == 0 and "--variant gdn|deltanet|gla|linear" in r.stdout, "--help lacks --variant")
+
+if failures:
+    print(f"op_variants: {len(failures)} failures", file=sys.stderr)
+    sys.exit(1)
+print("op_variants: ok")
