@@ -864,18 +864,12 @@ static int eval_only(trainer *t) {
     return 0;
 }
 
-int gdn_train_run(const gdn_run_config *rc, const gdn_train_opts *opts, gdn_comm *comm, int argc, char **argv) {
-    static trainer t; /* zero-initialised; one run per process */
-    memset(&t, 0, sizeof t);
-    t.rc = *rc;
-    t.opts = *opts;
-    t.comm = comm;
-    t.metrics.fd = -1;
-    t.lock_fd = -1;
-    /* cuda: one process on one GPU, or data and sequence parallel with one GPU per rank over NCCL
-     * (sequence parallel: the pass exchange; the gather one is CPU-only). auto takes
-     * the GPU when there is one and the job is a single process (several ranks on GPUs ask for
-     * --backend cuda). */
+/* Which backend this run takes (*use_gpu). cuda: one process on one GPU, or data and sequence
+ * parallel with one GPU per rank over NCCL (sequence parallel: the pass exchange; the gather one
+ * is CPU-only). auto takes the GPU when there is one and the job is a single process (several
+ * ranks on GPUs ask for --backend cuda). Collective: 0, or GDN_EXIT_USAGE on every rank when
+ * some rank cannot run the cuda backend (the lowest such rank says why). */
+static int choose_backend(const gdn_run_config *rc, gdn_comm *comm, int *use_gpu) {
     int n_gpu = 0, have_nccl = 0;
 #ifdef GDN_HAVE_CUDA
     n_gpu = gdn_cuda_device_count();
@@ -883,15 +877,15 @@ int gdn_train_run(const gdn_run_config *rc, const gdn_train_opts *opts, gdn_comm
 #ifdef GDN_HAVE_NCCL
     have_nccl = 1;
 #endif
-    int use_gpu = !strcmp(rc->backend, "cuda") || (!strcmp(rc->backend, "auto") && n_gpu > 0 && comm->size == 1);
+    *use_gpu = !strcmp(rc->backend, "cuda") || (!strcmp(rc->backend, "auto") && n_gpu > 0 && comm->size == 1);
     const char *why = NULL; /* this rank cannot run the cuda backend */
-    if (use_gpu && comm->sp > 1 && strcmp(rc->sp_exchange, "pass"))
+    if (*use_gpu && comm->sp > 1 && strcmp(rc->sp_exchange, "pass"))
         why = "--backend cuda with --sp_exchange gather: sequence parallelism on GPUs passes the delta-rule state "
               "rank to rank only; use --sp_exchange pass (the default) or --backend cpu";
-    else if (use_gpu && n_gpu == 0)
+    else if (*use_gpu && n_gpu == 0)
         why = "--backend cuda needs a CUDA build with a visible GPU (this build or machine has none); use "
               "--backend cpu";
-    else if (use_gpu && comm->size > 1 && !have_nccl)
+    else if (*use_gpu && comm->size > 1 && !have_nccl)
         why = "--backend cuda on several ranks needs NCCL, and this build has none (CMake found no nccl.h and "
               "libnccl; set NCCL_ROOT and reconfigure); use one process or --backend cpu";
     const int first_bad = gdn_comm_agree(comm, why != NULL);
@@ -899,6 +893,11 @@ int gdn_train_run(const gdn_run_config *rc, const gdn_train_opts *opts, gdn_comm
         if (first_bad == comm->rank) fprintf(stderr, "gdn train: %s\n", why);
         return GDN_EXIT_USAGE;
     }
+    return 0;
+}
+
+/* The process-wide settings of a run: threads and the stop signals. */
+static void setup_process(const gdn_run_config *rc, gdn_comm *comm) {
     /* One thread pool: OpenMP splits the work, OpenBLAS runs single-threaded inside it. Ranks on
      * one node share its cores. */
     omp_set_num_threads(gdn_dist_threads(comm, rc->threads));
@@ -909,141 +908,192 @@ int gdn_train_run(const gdn_run_config *rc, const gdn_train_opts *opts, gdn_comm
     sa.sa_handler = on_stop_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
-    int status = open_run(&t, use_gpu, argc, argv);
+}
+
+/* What the step loop measures from its start: time, steps, communication, the last validation. */
+typedef struct {
+    int tty; /* a live one-line progress on a terminal */
+    double t_start;
+    int64_t first_step;
+    gdn_comm_bytes bytes0;
+    double wait0;
+#ifdef GDN_HAVE_NCCL
+    gdn_comm_bytes gpu_bytes0;
+    double gpu_wait0;
+#endif
+    double last_val; /* the newest finite validation loss (NAN: none yet) */
+} run_progress;
+
+static run_progress progress_start(const trainer *t) {
+    const gdn_comm *c = t->comm;
+    run_progress p;
+    memset(&p, 0, sizeof p);
+    /* launchers hand ranks a pseudo-terminal even when their own output is a file: the live
+     * one-line progress is for plain runs */
+    p.tty = c->size == 1 && isatty(STDOUT_FILENO);
+    p.t_start = now_s();
+    p.first_step = t->step;
+    p.bytes0 = c->bytes;
+    p.wait0 = c->wait_s;
+#ifdef GDN_HAVE_NCCL
+    p.gpu_bytes0 = t->gpu_comm ? t->gpu_comm->bytes : (gdn_comm_bytes){0};
+    p.gpu_wait0 = t->gpu_comm ? t->gpu_comm->wait_s : 0.0;
+#endif
+    p.last_val = NAN;
+    return p;
+}
+
+/* A non-finite value (what: "training loss", ...) at this step: rank 0 says so and writes the
+ * step's metrics line marked stopped; returns GDN_EXIT_NONFINITE. The value was reduced, so
+ * every rank comes here together; nothing is saved after it. */
+static int stop_nonfinite(trainer *t, const run_progress *p, const step_metrics *m, const char *what, double x,
+                          const char *stopped) {
+    if (t->comm->rank == 0) {
+        fprintf(stderr, "%sgdn train: step %lld: the %s is %s; stopping without writing a checkpoint (the "
+                "newest checkpoint is the last good state; try a lower --lr, a --grad_clip or more "
+                "--warmup_steps)\n", p->tty ? "\n" : "", (long long)t->step, what, nonfinite_name(x));
+        write_metrics(t, m, stopped);
+    }
+    return GDN_EXIT_NONFINITE;
+}
+
+/* Rank 0: the step's progress line (every step on a terminal, else every --log_every steps, at
+ * evaluations and at the last step). */
+static void log_step(const trainer *t, const run_progress *p, const step_metrics *m) {
+    const gdn_run_config *rc = &t->rc;
+    double elapsed = now_s() - p->t_start;
+    char eta[32];
+    format_eta(elapsed / (double)(t->step - p->first_step) * (double)(rc->steps - t->step), eta, sizeof eta);
+    if (p->tty || t->step % rc->log_every == 0 || m->evaluated || t->step == rc->steps) {
+        say(t, "%sstep %lld/%lld | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s | ETA %s", p->tty ? "\r\033[K" : "",
+            (long long)t->step, (long long)rc->steps, m->loss, m->lr, m->gnorm, m->tok_s, eta);
+        if (m->evaluated && isfinite(m->val)) say(t, " | val_loss %.4f", m->val);
+        if (!p->tty || m->evaluated) say(t, "\n");
+        fflush(stdout);
+    }
+}
+
+/* One step of the loop: train, check, evaluate, record, log, checkpoint, honour a stop signal.
+ * Returns 0 to go on, else the run's exit status. Every rank takes the same branches. */
+static int run_step(trainer *t, run_progress *p) {
+    const gdn_run_config *rc = &t->rc;
+    gdn_comm *c = t->comm;
+    double t0 = now_s(), gnorm = 0, lr = 0;
+    double loss = train_step(t, &gnorm, &lr);
+    double dt = now_s() - t0;
+    step_metrics m = {loss, lr, gnorm, (double)t->accum * c->dp * rc->batch_size * rc->seq_len / dt,
+                      now_s() - p->t_start, 0, NAN};
+    /* the loss and the gradient norm are reduced: the same on every rank */
+    if (!isfinite(loss))
+        return stop_nonfinite(t, p, &m, "training loss", loss, "non-finite loss");
+    if (!isfinite(gnorm))
+        return stop_nonfinite(t, p, &m, "gradient norm", gnorm, "non-finite gradient norm");
+    m.evaluated = (rc->eval_every > 0 && t->step % rc->eval_every == 0) || t->step == rc->steps;
+    m.val = m.evaluated ? evaluate(t) : NAN;
+    if (m.evaluated && !isfinite(m.val) && t->data.n_val_windows > 0)
+        return stop_nonfinite(t, p, &m, "validation loss", m.val, "non-finite validation loss");
+    if (m.evaluated) p->last_val = m.val;
+
+    int metrics_failed = c->rank == 0 && write_metrics(t, &m, NULL);
+    /* a signal may reach some ranks only, or between their checks, and metrics are written
+     * by rank 0 alone: decide together (and name the signal the same way on every rank) */
+    int64_t flags[2] = {stop_signal, metrics_failed};
+    if (c->size > 1) gdn_all_reduce(c, GDN_WORLD, flags, 2, GDN_I64, GDN_MAX, "stop signal");
+    const int64_t sig = flags[0];
+    if (flags[1]) return GDN_EXIT_ERROR;
+
+    log_step(t, p, &m);
+    int do_ckpt = (rc->ckpt_every > 0 && t->step % rc->ckpt_every == 0) || t->step == rc->steps;
+    if (do_ckpt || sig) {
+        if (p->tty) printf("\n");
+        int status = save_checkpoint(t, m.evaluated ? m.val : NAN);
+        if (status) return status;
+    }
+    if (sig) {
+        say(t, "stopped by signal %d at step %lld after writing a checkpoint; exit status %d (requeue)\n",
+            (int)sig, (long long)t->step, GDN_EXIT_REQUEUE);
+        return GDN_EXIT_REQUEUE;
+    }
+    return 0;
+}
+
+/* Collective: closes metrics.jsonl on rank 0 (a file that does not close cleanly may have lost
+ * lines) and returns the run's status with a close failure folded in. */
+static int finish_metrics(trainer *t, int status) {
+    char err[1024];
+    int closed = t->comm->rank == 0 && gdn_metrics_close(&t->metrics, err, sizeof err) ? GDN_EXIT_ERROR : 0;
+    if (closed) complain(t, "%s", err);
+    closed = agree_status(t, closed, "to close metrics.jsonl");
+    if (closed && (status == 0 || status == GDN_EXIT_REQUEUE)) status = closed;
+    return status;
+}
+
+/* Rank 0, several ranks: the measured communication per step (validation and checkpoint
+ * traffic included; rank 0 is the first rank of its sequence group). */
+static void print_comm_summary(const trainer *t, const run_progress *p, int64_t steps, double elapsed) {
+    const gdn_comm *c = t->comm;
+    const gdn_comm_bytes *b = &c->bytes, *b0 = &p->bytes0;
+    say(t, "communication of rank 0 per step (measured, payload): all-reduce %.3f MB, "
+        "reduce-scatter %.3f MB, all-gather %.3f MB, sends %.3f MB, broadcast %.3f MB\n",
+        (double)(b->all_reduce - b0->all_reduce) / 1e6 / (double)steps,
+        (double)(b->reduce_scatter - b0->reduce_scatter) / 1e6 / (double)steps,
+        (double)(b->all_gather - b0->all_gather) / 1e6 / (double)steps,
+        (double)(b->send - b0->send) / 1e6 / (double)steps,
+        (double)(b->broadcast - b0->broadcast) / 1e6 / (double)steps);
+    say(t, "rank 0 waited for other ranks %.1f%% of the time\n", 100.0 * (c->wait_s - p->wait0) / elapsed);
+#ifdef GDN_HAVE_NCCL
+    if (t->gpu_comm) {
+        const gdn_comm_bytes *g = &t->gpu_comm->bytes, *g0 = &p->gpu_bytes0;
+        if (t->zero.on)
+            say(t, "NCCL on rank 0 per step: gradient reduce-scatter %.3f MB, parameter all-gather %.3f MB",
+                (double)(g->reduce_scatter - g0->reduce_scatter) / 1e6 / (double)steps,
+                (double)(g->all_gather - g0->all_gather) / 1e6 / (double)steps);
+        else
+            say(t, "NCCL on rank 0 per step: gradient all-reduce %.3f MB",
+                (double)(g->all_reduce - g0->all_reduce) / 1e6 / (double)steps);
+        if (t->gpu_seqpar) /* validation passes included; rank 0 sends the forward pass's part */
+            say(t, ", sequence-parallel sends %.3f MB", (double)(g->send - g0->send) / 1e6 / (double)steps);
+        say(t, "; waited for %s %.1f%% of the time (%.1f ms per step)\n",
+            t->zero.on ? "the reduce-scatter and all-gather" : "the gradients after the backward pass",
+            100.0 * (t->gpu_comm->wait_s - p->gpu_wait0) / elapsed,
+            1e3 * (t->gpu_comm->wait_s - p->gpu_wait0) / (double)steps);
+    }
+#endif
+}
+
+/* Rank 0, after a run that ended well: steps, time, final validation loss, communication. */
+static void print_summary(const trainer *t, const run_progress *p) {
+    double elapsed = now_s() - p->t_start;
+    int64_t steps = t->step - p->first_step;
+    say(t, "done: %lld steps in %.1f s", (long long)steps, elapsed);
+    if (isfinite(p->last_val)) say(t, ", final val_loss %.4f", p->last_val);
+    say(t, "; run directory %s\n", t->rc.out);
+    if (t->comm->size > 1 && steps > 0) print_comm_summary(t, p, steps, elapsed);
+}
+
+int gdn_train_run(const gdn_run_config *rc, const gdn_train_opts *opts, gdn_comm *comm, int argc, char **argv) {
+    static trainer t; /* zero-initialised; one run per process */
+    memset(&t, 0, sizeof t);
+    t.rc = *rc;
+    t.opts = *opts;
+    t.comm = comm;
+    t.metrics.fd = -1;
+    t.lock_fd = -1;
+    int use_gpu = 0;
+    int status = choose_backend(rc, comm, &use_gpu);
+    if (status) return status;
+    setup_process(rc, comm);
+    status = open_run(&t, use_gpu, argc, argv);
     if (status || opts->eval_only) {
         if (!status) status = eval_only(&t);
         close_run(&t);
         return status;
     }
-
-    gdn_comm *c = comm;
-    /* launchers hand ranks a pseudo-terminal even when their own output is a file: the live
-     * one-line progress is for plain runs */
-    const int tty = c->size == 1 && isatty(STDOUT_FILENO);
-    const double t_start = now_s();
-    const int64_t first_step = t.step;
-    const gdn_comm_bytes bytes0 = c->bytes;
-    const double wait0 = c->wait_s;
-#ifdef GDN_HAVE_NCCL
-    const gdn_comm_bytes gpu_bytes0 = t.gpu_comm ? t.gpu_comm->bytes : (gdn_comm_bytes){0};
-    const double gpu_wait0 = t.gpu_comm ? t.gpu_comm->wait_s : 0.0;
-#endif
-    double last_val = NAN;
-    while (t.step < rc->steps) {
-        double t0 = now_s(), gnorm = 0, lr = 0;
-        double loss = train_step(&t, &gnorm, &lr);
-        double dt = now_s() - t0;
-        step_metrics m = {loss, lr, gnorm, (double)t.accum * c->dp * rc->batch_size * rc->seq_len / dt,
-                          now_s() - t_start, 0, NAN};
-        const double tok_s = m.tok_s;
-        /* the loss and the gradient norm are reduced: the same on every rank, so every rank
-         * takes this branch together; nothing is saved after it */
-        if (!isfinite(loss) || !isfinite(gnorm)) {
-            if (c->rank == 0)
-                fprintf(stderr, "%sgdn train: step %lld: the %s is %s; stopping without writing a checkpoint (the "
-                        "newest checkpoint is the last good state; try a lower --lr, a --grad_clip or more "
-                        "--warmup_steps)\n", tty ? "\n" : "", (long long)t.step,
-                        !isfinite(loss) ? "training loss" : "gradient norm", nonfinite_name(!isfinite(loss) ? loss : gnorm));
-            if (c->rank == 0) write_metrics(&t, &m, !isfinite(loss) ? "non-finite loss" : "non-finite gradient norm");
-            status = GDN_EXIT_NONFINITE;
-            break;
-        }
-        int do_eval = (rc->eval_every > 0 && t.step % rc->eval_every == 0) || t.step == rc->steps;
-        double val = do_eval ? evaluate(&t) : NAN;
-        m.val = val;
-        m.evaluated = do_eval;
-        if (do_eval && !isfinite(val) && t.data.n_val_windows > 0) {
-            if (c->rank == 0)
-                fprintf(stderr, "%sgdn train: step %lld: the validation loss is %s; stopping without writing a "
-                        "checkpoint (the newest checkpoint is the last good state; try a lower --lr, a --grad_clip "
-                        "or more --warmup_steps)\n", tty ? "\n" : "", (long long)t.step, nonfinite_name(val));
-            if (c->rank == 0) write_metrics(&t, &m, "non-finite validation loss");
-            status = GDN_EXIT_NONFINITE;
-            break;
-        }
-        if (do_eval) last_val = val;
-
-        int metrics_failed = c->rank == 0 && write_metrics(&t, &m, NULL);
-        /* a signal may reach some ranks only, or between their checks, and metrics are written
-         * by rank 0 alone: decide together (and name the signal the same way on every rank) */
-        int64_t flags[2] = {stop_signal, metrics_failed};
-        if (c->size > 1) gdn_all_reduce(c, GDN_WORLD, flags, 2, GDN_I64, GDN_MAX, "stop signal");
-        const int64_t sig = flags[0];
-        const int stop = sig != 0;
-        if (flags[1]) {
-            status = GDN_EXIT_ERROR;
-            break;
-        }
-
-        double elapsed = now_s() - t_start;
-        char eta[32];
-        format_eta(elapsed / (double)(t.step - first_step) * (double)(rc->steps - t.step), eta, sizeof eta);
-        if (tty || t.step % rc->log_every == 0 || do_eval || t.step == rc->steps) {
-            say(&t, "%sstep %lld/%lld | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s | ETA %s", tty ? "\r\033[K" : "",
-                (long long)t.step, (long long)rc->steps, loss, lr, gnorm, tok_s, eta);
-            if (do_eval && isfinite(val)) say(&t, " | val_loss %.4f", val);
-            if (!tty || do_eval) say(&t, "\n");
-            fflush(stdout);
-        }
-        int do_ckpt = (rc->ckpt_every > 0 && t.step % rc->ckpt_every == 0) || t.step == rc->steps;
-        if (do_ckpt || stop) {
-            if (tty) printf("\n");
-            if ((status = save_checkpoint(&t, do_eval ? val : NAN))) break;
-        }
-        if (stop) {
-            say(&t, "stopped by signal %d at step %lld after writing a checkpoint; exit status %d (requeue)\n",
-                (int)sig, (long long)t.step, GDN_EXIT_REQUEUE);
-            status = GDN_EXIT_REQUEUE;
-            break;
-        }
-    }
-    {   /* a metrics.jsonl that does not close cleanly may have lost lines */
-        char err[1024];
-        int closed = c->rank == 0 && gdn_metrics_close(&t.metrics, err, sizeof err) ? GDN_EXIT_ERROR : 0;
-        if (closed) complain(&t, "%s", err);
-        closed = agree_status(&t, closed, "to close metrics.jsonl");
-        if (closed && (status == 0 || status == GDN_EXIT_REQUEUE)) status = closed;
-    }
-    if (status == 0) {
-        double elapsed = now_s() - t_start;
-        int64_t steps = t.step - first_step;
-        say(&t, "done: %lld steps in %.1f s", (long long)steps, elapsed);
-        if (isfinite(last_val)) say(&t, ", final val_loss %.4f", last_val);
-        say(&t, "; run directory %s\n", rc->out);
-        if (c->size > 1 && steps > 0) {
-            /* measured on rank 0 (the first rank of its sequence group): validation and
-             * checkpoint traffic included */
-            const gdn_comm_bytes *b = &c->bytes;
-            say(&t, "communication of rank 0 per step (measured, payload): all-reduce %.3f MB, "
-                "reduce-scatter %.3f MB, all-gather %.3f MB, sends %.3f MB, broadcast %.3f MB\n",
-                (double)(b->all_reduce - bytes0.all_reduce) / 1e6 / (double)steps,
-                (double)(b->reduce_scatter - bytes0.reduce_scatter) / 1e6 / (double)steps,
-                (double)(b->all_gather - bytes0.all_gather) / 1e6 / (double)steps,
-                (double)(b->send - bytes0.send) / 1e6 / (double)steps,
-                (double)(b->broadcast - bytes0.broadcast) / 1e6 / (double)steps);
-            say(&t, "rank 0 waited for other ranks %.1f%% of the time\n",
-                100.0 * (c->wait_s - wait0) / elapsed);
-#ifdef GDN_HAVE_NCCL
-            if (t.gpu_comm) {
-                const gdn_comm_bytes *g = &t.gpu_comm->bytes;
-                if (t.zero.on)
-                    say(&t, "NCCL on rank 0 per step: gradient reduce-scatter %.3f MB, parameter all-gather %.3f MB",
-                        (double)(g->reduce_scatter - gpu_bytes0.reduce_scatter) / 1e6 / (double)steps,
-                        (double)(g->all_gather - gpu_bytes0.all_gather) / 1e6 / (double)steps);
-                else
-                    say(&t, "NCCL on rank 0 per step: gradient all-reduce %.3f MB",
-                        (double)(g->all_reduce - gpu_bytes0.all_reduce) / 1e6 / (double)steps);
-                if (t.gpu_seqpar) /* validation passes included; rank 0 sends the forward pass's part */
-                    say(&t, ", sequence-parallel sends %.3f MB",
-                        (double)(g->send - gpu_bytes0.send) / 1e6 / (double)steps);
-                say(&t, "; waited for %s %.1f%% of the time (%.1f ms per step)\n",
-                    t.zero.on ? "the reduce-scatter and all-gather" : "the gradients after the backward pass",
-                    100.0 * (t.gpu_comm->wait_s - gpu_wait0) / elapsed,
-                    1e3 * (t.gpu_comm->wait_s - gpu_wait0) / (double)steps);
-            }
-#endif
-        }
-    }
+    run_progress p = progress_start(&t);
+    while (t.step < rc->steps)
+        if ((status = run_step(&t, &p))) break;
+    status = finish_metrics(&t, status);
+    if (status == 0) print_summary(&t, &p);
     close_run(&t);
     return status;
 }
