@@ -178,6 +178,7 @@ static int write_model_config(hid_t file, const gdn_config *m, char *err, size_t
     CKPT_MODEL_INT_FIELDS(WRITE_FIELD)
 #undef WRITE_FIELD
     if (io_h5_attr_write_f64(g, "norm_eps", m->norm_eps, err, errlen) < 0) goto fail;
+    if (io_h5_attr_write_str(g, "mixers", gdn_config_mixers(m), err, errlen) < 0) goto fail;
     return H5Gclose(g) < 0 ? -1 : 0;
 fail:
     H5Gclose(g);
@@ -525,6 +526,27 @@ static herr_t read_state_attr(hid_t g, const char *name, const H5A_info_t *ainfo
     return 0;
 }
 
+/* The mixer pattern of /model_config: absent in files written before the mixer family, which are
+ * all GDN ("G"); present, it must be a valid pattern for the file's n_layers. */
+static int read_mixers(hid_t g, gdn_config *m, char *sub, size_t sublen) {
+    int there = H5Aexists(g, "mixers");
+    if (there < 0) {
+        snprintf(sub, sublen, "cannot check for attribute mixers");
+        return -1;
+    }
+    if (!there) {
+        snprintf(m->mixers, sizeof m->mixers, "G");
+        return 0;
+    }
+    char *s = NULL, why[400];
+    if (io_h5_attr_read_str(g, "mixers", &s, sub, sublen) < 0) return -1;
+    int rc = gdn_mixers_check(s, m->n_layers, why, sizeof why);
+    if (rc < 0) snprintf(sub, sublen, "attribute %.230s", why);
+    else snprintf(m->mixers, sizeof m->mixers, "%s", s);
+    free(s);
+    return rc;
+}
+
 static int read_info_open(hid_t file, int64_t version, ckpt_info *info, char *reason, size_t rlen) {
     char sub[256];
     hid_t g = -1;
@@ -552,6 +574,7 @@ static int read_info_open(hid_t file, int64_t version, ckpt_info *info, char *re
 #undef READ_FIELD
     if (io_h5_attr_read_f64(g, "norm_eps", &info->model.norm_eps, sub, sizeof sub) < 0)
         goto model_fail;
+    if (read_mixers(g, &info->model, sub, sizeof sub) < 0) goto model_fail;
     H5Gclose(g);
 
     if ((g = H5Gopen2(file, "/state", H5P_DEFAULT)) < 0) {
@@ -618,8 +641,12 @@ static int compare_model(const gdn_config *file, const gdn_config *run, char *ou
     CKPT_MODEL_INT_FIELDS(CMP_FIELD)
 #undef CMP_FIELD
     if (memcmp(&file->norm_eps, &run->norm_eps, sizeof(double)) != 0 && len < outlen)
-        snprintf(out + len, outlen - len, "%snorm_eps: checkpoint has %.17g, this run has %.17g",
-                 n++ ? "; " : "", file->norm_eps, run->norm_eps);
+        len += (size_t)snprintf(out + len, outlen - len,
+                                "%snorm_eps: checkpoint has %.17g, this run has %.17g",
+                                n++ ? "; " : "", file->norm_eps, run->norm_eps);
+    char mix[256];
+    if (len < outlen && gdn_config_mixers_diff(file, run, "checkpoint", mix, sizeof mix))
+        snprintf(out + len, outlen - len, "%s%s", n++ ? "; " : "", mix);
     return n;
 }
 

@@ -2,6 +2,9 @@
 #include "model/config.h"
 
 #include <stdio.h>
+#include <string.h>
+
+#include "model/mixer.h"
 
 #include "model/params.h"
 
@@ -40,6 +43,93 @@ int gdn_config_validate(const gdn_config *c, char *err, int err_len) {
     GDN_REQUIRE(c->norm_eps > 0 && c->norm_eps < 1, "norm_eps must be in (0, 1) (got %g)",
                 c->norm_eps);
 #undef GDN_REQUIRE
+    /* "" is the zero-initialised default (G); anything else must be a valid pattern */
+    if (c->mixers[0]) {
+        char sub[400];
+        if (memchr(c->mixers, 0, sizeof c->mixers) == NULL) {
+            snprintf(err, (size_t)err_len, "mixers is not terminated");
+            return -1;
+        }
+        if (gdn_mixers_check(c->mixers, c->n_layers, sub, sizeof sub)) {
+            snprintf(err, (size_t)err_len, "%s", sub);
+            return -1;
+        }
+    }
     size_t total;
     return gdn_param_count(c, &total, err, err_len);
+}
+
+int gdn_config_layer_mixer(const gdn_config *c, int l) {
+    const char *p = gdn_config_mixers(c);
+    size_t n = strnlen(p, GDN_MAX_MIXERS + 1);
+    return l < 0 ? -1 : gdn_mixer_from_kind(p[(size_t)l % n]);
+}
+
+/* "G (gdn), D (deltanet), ..." */
+static void list_kinds(char *out, size_t len) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int v = 0; v < GDN_MIXER_COUNT && used < len; v++)
+        used += (size_t)snprintf(out + used, len - used, "%s%c (%s)", v ? ", " : "",
+                                 gdn_mixer_get(v)->kind, gdn_mixer_get(v)->name);
+}
+
+int gdn_mixers_check(const char *pattern, int n_layers, char *err, int err_len) {
+    char kinds[128];
+    list_kinds(kinds, sizeof kinds);
+    size_t n = pattern ? strnlen(pattern, GDN_MAX_MIXERS + 1) : 0;
+    if (n == 0) {
+        snprintf(err, (size_t)err_len,
+                 "mixers is empty: give a pattern of mixer letters such as \"G\" or \"GGGD\" "
+                 "(repeated to n_layers); letters: %s", kinds);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (gdn_mixer_from_kind(pattern[i]) < 0) {
+            unsigned char ch = (unsigned char)pattern[i];
+            char shown[16];
+            if (ch > 32 && ch < 127) snprintf(shown, sizeof shown, "'%c'", ch);
+            else snprintf(shown, sizeof shown, "byte 0x%02x", ch);
+            snprintf(err, (size_t)err_len,
+                     "mixers: %s at position %zu is not a mixer; valid letters: %s", shown, i + 1,
+                     kinds);
+            return -1;
+        }
+    }
+    if (n > GDN_MAX_MIXERS) {
+        snprintf(err, (size_t)err_len, "mixers: the pattern is longer than %d letters",
+                 GDN_MAX_MIXERS);
+        return -1;
+    }
+    if (n_layers >= 1 && n > (size_t)n_layers) {
+        snprintf(err, (size_t)err_len,
+                 "mixers: the pattern has %zu letters but the model has only n_layers = %d: "
+                 "give at most one letter per layer", n, n_layers);
+        return -1;
+    }
+    return 0;
+}
+
+int gdn_config_same_mixers(const gdn_config *a, const gdn_config *b, int *layer) {
+    int n = a->n_layers > b->n_layers ? a->n_layers : b->n_layers;
+    if (n < 1) n = 1;
+    *layer = -1;
+    for (int l = 0; l < n; l++)
+        if (gdn_config_layer_mixer(a, l) != gdn_config_layer_mixer(b, l)) {
+            *layer = l;
+            return 0;
+        }
+    return 1;
+}
+
+int gdn_config_mixers_diff(const gdn_config *a, const gdn_config *b, const char *what, char *out,
+                           size_t outlen) {
+    int l;
+    if (gdn_config_same_mixers(a, b, &l)) return 0;
+    const gdn_mixer_info *x = gdn_mixer_get(gdn_config_layer_mixer(a, l));
+    const gdn_mixer_info *y = gdn_mixer_get(gdn_config_layer_mixer(b, l));
+    snprintf(out, outlen, "mixers: %s has \"%.64s\", this run has \"%.64s\" (layer %d: %c vs %c)",
+             what, gdn_config_mixers(a), gdn_config_mixers(b), l, x ? x->kind : '?',
+             y ? y->kind : '?');
+    return 1;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "model/check.h"
+#include "model/mixer.h"
 
 typedef struct {
     gdn_param_table *t;
@@ -91,6 +92,14 @@ static int build(gdn_param_table *t, const gdn_config *c, char *err, int err_len
     t->layer = GDN_CALLOC((size_t)c->n_layers, sizeof *t->layer);
     for (int l = 0; l < c->n_layers && !b.failed; l++) {
         gdn_layer_offsets *o = &t->layer[l];
+        const gdn_mixer_info *mx = gdn_mixer_get(gdn_config_layer_mixer(c, l));
+        if (!mx) {
+            snprintf(err, (size_t)err_len, "mixers \"%.64s\" holds a letter that is no mixer",
+                     c->mixers);
+            return -1;
+        }
+        o->mixer = gdn_config_layer_mixer(c, l);
+        o->a_proj = o->b_proj = o->A_log = o->dt_bias = GDN_NO_TENSOR;
 #define T1(field, suffix, d0, nd)                                          \
     snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);       \
     o->field = add_tensor(&b, name, 1, d0, 0, 0, nd)
@@ -104,14 +113,16 @@ static int build(gdn_param_table *t, const gdn_config *c, char *err, int err_len
         T2(q_proj, "attn.q_proj.weight", HK, D);
         T2(k_proj, "attn.k_proj.weight", HK, D);
         T2(v_proj, "attn.v_proj.weight", HV, D);
-        T2(a_proj, "attn.a_proj.weight", H, D);
-        T2(b_proj, "attn.b_proj.weight", H, D);
+        if (mx->has_decay) { T2(a_proj, "attn.a_proj.weight", H, D); }
+        if (mx->has_beta) { T2(b_proj, "attn.b_proj.weight", H, D); }
         T2(g_proj, "attn.g_proj.weight", HV, D);
         T3(q_conv, "attn.q_conv1d.weight", HK);
         T3(k_conv, "attn.k_conv1d.weight", HK);
         T3(v_conv, "attn.v_conv1d.weight", HV);
-        T1(A_log, "attn.A_log", H, 1);
-        T1(dt_bias, "attn.dt_bias", H, 1);
+        if (mx->has_decay) {
+            T1(A_log, "attn.A_log", H, 1);
+            T1(dt_bias, "attn.dt_bias", H, 1);
+        }
         T1(o_norm, "attn.o_norm.weight", V, 1);
         T2(o_proj, "attn.o_proj.weight", D, HV);
         T1(mlp_norm, "mlp_norm.weight", D, 1);

@@ -21,8 +21,13 @@ typedef struct {
     int no_decay;                  /* norms, A_log, dt_bias (and biases) */
 } gdn_param;
 
-/* Offsets of one block's tensors inside the flat buffer. */
+/* Offset of a tensor the layer's mixer does not have (see gdn_layer_offsets). */
+#define GDN_NO_TENSOR ((size_t)-1)
+
+/* Offsets of one block's tensors inside the flat buffer. A mixer without decay (model/mixer.h)
+ * has no a_proj, A_log, dt_bias; one without beta no b_proj: those are GDN_NO_TENSOR. */
 typedef struct {
+    int mixer;                    /* gdn_mixer of this layer */
     size_t attn_norm;             /* [D] */
     size_t q_proj, k_proj;        /* [H*K, D] */
     size_t v_proj, g_proj;        /* [H*V, D] */

@@ -18,7 +18,7 @@
 #include "tests/ref/fd.h"
 
 #define MAX_SEG 4
-#define MAX_LAYERS 2
+#define MAX_LAYERS 4
 
 enum { PASS_STATE, FOLD_MAPS };
 
@@ -154,10 +154,13 @@ static void exchange_clear(exchange *x) {
     }
 }
 
-static gdn_config tiny_config(void) {
-    return (gdn_config){.vocab_size = 32, .d_model = 16, .n_layers = 2, .n_heads = 2, .head_dim = 8,
-                        .expand_v = 2, .d_ff = 32, .conv_width = 4, .chunk_size = 16,
-                        .tie_embeddings = 0, .allow_neg_eigval = 0, .norm_eps = 1e-6};
+/* mixers: the layer pattern (model/mixer.h), one layer per letter */
+static gdn_config tiny_config(const char *mixers) {
+    gdn_config c = {.vocab_size = 32, .d_model = 16, .n_layers = (int)strlen(mixers), .n_heads = 2,
+                    .head_dim = 8, .expand_v = 2, .d_ff = 32, .conv_width = 4, .chunk_size = 16,
+                    .tie_embeddings = 0, .allow_neg_eigval = 0, .norm_eps = 1e-6};
+    snprintf(c.mixers, sizeof c.mixers, "%s", mixers);
+    return c;
 }
 
 /* Random parameters with decays weak enough that the state carries across segments. */
@@ -179,8 +182,8 @@ static double *make_params(const gdn_param_table *t, uint64_t seed) {
 
 /* Runs the segments [len[0], len[1], ...] of tokens [B,T] and compares loss, logits and the
  * gradient with one pass; returns the largest relative error. */
-static double run_segments(int mode, const int *len, int n_seg) {
-    const gdn_config cfg = tiny_config();
+static double run_segments_of(const char *mixers, int mode, const int *len, int n_seg) {
+    const gdn_config cfg = tiny_config(mixers);
     gdn_param_table t;
     gdn_param_table_build(&t, &cfg);
     double *P = make_params(&t, 17);
@@ -267,7 +270,7 @@ static double run_segments(int mode, const int *len, int n_seg) {
             worst_name = t.p[i].name;
         }
     }
-    printf("  %s, segments", mode == PASS_STATE ? "state passed on" : "affine maps folded");
+    printf("  %s, %s, segments", mixers, mode == PASS_STATE ? "state passed on" : "affine maps folded");
     for (int s = 0; s < n_seg; s++) printf(" %d", len[s]);
     printf(": loss %.1e logits %.1e gradient %.1e (worst tensor %.1e, %s)\n", e_loss, e_logits, e_grad,
            worst, worst_name);
@@ -287,6 +290,10 @@ static double run_segments(int mode, const int *len, int n_seg) {
     return m;
 }
 
+static double run_segments(int mode, const int *len, int n_seg) {
+    return run_segments_of("GG", mode, len, n_seg);
+}
+
 static const int split2[] = {20, 20}, split3[] = {14, 3, 23}, split4[] = {16, 16, 5, 3};
 
 static void test_pass_state(void **state) {
@@ -303,10 +310,19 @@ static void test_fold_maps(void **state) {
     assert_true(run_segments(FOLD_MAPS, split4, 4) < 1e-12);
 }
 
+/* Every mixer kind of model/mixer.h in one model, both exchanges. */
+static void test_mixers_gdml(void **state) {
+    (void)state;
+    assert_true(run_segments_of("GDML", PASS_STATE, split2, 2) < 1e-12);
+    assert_true(run_segments_of("GDML", FOLD_MAPS, split2, 2) < 1e-12);
+    assert_true(run_segments_of("GDML", FOLD_MAPS, split3, 3) < 1e-12);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pass_state),
         cmocka_unit_test(test_fold_maps),
+        cmocka_unit_test(test_mixers_gdml),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

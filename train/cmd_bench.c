@@ -305,6 +305,12 @@ int gdn_cmd_bench(int argc, char **argv) {
             free(rest);
             return r < 0 ? 2 : 0;
         }
+        if (cuda && !gdn_config_all_gdn(&rc.model)) {
+            fprintf(stderr, "gdn bench: --mixers %s has layers other than G, which the CUDA backend does "
+                            "not implement yet; use --backend cpu\n", gdn_config_mixers(&rc.model));
+            free(rest);
+            return 2;
+        }
 #ifdef GDN_HAVE_CUDA
         if (cuda) bench_step_cuda(&rc, repeats, json);
         else

@@ -95,7 +95,9 @@ static void print_header(const char *path, const ckpt_info *info, int json) {
 #define JSON_FIELD(f) printf("\"" #f "\": %d, ", m->f);
         CKPT_MODEL_INT_FIELDS(JSON_FIELD)
 #undef JSON_FIELD
-        printf("\"norm_eps\": %.17g},\n  \"rng\": [", m->norm_eps);
+        printf("\"norm_eps\": %.17g, \"mixers\": ", m->norm_eps);
+        json_str(stdout, gdn_config_mixers(m));
+        printf("},\n  \"rng\": [");
         for (int i = 0; i < info->n_rng; i++)
             printf("%s%llu", i ? ", " : "", (unsigned long long)info->rng[i]);
         printf("],\n  \"state\": {");
@@ -117,7 +119,7 @@ static void print_header(const char *path, const ckpt_info *info, int json) {
 #define TEXT_FIELD(f) printf(" " #f "=%d", m->f);
     CKPT_MODEL_INT_FIELDS(TEXT_FIELD)
 #undef TEXT_FIELD
-    printf(" norm_eps=%g\n", m->norm_eps);
+    printf(" norm_eps=%g mixers=%s\n", m->norm_eps, gdn_config_mixers(m));
     printf("optimizer       %s\n",
            info->has_optim ? "AdamW moments present" : "none (weights only)");
     printf("state           rng[%d]", info->n_rng);

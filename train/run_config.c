@@ -29,6 +29,7 @@ typedef struct {
 #define I53 9007199254740992.0
 #define FM(k, t, lo, hi, h) {#k, t, offsetof(gdn_run_config, model.k), 0, h, lo, hi}
 #define FR(k, t, lo, hi, h) {#k, t, offsetof(gdn_run_config, k), 0, h, lo, hi}
+#define FMS(k, h) {#k, F_STRING, offsetof(gdn_run_config, model.k), sizeof(((gdn_config *)0)->k), h, 0, 0}
 #define FS(k, h) {#k, F_STRING, offsetof(gdn_run_config, k), sizeof(((gdn_run_config *)0)->k), h, 0, 0}
 
 static const field fields[] = {
@@ -44,6 +45,8 @@ static const field fields[] = {
     FM(tie_embeddings, F_BOOL, 0, 1, "LM head shares the embedding table"),
     FM(allow_neg_eigval, F_BOOL, 0, 1, "beta = 2*sigmoid instead of sigmoid"),
     FM(norm_eps, F_DOUBLE, 0, 1, "RMSNorm epsilon"),
+    FMS(mixers, "mixer of each layer: letters G (gated delta rule), D (DeltaNet), M (gated linear "
+                "attention), L (linear attention), repeated to n_layers (e.g. GGGD)"),
     FS(data, "training text (.txt, .gz) or token shards (.bin, comma list)"),
     FR(val_tokens, F_I64, 0, I53, "tokens held out at the end of the corpus for validation"),
     FS(out, "run directory (required)"),
@@ -106,7 +109,7 @@ static void set_defaults(gdn_run_config *rc) {
     rc->model = (gdn_config){.vocab_size = 256, .d_model = 128, .n_layers = 2, .n_heads = 2,
                              .head_dim = 32, .expand_v = 2, .d_ff = 384, .conv_width = 4,
                              .chunk_size = 64, .tie_embeddings = 0, .allow_neg_eigval = 0,
-                             .norm_eps = 1e-6};
+                             .norm_eps = 1e-6, .mixers = "G"};
     snprintf(rc->data, sizeof rc->data, "data/kjv.txt.gz");
     rc->val_tokens = 65536;
     rc->steps = 1000;
@@ -381,7 +384,8 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
     }
     if (apply_json(rc, over, err, err_len) || check_ranges(rc, err, err_len)) goto done;
     char merr[512];
-    if (gdn_config_validate(&rc->model, merr, sizeof merr)) {
+    if (gdn_mixers_check(rc->model.mixers, rc->model.n_layers, merr, sizeof merr) ||
+        gdn_config_validate(&rc->model, merr, sizeof merr)) {
         snprintf(err, (size_t)err_len, "invalid model: %s", merr);
         goto done;
     }

@@ -43,6 +43,11 @@ static int model_differs(const gdn_config *a, const gdn_config *b, const char *p
         snprintf(err, errlen, "%s: norm_eps: %s has %g, this run has %g", path, what, a->norm_eps, b->norm_eps);
         return 1;
     }
+    char mix[256];
+    if (gdn_config_mixers_diff(a, b, what, mix, sizeof mix)) {
+        snprintf(err, errlen, "%s: %s", path, mix);
+        return 1;
+    }
     return 0;
 }
 

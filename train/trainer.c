@@ -879,7 +879,17 @@ static int choose_backend(const gdn_run_config *rc, gdn_comm *comm, int *use_gpu
 #endif
     *use_gpu = !strcmp(rc->backend, "cuda") || (!strcmp(rc->backend, "auto") && n_gpu > 0 && comm->size == 1);
     const char *why = NULL; /* this rank cannot run the cuda backend */
-    if (*use_gpu && comm->sp > 1 && strcmp(rc->sp_exchange, "pass"))
+    char why_mixers[512];
+    if (*use_gpu && !gdn_config_all_gdn(&rc->model)) {
+        /* refused before any GPU memory is touched: the CUDA kernels have only the G rule */
+        snprintf(why_mixers, sizeof why_mixers,
+                 "%s, but --mixers %s has layers other than G (gated delta rule), and the CUDA "
+                 "kernels implement only G so far: use --backend cpu",
+                 strcmp(rc->backend, "cuda") ? "--backend auto chose cuda (a GPU is visible)"
+                                             : "--backend cuda",
+                 gdn_config_mixers(&rc->model));
+        why = why_mixers;
+    } else if (*use_gpu && comm->sp > 1 && strcmp(rc->sp_exchange, "pass"))
         why = "--backend cuda with --sp_exchange gather: sequence parallelism on GPUs passes the delta-rule state "
               "rank to rank only; use --sp_exchange pass (the default) or --backend cpu";
     else if (*use_gpu && n_gpu == 0)

@@ -2,6 +2,7 @@
  * backward pass, written once against the CPU ops and compiled for fp32 and fp64.
  *
  * Block l:  x_mid = x_in + o_proj(gated_norm(delta_rule(q, k, v, g, beta), z))
+ *           (the layer's mixer, model/mixer.h, picks the rule and which of g, beta exist)
  *           x_in[l+1] = x_mid + down(silu(gate(h2)) * up(h2)),  h2 = rmsnorm(x_mid)
  * with q, k, v = silu(conv4(proj(h1))), q and k L2-normalised per head, h1 = rmsnorm(x_in). */
 #include <stdlib.h>
@@ -208,8 +209,10 @@ static void block_forward(acts_t *a, const gdn_param_table *t, const real *P, in
     R(gdn_linear_fwd)(L->kp, L->h1, P + off->k_proj, N, D, HK);
     R(gdn_linear_fwd)(L->vp, L->h1, P + off->v_proj, N, D, HV);
     R(gdn_linear_fwd)(L->zp, L->h1, P + off->g_proj, N, D, HV);
-    R(gdn_linear_fwd)(L->ap, L->h1, P + off->a_proj, N, D, H);
-    R(gdn_linear_fwd)(L->bp, L->h1, P + off->b_proj, N, D, H);
+    /* the gates this layer's mixer reads (model/mixer.h); the others stay unset and unread */
+    const gdn_mixer_info *mx = gdn_mixer_get(off->mixer);
+    if (mx->has_decay) R(gdn_linear_fwd)(L->ap, L->h1, P + off->a_proj, N, D, H);
+    if (mx->has_beta) R(gdn_linear_fwd)(L->bp, L->h1, P + off->b_proj, N, D, H);
 
     const grad_scratch *s = &a->s;
     if (a->seq_parallel) {
@@ -237,19 +240,21 @@ static void block_forward(acts_t *a, const gdn_param_table *t, const real *P, in
     R(gdn_silu_fwd)(tmp, L->kc, (size_t)N * HK);
     R(gdn_l2norm_fwd)(L->k, L->rk, tmp, N * H, K);
     R(gdn_silu_fwd)(L->v, L->vc, (size_t)N * HV);
-    R(gdn_decay_gate_fwd)(L->g, L->ap, P + off->A_log, P + off->dt_bias, N, H);
-    R(gdn_beta_fwd)(L->beta, L->bp, c->allow_neg_eigval ? (real)2 : (real)1, (size_t)N * H);
+    if (mx->has_decay) R(gdn_decay_gate_fwd)(L->g, L->ap, P + off->A_log, P + off->dt_bias, N, H);
+    if (mx->has_beta)
+        R(gdn_beta_fwd)(L->beta, L->bp, c->allow_neg_eigval ? (real)2 : (real)1, (size_t)N * H);
+    const real *g = mx->has_decay ? L->g : NULL, *beta = mx->has_beta ? L->beta : NULL;
 
-    gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size, 0, GDN_MIXER_G};
+    gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size, 0, off->mixer};
     const real scale = (real)(1.0 / sqrt((double)K));
     if (a->seq_parallel) {
-        delta_args_t d = {&shape, L->q, L->k, L->v, L->g, L->beta, scale, NULL};
+        delta_args_t d = {&shape, L->q, L->k, L->v, g, beta, scale, NULL};
         a->hooks.fwd_state_in(a->hooks.user, l, &d, L->S0);
-        R(gdn_delta_fwd)(&shape, L->q, L->k, L->v, L->g, L->beta, scale, L->S0, L->o, s->S_out);
+        R(gdn_delta_fwd)(&shape, L->q, L->k, L->v, g, beta, scale, L->S0, L->o, s->S_out);
         a->hooks.fwd_state_out(a->hooks.user, l, s->S_out);
     } else {
         halo_load(L->S0, cin && cin->S ? cin->S + l * state_n : NULL, state_n);
-        R(gdn_delta_fwd)(&shape, L->q, L->k, L->v, L->g, L->beta, scale, L->S0, L->o,
+        R(gdn_delta_fwd)(&shape, L->q, L->k, L->v, g, beta, scale, L->S0, L->o,
                          cout && cout->S ? cout->S + l * state_n : NULL);
     }
 
@@ -315,16 +320,20 @@ static void block_backward(acts_t *a, const gdn_param_table *t, const real *P, r
     R(gdn_gated_rmsnorm_bwd)(s->d_o, s->dz, G + off->o_norm, s->dy, L->o, L->zp, P + off->o_norm,
                              L->rstd_o, N * H, V);
 
-    /* The gated delta rule. */
-    gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size, 0, GDN_MIXER_G};
+    /* The layer's rule of the delta-rule family; gates it does not have are neither read nor
+     * differentiated. */
+    const gdn_mixer_info *mx = gdn_mixer_get(off->mixer);
+    const real *g = mx->has_decay ? L->g : NULL, *beta = mx->has_beta ? L->beta : NULL;
+    gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size, 0, off->mixer};
     const real scale = (real)(1.0 / sqrt((double)K));
     const int sp = a->seq_parallel;
     if (sp) {
-        delta_args_t d = {&shape, L->q, L->k, L->v, L->g, L->beta, scale, s->d_o};
+        delta_args_t d = {&shape, L->q, L->k, L->v, g, beta, scale, s->d_o};
         a->hooks.bwd_state_out(a->hooks.user, l, &d, s->dS_out);
     }
-    R(gdn_delta_bwd)(&shape, L->q, L->k, L->v, L->g, L->beta, scale, L->S0, s->d_o,
-                     sp ? s->dS_out : NULL, s->dqn, s->dkn, s->dv, s->dg, s->dbeta, sp ? s->dS_in : NULL);
+    R(gdn_delta_bwd)(&shape, L->q, L->k, L->v, g, beta, scale, L->S0, s->d_o, sp ? s->dS_out : NULL,
+                     s->dqn, s->dkn, s->dv, mx->has_decay ? s->dg : NULL,
+                     mx->has_beta ? s->dbeta : NULL, sp ? s->dS_in : NULL);
     if (sp) a->hooks.bwd_state_in(a->hooks.user, l, s->dS_in);
 
     /* q, k: L2 norm, SiLU, convolution; v: SiLU, convolution; then the gates. */
@@ -347,11 +356,13 @@ static void block_backward(acts_t *a, const gdn_param_table *t, const real *P, r
         tail_rows(s->tail[1], s->dkn, B, T, HK, W - 1, 1);
         tail_rows(s->tail[2], s->dvp, B, T, HV, W - 1, 1);
     }
-    R(gdn_decay_gate_bwd)(s->dap, G + off->A_log, G + off->dt_bias, s->dg, L->ap, P + off->A_log,
-                          P + off->dt_bias, N, H);
-    R(gdn_beta_bwd)(s->dbp, s->dbeta, L->beta, c->allow_neg_eigval ? (real)2 : (real)1, (size_t)N * H);
+    if (mx->has_decay)
+        R(gdn_decay_gate_bwd)(s->dap, G + off->A_log, G + off->dt_bias, s->dg, L->ap, P + off->A_log,
+                              P + off->dt_bias, N, H);
+    if (mx->has_beta)
+        R(gdn_beta_bwd)(s->dbp, s->dbeta, L->beta, c->allow_neg_eigval ? (real)2 : (real)1, (size_t)N * H);
 
-    /* The six projections of h1, then the block's input norm. */
+    /* The projections of h1 (four to six, by mixer), then the block's input norm. */
     R(gdn_linear_bwd)(s->dh, G + off->q_proj, s->dqn, L->h1, P + off->q_proj, N, D, HK);
     R(gdn_linear_bwd)(s->dtmp, G + off->k_proj, s->dkn, L->h1, P + off->k_proj, N, D, HK);
     add_into(s->dh, s->dtmp, (size_t)N * D);
@@ -359,10 +370,14 @@ static void block_backward(acts_t *a, const gdn_param_table *t, const real *P, r
     add_into(s->dh, s->dtmp, (size_t)N * D);
     R(gdn_linear_bwd)(s->dtmp, G + off->g_proj, s->dz, L->h1, P + off->g_proj, N, D, HV);
     add_into(s->dh, s->dtmp, (size_t)N * D);
-    R(gdn_linear_bwd)(s->dtmp, G + off->a_proj, s->dap, L->h1, P + off->a_proj, N, D, H);
-    add_into(s->dh, s->dtmp, (size_t)N * D);
-    R(gdn_linear_bwd)(s->dtmp, G + off->b_proj, s->dbp, L->h1, P + off->b_proj, N, D, H);
-    add_into(s->dh, s->dtmp, (size_t)N * D);
+    if (mx->has_decay) {
+        R(gdn_linear_bwd)(s->dtmp, G + off->a_proj, s->dap, L->h1, P + off->a_proj, N, D, H);
+        add_into(s->dh, s->dtmp, (size_t)N * D);
+    }
+    if (mx->has_beta) {
+        R(gdn_linear_bwd)(s->dtmp, G + off->b_proj, s->dbp, L->h1, P + off->b_proj, N, D, H);
+        add_into(s->dh, s->dtmp, (size_t)N * D);
+    }
     R(gdn_rmsnorm_bwd)(s->dtmp, G + off->attn_norm, s->dh, x, P + off->attn_norm, L->rstd1, N, D);
     add_into(s->dx, s->dtmp, (size_t)N * D);
 }

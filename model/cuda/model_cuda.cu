@@ -314,6 +314,9 @@ extern "C" gdn_cuda_model *gdn_cuda_model_create(const gdn_param_table *t, int B
 extern "C" gdn_cuda_model *gdn_cuda_model_create_sharded(const gdn_param_table *t, int B, int T, gdn_cuda_precision p,
                                                          size_t lo, size_t hi, size_t padded) {
     if (B < 1 || T < 1) GDN_CUDA_DIE("model: batch %d x length %d (both must be >= 1)", B, T);
+    if (!gdn_config_all_gdn(&t->cfg)) /* the kernels have the G rule only (model/mixer.h) */
+        GDN_CUDA_DIE("model: mixers \"%s\" has layers other than G, which the CUDA backend does not "
+                     "implement yet; use the cpu backend", gdn_config_mixers(&t->cfg));
     if (lo > hi || hi > t->total || padded < t->total)
         GDN_CUDA_DIE("model: optimizer shard [%zu, %zu) with buffers of %zu elements does not fit %zu parameters", lo,
                      hi, padded, t->total);

@@ -101,6 +101,16 @@ for key, kind in settings.items():
         form = rnd.random() < 0.5
         arg = [f"--{key}={v}"] if form else [f"--{key}", v]
         run("train", ["train", "--out", out, "--data", "/nonexistent/data.txt", *arg], f"--{key}", kind, v)
+# the mixer pattern: letters G D M L, 1..n_layers of them (n_layers 2 here)
+MIXERS = ["", "G", "GD", "GDM", "g", "X", "G D", " G", "G\n", "\x01", "\u00c4", "G" * 300, "GD" * 40,
+          "D", "L", "ML", "0", "-", "GDML\u0000"[:4]]
+for v in MIXERS:
+    r = run("train mixers", ["train", "--out", out, "--data", "/nonexistent/data.txt", "--n_layers=2",
+                             "--mixers", v])
+    if r is not None and re.fullmatch(r"[GDML]{1,2}", v) is None and (r.returncode != 2 or "mixers" not in
+                                                                       r.stderr.decode(errors="replace")):
+        problems["silently wrong"] += 1
+        failures.append(f"--mixers {v!r} accepted or not named (status {r.returncode})")
 for argv in [["--out"], ["--out", out, "--d_model"], ["--out", out, "--bogus=1"], ["--out", out, "--=5"],
              ["--out", out, "--"], ["--out", out, "-"], ["--out", out, "--d_model==5"],
              ["--out", out, "--D_MODEL=5"], ["--out", out, "--lr=1e-3=2"], ["--out", out, "--preset"],

@@ -57,4 +57,17 @@ assert dp == one, f"training on dp 2: val_loss {dp!r}, one rank {one!r}"
 assert abs(sp - one) <= 1e-6 * abs(one), f"training on sp 2: val_loss {sp!r}, one rank {one!r}"
 print(f"in training: one rank {one!r}, dp 2 {dp!r} (bitwise), sp 2 {sp!r}")
 PY
+# every mixer kind (--mixers GDML) on sp 2, both exchanges: the same validation loss to rounding
+mix=(--n_layers 4 --mixers GDML)
+"$GDN" train "${small[@]}" "${tiny_step[@]}" "${mix[@]}" --out "$dir/m1" > /dev/null
+"${MPIRUN[@]}" 2 "$GDN" train "${small[@]}" "${tiny_step[@]}" "${mix[@]}" --sp 2 --out "$dir/msp" > /dev/null
+"${MPIRUN[@]}" 2 "$GDN" train "${small[@]}" "${tiny_step[@]}" "${mix[@]}" --sp 2 --sp_exchange gather \
+  --out "$dir/msg" > /dev/null
+$PY - "$dir/m1" "$dir/msp" "$dir/msg" <<'PY'
+import json, sys
+one, sp, sg = (json.loads(open(d + "/metrics.jsonl").read().splitlines()[-1])["val_loss"] for d in sys.argv[1:])
+for name, x in (("pass", sp), ("gather", sg)):
+    assert abs(x - one) <= 1e-6 * abs(one), f"GDML on sp 2 ({name}): val_loss {x!r}, one rank {one!r}"
+print(f"GDML: one rank {one!r}, sp 2 pass {sp!r}, gather {sg!r}")
+PY
 echo "train_eval_layout: ok"
