@@ -27,28 +27,6 @@ static delta_problem problem_make(int B, int T, int H, int K, int V, int chunk, 
     return delta_problem_make(GDN_MIXER_G, B, T, H, K, V, chunk, decay, DELTA_DRAW_F32_EACH, seed);
 }
 
-/* Errors of one problem in fp64, as delta_map_errors: [0] M S_in + H vs the reference ht, [1]
- * M^T dht + E vs the reference dh0, [2] M S_in + H vs the chunked ht, [3] M^T dht + E vs the
- * chunked dh0, [4] H vs the chunked ht from h0 = 0, [5] E vs the chunked dh0 at dht = 0. */
-static void errors_f64(const delta_problem *p, double err[6]) {
-    delta_maps m = delta_maps_f64(p);
-    delta_map_errors(p, &m, err);
-    delta_maps_free(&m);
-}
-
-/* The fp32 maps composed with S_in and dht (what sequence parallelism uses) against the fp64
- * recurrence: the larger of the forward and backward relative errors. M on its own is a product
- * of up to T contracting factors whose entries decay towards 0; its elementwise relative error
- * grows with T while its contribution to the state shrinks, so the composed states are the
- * meaningful measure. */
-static double error_f32(const delta_problem *p) {
-    delta_maps m = delta_maps_f32(p);
-    double err[2];
-    delta_map_ref_errors(p, &m, err);
-    delta_maps_free(&m);
-    return err[0] > err[1] ? err[0] : err[1];
-}
-
 typedef struct {
     int B, T, H, K, V, chunk, decay;
 } shape_case;
@@ -66,8 +44,12 @@ static void test_transition_composes_recurrence(void **state) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const shape_case *sc = &cases[c];
         delta_problem p = problem_make(sc->B, sc->T, sc->H, sc->K, sc->V, sc->chunk, sc->decay, 100 + c);
+        /* the maps' composition against the reference and the chunked kernels (the order of
+         * delta_map_errors) */
         double err[6];
-        errors_f64(&p, err);
+        delta_maps m = delta_maps_f64(&p);
+        delta_map_errors(&p, &m, err);
+        delta_maps_free(&m);
         printf("  B=%d T=%3d H=%d K=%2d V=%2d C=%2d %s: ref fwd %.1e bwd %.1e | chunked H %.1e E %.1e "
                "fwd %.1e bwd %.1e\n",
                sc->B, sc->T, sc->H, sc->K, sc->V, sc->chunk,
@@ -82,13 +64,15 @@ static void test_transition_composes_recurrence(void **state) {
     printf("affine map vs recurrence (fp64): max relative error fwd %.1e, bwd %.1e\n", worst[0], worst[1]);
 }
 
+/* The fp32 maps composed with S_in and dht, as sequence parallelism uses them, against the fp64
+ * recurrence (delta_map_error_f32 says why the composed states are measured). */
 static void test_transition_f32(void **state) {
     (void)state;
     double worst = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const shape_case *sc = &cases[c];
         delta_problem p = problem_make(sc->B, sc->T, sc->H, sc->K, sc->V, sc->chunk, sc->decay, 200 + c);
-        double e = error_f32(&p);
+        double e = delta_map_error_f32(&p);
         assert_true(e < 1e-5);
         if (e > worst) worst = e;
         delta_problem_free(&p);

@@ -227,16 +227,6 @@ static void map_errors_f64(const delta_problem *p, double err[6]) {
     delta_maps_free(&m);
 }
 
-/* The fp32 maps, composed in fp64 with h0 and dht, against the fp64 reference: the larger of the
- * forward and backward errors (see test_delta_transition.c for why composed states). */
-static double map_error_f32(const delta_problem *p) {
-    delta_maps m = delta_maps_f32(p);
-    double err[2];
-    delta_map_ref_errors(p, &m, err);
-    delta_maps_free(&m);
-    return err[0] > err[1] ? err[0] : err[1];
-}
-
 static void test_transition_maps(void **state) {
     (void)state;
     static const struct {
@@ -254,7 +244,7 @@ static void test_transition_maps(void **state) {
                                      cases[c].chunk, cases[c].decay, 600 + 10 * v + c);
             double err[7];
             map_errors_f64(&p, err);
-            err[6] = map_error_f32(&p);
+            err[6] = delta_map_error_f32(&p);
             char label[96];
             snprintf(label, sizeof label, "%s maps C%d T%d K%d V%d %s", p.mx->name, cases[c].chunk,
                      cases[c].T, cases[c].K, cases[c].V, cases[c].decay ? "strong" : "mild");

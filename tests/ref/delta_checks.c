@@ -30,7 +30,8 @@ delta_maps delta_maps_f64(const delta_problem *p) {
     return m;
 }
 
-delta_maps delta_maps_f32(const delta_problem *p) {
+/* The f32 maps on p's inputs rounded to float, widened to double (exactly). */
+static delta_maps delta_maps_f32(const delta_problem *p) {
     float *q = ref_to_f32(p->q, p->nqk), *k = ref_to_f32(p->k, p->nqk);
     float *v = ref_to_f32(p->v, p->nv), *g = ref_to_f32(p->g_in, p->ng);
     float *beta = ref_to_f32(p->beta_in, p->ng), *d_o = ref_to_f32(p->Wo, p->nv);
@@ -65,13 +66,6 @@ static void compose_vs_ref(const delta_problem *p, const delta_maps *m, double *
     delta_result_free(&ref);
 }
 
-void delta_map_ref_errors(const delta_problem *p, const delta_maps *m, double err[2]) {
-    double *fwd = ref_nan_array(p->nst), *bwd = ref_nan_array(p->nst);
-    compose_vs_ref(p, m, fwd, bwd, err);
-    free(fwd);
-    free(bwd);
-}
-
 void delta_map_errors(const delta_problem *p, const delta_maps *m, double err[6]) {
     double *fwd = ref_nan_array(p->nst), *bwd = ref_nan_array(p->nst);
     compose_vs_ref(p, m, fwd, bwd, err);
@@ -87,6 +81,16 @@ void delta_map_errors(const delta_problem *p, const delta_maps *m, double err[6]
     delta_result_free(&r);
     free(fwd);
     free(bwd);
+}
+
+double delta_map_error_f32(const delta_problem *p) {
+    delta_maps m = delta_maps_f32(p);
+    double *fwd = ref_nan_array(p->nst), *bwd = ref_nan_array(p->nst), err[2];
+    compose_vs_ref(p, &m, fwd, bwd, err);
+    free(fwd);
+    free(bwd);
+    delta_maps_free(&m);
+    return err[0] > err[1] ? err[0] : err[1];
 }
 
 typedef struct {
