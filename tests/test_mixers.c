@@ -20,116 +20,25 @@
 #include "model/cpu/ops_cpu.h"
 #include "model/mixer.h"
 #include "tests/ref/arrays.h"
+#include "tests/ref/delta_checks.h"
+#include "tests/ref/delta_problem.h"
 #include "tests/ref/delta_recurrent.h"
-#include "tests/ref/fd.h"
 
-enum { DECAY_MILD, DECAY_STRONG };
-
-/* One problem in fp64 with inputs rounded to float (the fp32 path sees the same values), plus
- * the loss weights Wo (on o) and Wh (on ht). g_in / beta_in are what the kernels get: the real
- * arrays, or NaN arrays when the mixer ignores them, so a stray read cannot pass. */
-typedef struct {
-    gdn_delta_shape s;
-    const gdn_mixer_info *mx;
-    size_t nqk, nv, ng, nst, nm; /* q/k, v/o, g/beta, K x V states, K x K maps */
-    double *q, *k, *v, *g, *beta, *h0, *Wo, *Wh;
-    double *g_in, *beta_in;
-    double scale;
-} problem;
-
-static double *filled(size_t n, double lo, double hi, unsigned long long seed) {
-    double *x = ref_uniform(n, lo, hi, seed);
-    ref_round_f32(x, n);
-    return x;
+/* Problems of mixer `variant`, rounded to float (the fp32 path sees the same values); the
+ * kernels get NaN for the inputs the mixer ignores (delta_problem.h). */
+static delta_problem problem_make(int variant, int B, int T, int H, int K, int V, int chunk,
+                                  int decay, unsigned long long seed) {
+    return delta_problem_make(variant, B, T, H, K, V, chunk, decay, DELTA_DRAW_F32, seed);
 }
 
-static problem problem_make(int variant, int B, int T, int H, int K, int V, int chunk, int decay,
-                            unsigned long long seed) {
-    problem p = {.s = {.B = B, .T = T, .H = H, .K = K, .V = V, .chunk = chunk, .variant = variant}};
-    p.mx = gdn_mixer_get(variant);
-    p.nqk = (size_t)B * T * H * K;
-    p.nv = (size_t)B * T * H * V;
-    p.ng = (size_t)B * T * H;
-    p.nst = (size_t)B * H * K * V;
-    p.nm = (size_t)B * H * K * K;
-    p.q = ref_uniform(p.nqk, -1, 1, seed + 1);
-    p.k = ref_uniform(p.nqk, -1, 1, seed + 2);
-    ref_l2_rows(p.q, p.ng, K);
-    ref_l2_rows(p.k, p.ng, K);
-    ref_round_f32(p.q, p.nqk);
-    ref_round_f32(p.k, p.nqk);
-    p.v = filled(p.nv, -1, 1, seed + 3);
-    p.beta = filled(p.ng, 0.02, 0.98, seed + 4);
-    p.g = ref_uniform(p.ng, -1, 0, seed + 5);
-    if (decay == DECAY_STRONG) {
-        /* About a third of the tokens decay by exp(-5)..exp(-20) in one step. */
-        double *u = ref_uniform(p.ng, 0, 1, seed + 6);
-        for (size_t i = 0; i < p.ng; i++)
-            if (u[i] < 0.35) p.g[i] = -5.0 - 15.0 * (u[i] / 0.35);
-        free(u);
-    }
-    ref_round_f32(p.g, p.ng);
-    p.h0 = filled(p.nst, -1, 1, seed + 7);
-    p.Wo = filled(p.nv, -1, 1, seed + 8);
-    p.Wh = filled(p.nst, -1, 1, seed + 9);
-    p.g_in = p.mx->has_decay ? p.g : ref_nan_array(p.ng);
-    p.beta_in = p.mx->has_beta ? p.beta : ref_nan_array(p.ng);
-    p.scale = (double)(float)(1.0 / sqrt((double)K));
-    return p;
-}
-
-static void problem_free(problem *p) {
-    if (p->g_in != p->g) free(p->g_in);
-    if (p->beta_in != p->beta) free(p->beta_in);
-    double *all[] = {p->q, p->k, p->v, p->g, p->beta, p->h0, p->Wo, p->Wh};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
-}
-
-/* Outputs and gradients of one run, NaN until written. */
-typedef struct {
-    double *o, *ht, *dq, *dk, *dv, *dg, *dbeta, *dh0;
-} result;
-
-static result result_alloc(const problem *p) {
-    result r = {ref_nan_array(p->nv),  ref_nan_array(p->nst), ref_nan_array(p->nqk),
-                ref_nan_array(p->nqk), ref_nan_array(p->nv),  ref_nan_array(p->ng),
-                ref_nan_array(p->ng),  ref_nan_array(p->nst)};
-    return r;
-}
-
-static void result_free(result *r) {
-    double *all[] = {r->o, r->ht, r->dq, r->dk, r->dv, r->dg, r->dbeta, r->dh0};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
-}
-
-/* The reference gets NULL for the ignored inputs (it must not read them either). */
-static result run_ref(const problem *p, int use_h0, int use_dht) {
-    result r = result_alloc(p);
-    const double *h0 = use_h0 ? p->h0 : NULL, *dht = use_dht ? p->Wh : NULL;
-    const double *g = p->mx->has_decay ? p->g : NULL, *beta = p->mx->has_beta ? p->beta : NULL;
-    ref_delta_recurrent_fwd(&p->s, p->q, p->k, p->v, g, beta, p->scale, h0, r.o, r.ht);
-    ref_delta_recurrent_bwd(&p->s, p->q, p->k, p->v, g, beta, p->scale, h0, p->Wo, dht, r.dq, r.dk,
-                            r.dv, r.dg, r.dbeta, r.dh0);
-    return r;
-}
-
-static result run_chunk_f64(const problem *p, int use_h0, int use_dht) {
-    result r = result_alloc(p);
-    const double *h0 = use_h0 ? p->h0 : NULL, *dht = use_dht ? p->Wh : NULL;
-    gdn_delta_fwd_f64(&p->s, p->q, p->k, p->v, p->g_in, p->beta_in, p->scale, h0, r.o, r.ht);
-    gdn_delta_bwd_f64(&p->s, p->q, p->k, p->v, p->g_in, p->beta_in, p->scale, h0, p->Wo, dht, r.dq,
-                      r.dk, r.dv, r.dg, r.dbeta, r.dh0);
-    return r;
-}
-
-/* Gradients of the inputs the mixer ignores must be exactly zero (float or double arrays). */
-static void assert_ignored_zero(const problem *p, const void *dg, const void *dbeta, int f32,
+/* Gradients of the inputs the mixer ignores must be exactly zero. */
+static void assert_ignored_zero(const delta_problem *p, const double *dg, const double *dbeta,
                                 const char *label) {
-    const void *arrs[2] = {p->mx->has_decay ? NULL : dg, p->mx->has_beta ? NULL : dbeta};
+    const double *arrs[2] = {p->mx->has_decay ? NULL : dg, p->mx->has_beta ? NULL : dbeta};
     for (int a = 0; a < 2; a++) {
         if (!arrs[a]) continue;
         for (size_t i = 0; i < p->ng; i++) {
-            double x = f32 ? ((const float *)arrs[a])[i] : ((const double *)arrs[a])[i];
+            double x = arrs[a][i];
             if (x != 0.0 || signbit(x))
                 fail_msg("%s: %s[%zu] = %g, expected exactly 0 (mixer %s ignores it)", label,
                          a ? "dbeta" : "dg", i, x, p->mx->name);
@@ -137,59 +46,12 @@ static void assert_ignored_zero(const problem *p, const void *dg, const void *db
     }
 }
 
-enum { N_ERR = 8 };
-static const char *const err_names[N_ERR] = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
-
-static void result_errors(const problem *p, const result *a, const result *ref, double err[N_ERR]) {
-    err[0] = fd_rel_err(a->o, ref->o, p->nv);
-    err[1] = fd_rel_err(a->ht, ref->ht, p->nst);
-    err[2] = fd_rel_err(a->dq, ref->dq, p->nqk);
-    err[3] = fd_rel_err(a->dk, ref->dk, p->nqk);
-    err[4] = fd_rel_err(a->dv, ref->dv, p->nv);
-    err[5] = fd_rel_err(a->dg, ref->dg, p->ng);
-    err[6] = fd_rel_err(a->dbeta, ref->dbeta, p->ng);
-    err[7] = fd_rel_err(a->dh0, ref->dh0, p->nst);
-}
-
-/* The fp32 kernels on p's (float-exact) inputs against ref; ignored gradients must be 0. */
-static void run_chunk_f32_errors(const problem *p, int use_h0, int use_dht, const result *ref,
-                                 double err[N_ERR], const char *label) {
-    float *q = ref_to_f32(p->q, p->nqk), *k = ref_to_f32(p->k, p->nqk);
-    float *v = ref_to_f32(p->v, p->nv), *g = ref_to_f32(p->g_in, p->ng);
-    float *beta = ref_to_f32(p->beta_in, p->ng), *h0 = ref_to_f32(p->h0, p->nst);
-    float *Wo = ref_to_f32(p->Wo, p->nv), *Wh = ref_to_f32(p->Wh, p->nst);
-    float *o = ref_nan_f32(p->nv), *ht = ref_nan_f32(p->nst);
-    float *dq = ref_nan_f32(p->nqk), *dk = ref_nan_f32(p->nqk);
-    float *dv = ref_nan_f32(p->nv), *dg = ref_nan_f32(p->ng), *dbeta = ref_nan_f32(p->ng);
-    float *dh0 = ref_nan_f32(p->nst);
-    gdn_delta_fwd_f32(&p->s, q, k, v, g, beta, (float)p->scale, use_h0 ? h0 : NULL, o, ht);
-    gdn_delta_bwd_f32(&p->s, q, k, v, g, beta, (float)p->scale, use_h0 ? h0 : NULL, Wo,
-                      use_dht ? Wh : NULL, dq, dk, dv, dg, dbeta, dh0);
-    assert_ignored_zero(p, dg, dbeta, 1, label);
-    err[0] = fd_rel_err_f32(o, ref->o, p->nv);
-    err[1] = fd_rel_err_f32(ht, ref->ht, p->nst);
-    err[2] = fd_rel_err_f32(dq, ref->dq, p->nqk);
-    err[3] = fd_rel_err_f32(dk, ref->dk, p->nqk);
-    err[4] = fd_rel_err_f32(dv, ref->dv, p->nv);
-    err[5] = fd_rel_err_f32(dg, ref->dg, p->ng);
-    err[6] = fd_rel_err_f32(dbeta, ref->dbeta, p->ng);
-    err[7] = fd_rel_err_f32(dh0, ref->dh0, p->nst);
-    float *all[] = {q, k, v, g, beta, h0, Wo, Wh, o, ht, dq, dk, dv, dg, dbeta, dh0};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
-}
-
 /* Prints one case, asserts every error is below tol and folds them into *max_err. */
 static void report_case(const char *label, const double *err, const char *const *names, int n,
                         double tol, double *max_err) {
-    printf("  %-40s", label);
-    for (int i = 0; i < n; i++) {
-        printf(" %s %.1e", names[i], err[i]);
-        if (err[i] > *max_err) *max_err = err[i];
-    }
-    printf("\n");
-    for (int i = 0; i < n; i++)
-        if (!(err[i] < tol))
-            fail_msg("%s: %s relative error %.3e (limit %.0e)", label, names[i], err[i], tol);
+    int bad = delta_report(label, err, names, n, tol, max_err);
+    if (bad >= 0)
+        fail_msg("%s: %s relative error %.3e (limit %.0e)", label, names[bad], err[bad], tol);
 }
 
 static void print_maxima(const char *what, const double mx[GDN_MIXER_COUNT], double tol) {
@@ -231,48 +93,16 @@ static void test_mixer_table(void **state) {
 
 /* ---- finite differences ------------------------------------------------------------------- */
 
-/* Loss sum(o*Wo) + sum(ht*Wh) by the reference or the chunked f64 path. The real g and beta are
- * passed here even to mixers that ignore them, so their finite differences are measured too. */
-typedef struct {
-    problem *p;
-    int chunked;
-    double *o, *ht;
-} loss_ctx;
-
-static double loss_eval(void *vctx) {
-    loss_ctx *c = vctx;
-    problem *p = c->p;
-    if (c->chunked)
-        gdn_delta_fwd_f64(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, p->h0, c->o, c->ht);
-    else
-        ref_delta_recurrent_fwd(&p->s, p->q, p->k, p->v, p->g, p->beta, p->scale, p->h0, c->o,
-                                c->ht);
-    double L = 0.0;
-    for (size_t i = 0; i < p->nv; i++) L += c->o[i] * p->Wo[i];
-    for (size_t i = 0; i < p->nst; i++) L += c->ht[i] * p->Wh[i];
-    return L;
-}
-
 /* Every gradient (q, k, v, g, beta, h0; with h0 and the ht term) against central differences.
- * An ignored input's differences are exactly 0, so its (zero) gradient scores 0 error. */
-static double fd_case(problem *p, int chunked, size_t n_probe, const char *label) {
-    result r = chunked ? run_chunk_f64(p, 1, 1) : run_ref(p, 1, 1);
-    assert_ignored_zero(p, r.dg, r.dbeta, 0, label);
-    loss_ctx c = {p, chunked, ref_nan_array(p->nv), ref_nan_array(p->nst)};
-    const double eps = 1e-6;
-    double err[6];
-    err[0] = fd_check(loss_eval, &c, p->q, r.dq, p->nqk, n_probe, eps);
-    err[1] = fd_check(loss_eval, &c, p->k, r.dk, p->nqk, n_probe, eps);
-    err[2] = fd_check(loss_eval, &c, p->v, r.dv, p->nv, n_probe, eps);
-    err[3] = fd_check(loss_eval, &c, p->g, r.dg, p->ng, n_probe, eps);
-    err[4] = fd_check(loss_eval, &c, p->beta, r.dbeta, p->ng, n_probe, eps);
-    err[5] = fd_check(loss_eval, &c, p->h0, r.dh0, p->nst, n_probe, eps);
-    static const char *const names[6] = {"dq", "dk", "dv", "dg", "dbeta", "dh0"};
-    double mx = 0.0;
-    report_case(label, err, names, 6, 1e-6, &mx);
-    free(c.o);
-    free(c.ht);
-    result_free(&r);
+ * The differences see the real g and beta even for mixers that ignore them: an ignored input's
+ * differences are exactly 0, so its (zero) gradient scores 0 error. */
+static double fd_case(delta_problem *p, int chunked, size_t n_probe, const char *label) {
+    delta_result r = chunked ? delta_run_chunk_f64(p, 1, 1) : delta_run_ref(p, 1, 1);
+    assert_ignored_zero(p, r.dg, r.dbeta, label);
+    double err[6], mx = 0.0;
+    delta_fd_errors(p, &r, chunked, 1, 1, n_probe, err);
+    report_case(label, err, delta_fd_names, 6, 1e-6, &mx);
+    delta_result_free(&r);
     return mx;
 }
 
@@ -280,7 +110,7 @@ static void test_backward_vs_fd(void **state) {
     (void)state;
     static const struct {
         int chunk, T, decay;
-    } cases[] = {{16, 37, DECAY_MILD}, {32, 45, DECAY_STRONG}, {64, 70, DECAY_MILD}};
+    } cases[] = {{16, 37, DELTA_DECAY_MILD}, {32, 45, DELTA_DECAY_STRONG}, {64, 70, DELTA_DECAY_MILD}};
     double mx_ref[GDN_MIXER_COUNT] = {0}, mx_chunk[GDN_MIXER_COUNT] = {0};
     /* Thousands of tiny forward calls: on a loaded machine, starting OpenMP teams for each costs
      * far more than the work (the other tests keep the caller's thread count). */
@@ -288,17 +118,17 @@ static void test_backward_vs_fd(void **state) {
     omp_set_num_threads(1);
     for (int v = 0; v < GDN_MIXER_COUNT; v++) {
         char label[96];
-        problem p = problem_make(v, 1, 19, 2, 8, 6, 16, DECAY_MILD, 100 + v);
+        delta_problem p = problem_make(v, 1, 19, 2, 8, 6, 16, DELTA_DECAY_MILD, 100 + v);
         snprintf(label, sizeof label, "%s recurrent T19 K8 V6", p.mx->name);
         mx_ref[v] = fd_case(&p, 0, 120, label);
-        problem_free(&p);
+        delta_problem_free(&p);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             p = problem_make(v, 1, cases[i].T, 2, 8, 6, cases[i].chunk, cases[i].decay, 200 + 10 * v + i);
             snprintf(label, sizeof label, "%s chunked f64 C%d T%d K8 V6 %s", p.mx->name,
                      cases[i].chunk, cases[i].T, cases[i].decay ? "strong" : "mild");
             double e = fd_case(&p, 1, 100, label);
             if (e > mx_chunk[v]) mx_chunk[v] = e;
-            problem_free(&p);
+            delta_problem_free(&p);
         }
     }
     omp_set_num_threads(threads);
@@ -319,40 +149,42 @@ static void test_chunked_f64_vs_recurrent(void **state) {
         for (int ci = 0; ci < N_C; ci++)
             for (int ti = 0; ti < N_T; ti++)
                 for (int decay = 0; decay <= gdn_mixer_get(v)->has_decay; decay++) {
-                    problem p = problem_make(v, 2, grid_T[ti], 2, 16, 32, grid_chunk[ci], decay,
+                    delta_problem p = problem_make(v, 2, grid_T[ti], 2, 16, 32, grid_chunk[ci], decay,
                                              300 + 100 * v + 10 * ti + ci);
                     for (int opt = 0; opt < 4; opt++) { /* with / without h0, dht */
                         const int use_h0 = opt & 1, use_dht = opt >> 1;
-                        result ref = run_ref(&p, use_h0, use_dht);
-                        result r = run_chunk_f64(&p, use_h0, use_dht);
+                        delta_result ref = delta_run_ref(&p, use_h0, use_dht);
+                        delta_result r = delta_run_chunk_f64(&p, use_h0, use_dht);
                         char label[96];
                         snprintf(label, sizeof label, "%s f64 C%d T%d h0=%d dht=%d %s", p.mx->name,
                                  grid_chunk[ci], grid_T[ti], use_h0, use_dht,
                                  decay ? "strong" : "mild");
-                        assert_ignored_zero(&p, r.dg, r.dbeta, 0, label);
-                        double err[N_ERR];
-                        result_errors(&p, &r, &ref, err);
-                        report_case(label, err, err_names, N_ERR, 1e-10, &mx[v]);
-                        result_free(&ref);
-                        result_free(&r);
+                        assert_ignored_zero(&p, r.dg, r.dbeta, label);
+                        double err[DELTA_N_ERR];
+                        delta_result_errors(&p, &r, &ref, err);
+                        report_case(label, err, delta_err_names, DELTA_N_ERR, 1e-10, &mx[v]);
+                        delta_result_free(&ref);
+                        delta_result_free(&r);
                     }
-                    problem_free(&p);
+                    delta_problem_free(&p);
                 }
     print_maxima("chunked f64 vs recurrent f64", mx, 1e-10);
 }
 
 static void f32_case(int v, int B, int T, int H, int K, int V, int chunk, int decay, int opt,
                      unsigned long long seed, double *mx) {
-    problem p = problem_make(v, B, T, H, K, V, chunk, decay, seed);
-    result ref = run_ref(&p, opt, opt);
+    delta_problem p = problem_make(v, B, T, H, K, V, chunk, decay, seed);
+    delta_result ref = delta_run_ref(&p, opt, opt), r = delta_run_chunk_f32(&p, opt, opt);
     char label[96];
     snprintf(label, sizeof label, "%s f32 C%d T%d K%d V%d h0=dht=%d %s", p.mx->name, chunk, T, K,
              V, opt, decay ? "strong" : "mild");
-    double err[N_ERR];
-    run_chunk_f32_errors(&p, opt, opt, &ref, err, label);
-    report_case(label, err, err_names, N_ERR, 1e-5, mx);
-    result_free(&ref);
-    problem_free(&p);
+    assert_ignored_zero(&p, r.dg, r.dbeta, label);
+    double err[DELTA_N_ERR];
+    delta_result_errors(&p, &r, &ref, err);
+    report_case(label, err, delta_err_names, DELTA_N_ERR, 1e-5, mx);
+    delta_result_free(&r);
+    delta_result_free(&ref);
+    delta_problem_free(&p);
 }
 
 static void test_chunked_f32_vs_recurrent(void **state) {
@@ -364,33 +196,16 @@ static void test_chunked_f32_vs_recurrent(void **state) {
                 for (int decay = 0; decay <= gdn_mixer_get(v)->has_decay; decay++)
                     f32_case(v, 2, grid_T[ti], 2, 16, 32, grid_chunk[ci], decay, (ti + ci) % 2,
                              400 + 100 * v + 10 * ti + ci, &mx[v]);
-        f32_case(v, 2, 130, 2, 64, 64, 64, DECAY_MILD, 1, 500 + v, &mx[v]); /* model-sized heads */
+        f32_case(v, 2, 130, 2, 64, 64, 64, DELTA_DECAY_MILD, 1, 500 + v, &mx[v]); /* model-sized heads */
     }
     print_maxima("chunked f32 vs recurrent f64", mx, 1e-5);
 }
 
 /* ---- the affine maps of sequence parallelism ---------------------------------------------- */
 
-/* y = M x + c per (b, h) (transpose: M^T x + c); M [BH,K,K], x, c, y [BH,K,V]. */
-static void apply_map(const problem *p, const double *M, const double *x, const double *c,
-                      int transpose, double *y) {
-    const int K = p->s.K, V = p->s.V, BH = p->s.B * p->s.H;
-    for (int bh = 0; bh < BH; bh++) {
-        const double *Mb = M + (size_t)bh * K * K, *xb = x + (size_t)bh * K * V;
-        for (int i = 0; i < K; i++)
-            for (int j = 0; j < V; j++) {
-                double acc = c[(size_t)bh * K * V + (size_t)i * V + j];
-                for (int l = 0; l < K; l++)
-                    acc += (transpose ? Mb[(size_t)l * K + i] : Mb[(size_t)i * K + l]) *
-                           xb[(size_t)l * V + j];
-                y[(size_t)bh * K * V + (size_t)i * V + j] = acc;
-            }
-    }
-}
-
 /* Without the delta term the map of the state is a decay only: M = prod(gamma) I, and exactly
  * diagonal. */
-static void assert_decay_only_map(const problem *p, const double *M) {
+static void assert_decay_only_map(const delta_problem *p, const double *M) {
     const int K = p->s.K, BH = p->s.B * p->s.H;
     for (int bh = 0; bh < BH; bh++)
         for (int i = 0; i < K; i++)
@@ -403,60 +218,13 @@ static void assert_decay_only_map(const problem *p, const double *M) {
             }
 }
 
-/* fp64 maps composed with h0 (S_in) and dht: err [0] M h0 + H vs the reference ht, [1] M^T dht + E
- * vs the reference dh0, [2] vs the chunked ht, [3] vs the chunked dh0, [4] H vs the chunked ht
- * from h0 = 0, [5] E vs the chunked dh0 at dht = 0. */
-static void map_errors_f64(const problem *p, double err[6]) {
-    double *M = ref_nan_array(p->nm), *H = ref_nan_array(p->nst), *E = ref_nan_array(p->nst);
-    gdn_delta_transition_f64(&p->s, p->k, p->v, p->g_in, p->beta_in, M, H);
-    gdn_delta_transition_adjoint_f64(&p->s, p->q, p->k, p->g_in, p->beta_in, p->scale, p->Wo, E);
-    if (!p->mx->has_delta) assert_decay_only_map(p, M);
-    double *fwd = ref_nan_array(p->nst), *bwd = ref_nan_array(p->nst);
-    apply_map(p, M, p->h0, H, 0, fwd);
-    apply_map(p, M, p->Wh, E, 1, bwd);
-    result ref = run_ref(p, 1, 1), r = run_chunk_f64(p, 1, 1);
-    err[0] = fd_rel_err(fwd, ref.ht, p->nst);
-    err[1] = fd_rel_err(bwd, ref.dh0, p->nst);
-    err[2] = fd_rel_err(fwd, r.ht, p->nst);
-    err[3] = fd_rel_err(bwd, r.dh0, p->nst);
-    result_free(&r);
-    r = run_chunk_f64(p, 0, 0);
-    err[4] = fd_rel_err(H, r.ht, p->nst);
-    result_free(&r);
-    gdn_delta_bwd_f64(&p->s, p->q, p->k, p->v, p->g_in, p->beta_in, p->scale, p->h0, p->Wo, NULL,
-                      ref.dq, ref.dk, ref.dv, ref.dg, ref.dbeta, ref.dh0);
-    err[5] = fd_rel_err(E, ref.dh0, p->nst);
-    result_free(&ref);
-    double *all[] = {M, H, E, fwd, bwd};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
-}
-
-/* The fp32 maps, composed in fp64 with h0 and dht, against the fp64 reference: the larger of the
- * forward and backward errors (see test_delta_transition.c for why composed states). */
-static double map_error_f32(const problem *p) {
-    float *q = ref_to_f32(p->q, p->nqk), *k = ref_to_f32(p->k, p->nqk);
-    float *v = ref_to_f32(p->v, p->nv), *g = ref_to_f32(p->g_in, p->ng);
-    float *beta = ref_to_f32(p->beta_in, p->ng), *d_o = ref_to_f32(p->Wo, p->nv);
-    float *M32 = ref_nan_f32(p->nm), *H32 = ref_nan_f32(p->nst), *E32 = ref_nan_f32(p->nst);
-    gdn_delta_transition_f32(&p->s, k, v, g, beta, M32, H32);
-    gdn_delta_transition_adjoint_f32(&p->s, q, k, g, beta, (float)p->scale, d_o, E32);
-    double *M = ref_nan_array(p->nm), *H = ref_nan_array(p->nst), *E = ref_nan_array(p->nst);
-    for (size_t i = 0; i < p->nm; i++) M[i] = M32[i];
-    for (size_t i = 0; i < p->nst; i++) {
-        H[i] = H32[i];
-        E[i] = E32[i];
-    }
-    double *fwd = ref_nan_array(p->nst), *bwd = ref_nan_array(p->nst);
-    apply_map(p, M, p->h0, H, 0, fwd);
-    apply_map(p, M, p->Wh, E, 1, bwd);
-    result ref = run_ref(p, 1, 1);
-    double ef = fd_rel_err(fwd, ref.ht, p->nst), eb = fd_rel_err(bwd, ref.dh0, p->nst);
-    result_free(&ref);
-    float *f[] = {q, k, v, g, beta, d_o, M32, H32, E32};
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
-    double *d[] = {M, H, E, fwd, bwd};
-    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) free(d[i]);
-    return ef > eb ? ef : eb;
+/* fp64 maps of p against the forward and backward (delta_map_errors); without the delta term,
+ * M must be a decay only. */
+static void map_errors_f64(const delta_problem *p, double err[6]) {
+    delta_maps m = delta_maps_f64(p);
+    if (!p->mx->has_delta) assert_decay_only_map(p, m.M);
+    delta_map_errors(p, &m, err);
+    delta_maps_free(&m);
 }
 
 static void test_transition_maps(void **state) {
@@ -464,19 +232,19 @@ static void test_transition_maps(void **state) {
     static const struct {
         int B, T, H, K, V, chunk, decay;
     } cases[] = {
-        {2, 40, 2, 8, 16, 16, DECAY_MILD}, {1, 64, 2, 16, 16, 32, DECAY_MILD},
-        {1, 37, 2, 16, 8, 16, DECAY_STRONG}, {1, 130, 2, 8, 16, 64, DECAY_MILD},
-        {2, 3, 1, 8, 16, 16, DECAY_MILD},
+        {2, 40, 2, 8, 16, 16, DELTA_DECAY_MILD}, {1, 64, 2, 16, 16, 32, DELTA_DECAY_MILD},
+        {1, 37, 2, 16, 8, 16, DELTA_DECAY_STRONG}, {1, 130, 2, 8, 16, 64, DELTA_DECAY_MILD},
+        {2, 3, 1, 8, 16, 16, DELTA_DECAY_MILD},
     };
     static const char *const names[7] = {"ref ht", "ref dh0", "ht", "dh0", "H", "E", "f32"};
     double mx64[GDN_MIXER_COUNT] = {0}, mx32[GDN_MIXER_COUNT] = {0};
     for (int v = 0; v < GDN_MIXER_COUNT; v++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            problem p = problem_make(v, cases[c].B, cases[c].T, cases[c].H, cases[c].K, cases[c].V,
+            delta_problem p = problem_make(v, cases[c].B, cases[c].T, cases[c].H, cases[c].K, cases[c].V,
                                      cases[c].chunk, cases[c].decay, 600 + 10 * v + c);
             double err[7];
             map_errors_f64(&p, err);
-            err[6] = map_error_f32(&p);
+            err[6] = delta_map_error_f32(&p);
             char label[96];
             snprintf(label, sizeof label, "%s maps C%d T%d K%d V%d %s", p.mx->name, cases[c].chunk,
                      cases[c].T, cases[c].K, cases[c].V, cases[c].decay ? "strong" : "mild");
@@ -485,7 +253,7 @@ static void test_transition_maps(void **state) {
             if (!(err[6] < 1e-5)) fail_msg("%s: fp32 maps relative error %.3e (limit 1e-5)", label, err[6]);
             if (m64 > mx64[v]) mx64[v] = m64;
             if (err[6] > mx32[v]) mx32[v] = err[6];
-            problem_free(&p);
+            delta_problem_free(&p);
         }
     print_maxima("affine maps (fp64) vs forward/backward", mx64, 1e-12);
     printf("  (f32 printed last per case)\n");
@@ -499,8 +267,8 @@ static void assert_same(const double *a, const double *b, size_t n, const char *
 }
 
 /* a and b agree bit for bit on o, ht, dq, dk, dv, dh0 and, where set, on dg and dbeta. */
-static void assert_same_result(const problem *p, const result *a, const result *b, int with_dg,
-                               int with_dbeta) {
+static void assert_same_result(const delta_problem *p, const delta_result *a,
+                               const delta_result *b, int with_dg, int with_dbeta) {
     assert_same(a->o, b->o, p->nv, "o");
     assert_same(a->ht, b->ht, p->nst, "ht");
     assert_same(a->dq, b->dq, p->nqk, "dq");
@@ -516,13 +284,13 @@ static void assert_same_result(const problem *p, const result *a, const result *
 static void test_ignored_inputs_null(void **state) {
     (void)state;
     for (int v = 0; v < GDN_MIXER_COUNT; v++) {
-        problem p = problem_make(v, 2, 45, 2, 8, 12, 16, DECAY_MILD, 700 + v);
+        delta_problem p = problem_make(v, 2, 45, 2, 8, 12, 16, DELTA_DECAY_MILD, 700 + v);
         if (p.mx->has_decay && p.mx->has_beta) {
-            problem_free(&p);
+            delta_problem_free(&p);
             continue;
         }
         const double *g = p.mx->has_decay ? p.g : NULL, *beta = p.mx->has_beta ? p.beta : NULL;
-        result a = run_chunk_f64(&p, 1, 1), b = result_alloc(&p);
+        delta_result a = delta_run_chunk_f64(&p, 1, 1), b = delta_result_alloc(&p);
         gdn_delta_fwd_f64(&p.s, p.q, p.k, p.v, g, beta, p.scale, p.h0, b.o, b.ht);
         gdn_delta_bwd_f64(&p.s, p.q, p.k, p.v, g, beta, p.scale, p.h0, p.Wo, p.Wh, b.dq, b.dk, b.dv,
                           p.mx->has_decay ? b.dg : NULL, p.mx->has_beta ? b.dbeta : NULL, b.dh0);
@@ -542,9 +310,9 @@ static void test_ignored_inputs_null(void **state) {
         assert_same(E1, E2, p.nst, "E");
         double *all[] = {M1, H1, E1, M2, H2, E2};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
-        result_free(&a);
-        result_free(&b);
-        problem_free(&p);
+        delta_result_free(&a);
+        delta_result_free(&b);
+        delta_problem_free(&p);
     }
 }
 
@@ -555,15 +323,15 @@ static void test_special_cases_of_decay(void **state) {
     const int pairs[2][2] = {{GDN_MIXER_D, GDN_MIXER_G}, {GDN_MIXER_L, GDN_MIXER_M}};
     for (int i = 0; i < 2; i++)
         for (int chunk = 16; chunk <= 64; chunk *= 2) {
-            problem a = problem_make(pairs[i][0], 1, 77, 2, 8, 16, chunk, DECAY_MILD, 800 + chunk);
-            problem b = problem_make(pairs[i][1], 1, 77, 2, 8, 16, chunk, DECAY_MILD, 800 + chunk);
+            delta_problem a = problem_make(pairs[i][0], 1, 77, 2, 8, 16, chunk, DELTA_DECAY_MILD, 800 + chunk);
+            delta_problem b = problem_make(pairs[i][1], 1, 77, 2, 8, 16, chunk, DELTA_DECAY_MILD, 800 + chunk);
             for (size_t t = 0; t < b.ng; t++) b.g[t] = 0;
-            result ra = run_chunk_f64(&a, 1, 1), rb = run_chunk_f64(&b, 1, 1);
+            delta_result ra = delta_run_chunk_f64(&a, 1, 1), rb = delta_run_chunk_f64(&b, 1, 1);
             assert_same_result(&a, &ra, &rb, 0, a.mx->has_beta);
-            result_free(&ra);
-            result_free(&rb);
-            problem_free(&a);
-            problem_free(&b);
+            delta_result_free(&ra);
+            delta_result_free(&rb);
+            delta_problem_free(&a);
+            delta_problem_free(&b);
         }
 }
 
@@ -572,8 +340,8 @@ static void test_special_cases_of_decay(void **state) {
 static void test_empty_sequence(void **state) {
     (void)state;
     for (int v = 0; v < GDN_MIXER_COUNT; v++) {
-        problem p = problem_make(v, 2, 0, 2, 4, 8, 32, DECAY_MILD, 900 + v);
-        result r = run_chunk_f64(&p, 1, 1);
+        delta_problem p = problem_make(v, 2, 0, 2, 4, 8, 32, DELTA_DECAY_MILD, 900 + v);
+        delta_result r = delta_run_chunk_f64(&p, 1, 1);
         assert_same(r.ht, p.h0, p.nst, "ht");
         assert_same(r.dh0, p.Wh, p.nst, "dh0");
         double *M = ref_nan_array(p.nm), *H = ref_nan_array(p.nst), *E = ref_nan_array(p.nst);
@@ -585,8 +353,8 @@ static void test_empty_sequence(void **state) {
         free(M);
         free(H);
         free(E);
-        result_free(&r);
-        problem_free(&p);
+        delta_result_free(&r);
+        delta_problem_free(&p);
     }
 }
 

@@ -2,9 +2,11 @@
 """gdn op gated-delta through its HDF5 interface, against an independent NumPy implementation of
 the token-by-token recurrence: forward outputs directly, gradients through directional finite
 differences of L = sum(o * do) + sum(ht * dht). Also the error messages for bad input files."""
-import os, subprocess, sys, tempfile
-import h5py
+import os, sys, tempfile
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from op_common import directional_derivative, inputs as draw_inputs, rel, run_op  # noqa: E402
 
 gdn = sys.argv[1]
 tmp = tempfile.mkdtemp()
@@ -26,34 +28,17 @@ def recurrent(q, k, v, g, beta, h0, scale):
 
 
 def inputs(B, T, H, K, V):
-    q = rng.standard_normal((B, T, H, K))
-    k = rng.standard_normal((B, T, H, K))
-    k /= np.linalg.norm(k, axis=-1, keepdims=True)
-    return dict(q=q, k=k, v=rng.standard_normal((B, T, H, V)),
-                g=-rng.uniform(0.01, 1.0, (B, T, H)), beta=rng.uniform(0.1, 0.9, (B, T, H)),
-                h0=rng.standard_normal((B, H, K, V)) * 0.5,
-                do=rng.standard_normal((B, T, H, V)), dht=rng.standard_normal((B, H, K, V)))
+    return draw_inputs(rng, B, T, H, K, V)
 
 
 def run(arrays, args=(), attrs=None, expect_ok=True):
-    path_in, path_out = os.path.join(tmp, "in.h5"), os.path.join(tmp, "out.h5")
-    with h5py.File(path_in, "w") as f:
-        for name, a in arrays.items():
-            f[name] = a
-        for name, a in (attrs or {}).items():
-            f.attrs[name] = a
-    r = subprocess.run([gdn, "op", "gated-delta", "--in", path_in, "--out", path_out, *args],
-                       capture_output=True, text=True)
+    r, out = run_op(gdn, tmp, arrays, args, attrs)
+    assert r.returncode >= 0, f"gdn op {args} died by signal {-r.returncode}"
     if not expect_ok:
         assert r.returncode != 0, "expected a failure"
         return r.stderr
     assert r.returncode == 0, r.stderr
-    with h5py.File(path_out, "r") as f:
-        return {name: f[name][()] for name in f}
-
-
-def rel(a, b):
-    return np.linalg.norm(a - b) / np.linalg.norm(b)
+    return out
 
 
 for (B, T, H, K, V, chunk, prec) in [(2, 37, 2, 8, 12, 16, "fp64"), (1, 70, 3, 16, 16, 32, "fp32"),
@@ -69,12 +54,11 @@ for (B, T, H, K, V, chunk, prec) in [(2, 37, 2, 8, 12, 16, "fp64"), (1, 70, 3, 1
     u = {n: rng.standard_normal(x[n].shape) for n in names}
     grad = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "beta": "dbeta", "h0": "dh0"}
     analytic = sum(float(np.sum(out[grad[n]].astype(np.float64) * u[n])) for n in names)
-    eps = 1e-6
-    def L(sign):
-        y = {n: x[n] + sign * eps * u[n] for n in names}
+
+    def L(y):
         o2, h2 = recurrent(y["q"], y["k"], y["v"], y["g"], y["beta"], y["h0"], scale)
         return np.sum(o2 * x["do"]) + np.sum(h2 * x["dht"])
-    numeric = (L(1) - L(-1)) / (2 * eps)
+    numeric = directional_derivative(L, x, u)
     e_g = abs(analytic - numeric) / abs(numeric)
     print(f"B{B} T{T} H{H} K{K} V{V} chunk {chunk} {prec}: o {e_o:.2e}, ht {e_h:.2e}, "
           f"directional gradient {e_g:.2e}")

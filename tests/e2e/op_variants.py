@@ -8,8 +8,10 @@ Also: the default variant is gdn, an unknown variant and the cuda backend with a
 than gdn are refused with exit status 2 before any input is read.
 Usage: op_variants.py PATH/TO/gdn"""
 import os, subprocess, sys, tempfile
-import h5py
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from op_common import directional_derivative, inputs as draw_inputs, rel, run_op  # noqa: E402
 
 gdn = sys.argv[1]
 tmp = tempfile.mkdtemp()
@@ -83,36 +85,14 @@ def backward(var, x, scale):
 
 
 def inputs(B, T, H, K, V):
-    q = rng.standard_normal((B, T, H, K))
-    k = rng.standard_normal((B, T, H, K))
-    k /= np.linalg.norm(k, axis=-1, keepdims=True)
-    return dict(q=q, k=k, v=rng.standard_normal((B, T, H, V)),
-                g=-rng.uniform(0.01, 1.0, (B, T, H)), beta=rng.uniform(0.1, 0.9, (B, T, H)),
-                h0=rng.standard_normal((B, H, K, V)) * 0.5,
-                do=rng.standard_normal((B, T, H, V)), dht=rng.standard_normal((B, H, K, V)))
+    return draw_inputs(rng, B, T, H, K, V)
 
 
 def run(arrays, args=(), attrs=None):
-    path_in, path_out = os.path.join(tmp, "in.h5"), os.path.join(tmp, "out.h5")
-    if os.path.exists(path_out):
-        os.remove(path_out)
-    with h5py.File(path_in, "w") as f:
-        for name, a in arrays.items():
-            f[name] = a
-        for name, a in (attrs or {}).items():
-            f.attrs[name] = a
-    r = subprocess.run([gdn, "op", "gated-delta", "--in", path_in, "--out", path_out, *args],
-                       capture_output=True, text=True)
+    """The output datasets, or the finished process when the op failed."""
+    r, out = run_op(gdn, tmp, arrays, args, attrs)
     check(r.returncode >= 0, f"gdn op {args} died by signal {-r.returncode}")
-    if r.returncode != 0:
-        return r
-    with h5py.File(path_out, "r") as f:
-        return {name: f[name][()] for name in f}
-
-
-def rel(a, b):
-    n = np.linalg.norm(b)
-    return np.linalg.norm(a - b) / (n if n > 0 else 1.0)
+    return r if out is None else out
 
 
 GRAD = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "beta": "dbeta", "h0": "dh0"}
@@ -125,13 +105,11 @@ for var, m in VARIANTS.items():
     names = ["q", "k", "v", "h0"] + (["g"] if m["decay"] else []) + (["beta"] if m["beta"] else [])
     u = {n: rng.standard_normal(x[n].shape) for n in names}
     analytic = sum(float(np.sum(d[n] * u[n])) for n in names)
-    eps = 1e-6
 
-    def L(sign):
-        y = dict(x, **{n: x[n] + sign * eps * u[n] for n in names})
+    def L(y):
         o2, h2 = forward(var, y, scale)
         return np.sum(o2 * x["do"]) + np.sum(h2 * x["dht"])
-    numeric = (L(1) - L(-1)) / (2 * eps)
+    numeric = directional_derivative(L, x, u)
     e = abs(analytic - numeric) / abs(numeric)
     check(e < 1e-7, f"reference BPTT {var}: directional derivative off by {e:.2e}")
 
