@@ -4,7 +4,8 @@
  * cores are shared with other busy processes, the spinning threads take the time slices that the
  * thread being waited for needs, and training slows far beyond its share of the cores
  * (docs/performance.md, "On a loaded machine"). gdn therefore runs with OMP_WAIT_POLICY=passive
- * unless the user chose a policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT set in the environment). */
+ * unless the user chose a policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT set in the environment); the
+ * commands that run no parallel model code (inspect, data) start once, unchanged. */
 #ifndef GDN_THREADS_H
 #define GDN_THREADS_H
 
