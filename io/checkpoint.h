@@ -152,6 +152,11 @@ typedef int (*ckpt_tensor_fn)(const ckpt_tensor_view *t, void *user);
  * definition. Returns CKPT_OK, or the first failure's status with err naming the tensor. */
 int ckpt_verify(const char *path, ckpt_tensor_fn fn, void *user, char *err, size_t errlen);
 
+/* What a file name in a run directory is: CKPT_NAME_FILE for "ckpt_<step>.h5" (*step set),
+ * CKPT_NAME_TEMP for a writer's temp file "ckpt_<step>.h5.tmp.<pid>", else CKPT_NAME_OTHER. */
+enum { CKPT_NAME_OTHER = 0, CKPT_NAME_FILE, CKPT_NAME_TEMP };
+int ckpt_name_kind(const char *name, int64_t *step);
+
 /* "DIR/ckpt_%08lld.h5" into out. Returns 0, or -1 when it does not fit. */
 int ckpt_path_for_step(const char *dir, int64_t step, char *out, size_t outlen);
 

@@ -34,6 +34,13 @@ typedef struct {
     char name[256];
 } ckpt_entry;
 
+int ckpt_name_kind(const char *name, int64_t *step) {
+    const char *rest;
+    if (!parse_name(name, step, &rest)) return CKPT_NAME_OTHER;
+    if (*rest == '\0') return CKPT_NAME_FILE;
+    return strncmp(rest, ".tmp.", 5) == 0 ? CKPT_NAME_TEMP : CKPT_NAME_OTHER;
+}
+
 static int cmp_step_desc(const void *a, const void *b) {
     int64_t x = ((const ckpt_entry *)a)->step, y = ((const ckpt_entry *)b)->step;
     return x < y ? 1 : x > y ? -1 : 0;

@@ -12,22 +12,6 @@
 
 #include "io/checkpoint.h"
 
-/* "ckpt_<digits>.h5": a checkpoint's name; *step set. */
-static int is_ckpt_name(const char *s, int64_t *step) {
-    size_t n = strlen(s);
-    if (n < 9 || strncmp(s, "ckpt_", 5) || strcmp(s + n - 3, ".h5")) return 0;
-    int64_t v = 0;
-    for (size_t i = 5; i < n - 3; i++) {
-        if (s[i] < '0' || s[i] > '9' || v > INT64_MAX / 10) return 0;
-        v = v * 10 + (s[i] - '0');
-    }
-    *step = v;
-    return 1;
-}
-
-/* A checkpoint writer's temp file: "ckpt_<...>.h5.tmp.<...>". */
-static int is_ckpt_temp(const char *s) { return !strncmp(s, "ckpt_", 5) && strstr(s, ".h5.tmp."); }
-
 /* The first model field that differs between a (in file path, a "checkpoint" or "config.json")
  * and b (this run), into err: "PATH: d_model: checkpoint has 64, this run has 96". */
 static int model_differs(const gdn_config *a, const gdn_config *b, const char *path, const char *what,
@@ -89,7 +73,7 @@ int gdn_run_dir_check(const char *dir, const gdn_run_config *rc, int fresh, int 
     struct dirent *e;
     while ((e = readdir(d))) {
         int64_t step;
-        if (!is_ckpt_name(e->d_name, &step)) continue;
+        if (ckpt_name_kind(e->d_name, &step) != CKPT_NAME_FILE) continue;
         n_ckpt++;
         if (step > newest) newest = step;
         if (overwrite) continue;
@@ -158,7 +142,7 @@ int gdn_run_dir_clear(const char *dir, int *removed, char *err, size_t errlen) {
         const char *s = e->d_name;
         int64_t step;
         if (strcmp(s, "config.json") && strcmp(s, "metrics.jsonl") && strcmp(s, "metrics.jsonl.tmp") &&
-            !is_ckpt_name(s, &step) && !is_ckpt_temp(s))
+            ckpt_name_kind(s, &step) == CKPT_NAME_OTHER)
             continue;
         snprintf(path, sizeof path, "%s/%s", dir, s);
         struct stat st;
