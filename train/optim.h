@@ -7,11 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/adamw_hparams.h"
 #include "model/params.h"
 
-typedef struct {
-    double lr, beta1, beta2, eps, weight_decay;
-} gdn_adamw_hparams;
 
 /* One AdamW update of every tensor in the table; step is 1-based (bias correction).
  * params, grads, m, v: flat [t->total]. Tensors flagged no_decay get no weight decay. */

@@ -765,7 +765,7 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
 #endif
             gdn_cuda_model_backward(t->gpu);
         }
-        gdn_cuda_adamw_hparams h = {*lr, rc->beta1, rc->beta2, rc->adam_eps, rc->weight_decay};
+        gdn_adamw_hparams h = {*lr, rc->beta1, rc->beta2, rc->adam_eps, rc->weight_decay};
 #ifdef GDN_HAVE_NCCL
         if (t->gpu_comm) { /* the loss over MPI while the GPUs finish, then the gradients' all-reduce */
             gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "training loss");

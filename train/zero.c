@@ -74,7 +74,7 @@ double gdn_zero_adamw_step(gdn_comm *c, const gdn_zero *z, const gdn_param_table
 
 #ifdef GDN_HAVE_NCCL
 double gdn_zero_adamw_step_cuda(gdn_comm *gpu, gdn_comm *c, const gdn_zero *z, gdn_cuda_model *m,
-                                const gdn_cuda_adamw_hparams *h, int64_t step, double clip) {
+                                const gdn_adamw_hparams *h, int64_t step, double clip) {
     GDN_ASSERT(z->on);
     const size_t block = (size_t)z->rank * z->shard;
     float *params = gdn_cuda_model_params(m), *grads = gdn_cuda_model_grads(m);

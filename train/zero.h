@@ -65,7 +65,7 @@ double gdn_zero_adamw_step(gdn_comm *c, const gdn_zero *z, const gdn_param_table
 /* The same step on a sharded CUDA model (gdn_cuda_model_create_sharded with z's lo, hi, padded):
  * the gradients and parameters go through the NCCL grid gpu, the norm's sum through c. */
 double gdn_zero_adamw_step_cuda(gdn_comm *gpu, gdn_comm *c, const gdn_zero *z, gdn_cuda_model *m,
-                                const gdn_cuda_adamw_hparams *h, int64_t step, double clip);
+                                const gdn_adamw_hparams *h, int64_t step, double clip);
 #endif
 
 #endif

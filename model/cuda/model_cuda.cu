@@ -890,7 +890,7 @@ extern "C" void gdn_cuda_model_backward_ready(gdn_cuda_model *m, gdn_cuda_grads_
 }
 
 /* ---- optimizer ------------------------------------------------------------------------------------------ */
-extern "C" double gdn_cuda_model_adamw_step(gdn_cuda_model *m, const gdn_cuda_adamw_hparams *h, int64_t step,
+extern "C" double gdn_cuda_model_adamw_step(gdn_cuda_model *m, const gdn_adamw_hparams *h, int64_t step,
                                             double grad_clip) {
     const size_t n = m->t->total;
     if (m->lo != 0 || m->hi != n)
@@ -919,7 +919,7 @@ extern "C" double gdn_cuda_model_grad_sumsq(gdn_cuda_model *m) {
     return s;
 }
 
-extern "C" void gdn_cuda_model_adamw_shard(gdn_cuda_model *m, const gdn_cuda_adamw_hparams *h, int64_t step,
+extern "C" void gdn_cuda_model_adamw_shard(gdn_cuda_model *m, const gdn_adamw_hparams *h, int64_t step,
                                            double gnorm, double grad_clip) {
     /* the kernel reads the norm from the device, as gdn_cuda_model_adamw_step's */
     GDN_CUDA_CHECK(cudaMemcpyAsync(m->gnorm_d, &gnorm, sizeof gnorm, cudaMemcpyHostToDevice, m->stream));
@@ -963,7 +963,7 @@ extern "C" void gdn_cuda_model_bench(const gdn_param_table *t, const float *para
         tok[i] = (int)((st >> 33) % (unsigned long long)Vv);
     }
     for (int i = 0; i < N; i++) tgt[i] = (i % T == T - 1) ? -1 : tok[i + 1];
-    gdn_cuda_adamw_hparams h = {1e-4, 0.9, 0.95, 1e-8, 0.1};
+    gdn_adamw_hparams h = {1e-4, 0.9, 0.95, 1e-8, 0.1};
     cudaEvent_t ev[4];
     for (int i = 0; i < 4; i++) GDN_CUDA_CHECK(cudaEventCreate(&ev[i]));
     double *t_step = ts, *t_fwd = ts + repeats, *t_bwd = ts + 2 * repeats, *t_opt = ts + 3 * repeats;

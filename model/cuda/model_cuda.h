@@ -79,7 +79,7 @@ void *gdn_cuda_model_stream(gdn_cuda_model *m);
 /* Clips the gradients to grad_clip in global L2 norm (when grad_clip > 0) and applies one AdamW
  * update (train/optim.c semantics; step is 1-based; norms, A_log and dt_bias get no weight decay).
  * Returns the gradient norm before clipping. Synchronous. Not for a sharded model. */
-double gdn_cuda_model_adamw_step(gdn_cuda_model *m, const gdn_cuda_adamw_hparams *h, int64_t step,
+double gdn_cuda_model_adamw_step(gdn_cuda_model *m, const gdn_adamw_hparams *h, int64_t step,
                                  double grad_clip);
 
 /* ZeRO-1 (a sharded model; the trainer's order): reduce-scatter the device gradients
@@ -94,7 +94,7 @@ double gdn_cuda_model_grad_sumsq(gdn_cuda_model *m);
 /* AdamW on the parameters [lo, hi) with the model's moments, the gradient first multiplied by
  * grad_clip / gnorm when grad_clip > 0 and gnorm > grad_clip (gnorm: the global norm); per element
  * exactly gdn_cuda_model_adamw_step's update. The bf16 copy is not refreshed. Synchronous. */
-void gdn_cuda_model_adamw_shard(gdn_cuda_model *m, const gdn_cuda_adamw_hparams *h, int64_t step, double gnorm,
+void gdn_cuda_model_adamw_shard(gdn_cuda_model *m, const gdn_adamw_hparams *h, int64_t step, double gnorm,
                                 double grad_clip);
 /* Refreshes the bf16 copy of the parameters (BF16 mode) after the fp32 ones were changed in place
  * on the device (an all-gather); ordered on the model's stream. */

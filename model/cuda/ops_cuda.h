@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/adamw_hparams.h"
 #include "model/cuda/delta_cuda.h" /* gdn_cuda_precision */
 
 #ifdef __cplusplus
@@ -235,9 +236,6 @@ void gdn_cuda_grad_sumsq(double *out /* [1] device */, const float *g /* [n] */,
 /* g *= scale. */
 void gdn_cuda_grad_scale(float *g /* [n] */, size_t n, float scale, void *stream);
 
-typedef struct {
-    double lr, beta1, beta2, eps, weight_decay;
-} gdn_cuda_adamw_hparams;
 
 /* AdamW exactly as train/optim.c's gdn_adamw_update (fp32 moments, bias correction, decoupled
  * decay), over the whole flat buffer in one launch. step is 1-based. The gradient is first
@@ -253,7 +251,7 @@ void gdn_cuda_adamw(float *params,            /* [n] */
                     float *m, float *v,       /* [n] */
                     void *p_act,              /* bf16, or NULL */
                     size_t n, const uint64_t *run_end, const int *run_decay, const uint64_t *run_act,
-                    int n_runs, const gdn_cuda_adamw_hparams *h, int64_t step, const double *gnorm,
+                    int n_runs, const gdn_adamw_hparams *h, int64_t step, const double *gnorm,
                     double clip, void *stream);
 
 /* ---- head packing for the delta rule ----------------------------------------------------------

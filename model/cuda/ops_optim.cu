@@ -96,7 +96,7 @@ __global__ void k_adamw(float *w, const float *g, float *m, float *v, ops_bf16 *
 
 extern "C" void gdn_cuda_adamw(float *params, const float *grads, float *m, float *v, void *p_act, size_t n,
                                const uint64_t *run_end, const int *run_decay, const uint64_t *run_act, int n_runs,
-                               const gdn_cuda_adamw_hparams *h, int64_t step, const double *gnorm, double clip,
+                               const gdn_adamw_hparams *h, int64_t step, const double *gnorm, double clip,
                                void *stream) {
     if (!n) return;
     if (step < 1) GDN_CUDA_DIE("AdamW: step must be >= 1 (1-based), got %lld", (long long)step);

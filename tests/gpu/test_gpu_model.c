@@ -519,7 +519,7 @@ static int train_curves(const char *cpu_in, const char *cpu_out) {
             int nv = 0;
             const double loss = gdn_cuda_model_forward(m, tok, tgt, 1.0f / N, &nv);
             gdn_cuda_model_backward(m);
-            gdn_cuda_adamw_hparams h = {gdn_lr_at(s, total_steps, warmup, lr, lr_min), 0.9, 0.95, 1e-8, 0.1};
+            gdn_adamw_hparams h = {gdn_lr_at(s, total_steps, warmup, lr, lr_min), 0.9, 0.95, 1e-8, 0.1};
             gnorms[1 + pi][s] = gdn_cuda_model_adamw_step(m, &h, s + 1, clip);
             curve[1 + pi][s] = loss / nv;
         }

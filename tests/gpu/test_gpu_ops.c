@@ -537,7 +537,7 @@ static void test_adamw(void) {
     for (size_t i = 0; i < n; i++) { w[i] = (float)pw[i]; g[i] = (float)pg[i]; m[i] = (float)pm[i]; v[i] = (float)pv[i]; }
     void *wact = dmalloc(n_act * 2), *ws = dmalloc(gdn_cuda_grad_norm_workspace(n));
     double *gnd = dmalloc(sizeof(double));
-    gdn_cuda_adamw_hparams h = {3e-3, 0.9, 0.95, 1e-8, 0.1};
+    gdn_adamw_hparams h = {3e-3, 0.9, 0.95, 1e-8, 0.1};
     gdn_adamw_hparams hc = {3e-3, 0.9, 0.95, 1e-8, 0.1};
     for (int step = 1; step <= 2; step++) {
         const double clip = step == 2 ? 0.5 * gdn_grad_norm(g, n) : 0.0; /* step 2 clips */

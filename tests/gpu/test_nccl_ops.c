@@ -224,7 +224,7 @@ static void test_zero_step(gdn_comm *g, gdn_comm *c) {
     gdn_cuda_model *b = gdn_cuda_model_create_sharded(&t, B, T, GDN_CUDA_BF16, z.lo, z.hi, z.padded);
     gdn_cuda_model_upload(a, p, NULL, NULL);
     gdn_cuda_model_upload(b, p, NULL, NULL);
-    gdn_cuda_adamw_hparams h = {1e-2, 0.9, 0.95, 1e-8, 0.1};
+    gdn_adamw_hparams h = {1e-2, 0.9, 0.95, 1e-8, 0.1};
     double worst = 0, loss_a = 0, loss_b = 0;
     for (int k = 1; k <= 2; k++) {
         const float gs = 1.0f / (float)(B * T * g->size);

@@ -1,0 +1,103 @@
+/* One interface to the language model on either backend (docs/design.md section 8): a table of
+ * functions that the CPU model (model/cpu/backend_cpu.c) and the CUDA model
+ * (model/cuda/backend_cuda.c) implement, so that training, evaluation, sampling, checkpoints and
+ * ZeRO are written once.
+ *
+ * Memory: a model owns its parameters, gradients and AdamW moments in the backend's memory (host
+ * for the CPU, device for CUDA) as flat fp32 buffers with the offsets of the parameter table.
+ * params() and grads() return those buffers, for collectives over a gdn_comm whose data plane
+ * works on that memory (MPI for the CPU, NCCL for CUDA). upload / download copy them from / to the
+ * host (for the CPU they are plain copies).
+ *
+ * Sharded optimizer state (ZeRO-1, train/zero.h): a model made with shard [lo, hi) of a buffer of
+ * `padded` elements keeps moments for [lo, hi) only, and its parameter and gradient buffers hold
+ * `padded` elements (the tail past the table's total stays zero). Unsharded: lo = 0,
+ * hi = padded = total. */
+#ifndef GDN_MODEL_BACKEND_H
+#define GDN_MODEL_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/adamw_hparams.h"
+#include "model/params.h"
+#include "model/seq_hooks.h"
+
+typedef enum { GDN_PRECISION_BF16, GDN_PRECISION_FP32 } gdn_precision;
+
+/* "bf16" / "fp32" <-> the enum; parse returns 0, or -1 for another name. */
+int gdn_precision_parse(const char *name, gdn_precision *out);
+const char *gdn_precision_name(gdn_precision p);
+
+typedef struct {
+    int B, T;                /* micro-batch: B sequences (or segments) of T tokens */
+    gdn_precision precision; /* the CPU model computes in fp32 whatever is asked */
+    size_t lo, hi, padded;   /* optimizer shard; all 0: unsharded */
+} gdn_model_shape;
+
+/* Hidden states a forward pass copies out (for distillation): the residual stream after the
+ * blocks listed in layers ([n] block indices, -1 = after the embedding, n_layers = after the
+ * final norm), each [B,T,d_model] fp32, to out[i] (host). */
+typedef struct {
+    int n;
+    const int *layers;
+    float *const *out;
+} gdn_capture;
+
+/* Told, while a backward pass runs, that the gradients [lo, hi) of the flat buffer grads (the
+ * model's memory) are complete for this pass. The ranges come from the end of the buffer to its
+ * start, adjacent, and cover [0, total) once per pass: a reduction of a range may overlap the
+ * rest of the pass (CUDA: ordered after the model's stream; the CPU calls it once, at the end). */
+typedef void (*gdn_grads_ready_fn)(void *ctx, float *grads, size_t lo, size_t hi);
+
+typedef struct gdn_model gdn_model;
+
+typedef struct {
+    const char *name; /* "cpu", "cuda" */
+    /* A model for the table's configuration (the table must outlive it); parameters zero. */
+    gdn_model *(*create)(const gdn_param_table *t, const gdn_model_shape *shape);
+    void (*free)(gdn_model *m);
+    /* Host <-> model copies of the flat fp32 buffers: params [total]; m, v the moments the model
+     * holds ([hi - lo]). upload: m, v may be NULL (zeros); download: any pointer may be NULL. */
+    void (*upload)(gdn_model *m, const float *params, const float *adam_m, const float *adam_v);
+    void (*download)(gdn_model *m, float *params, float *adam_m, float *adam_v);
+    void (*download_grads)(gdn_model *m, float *grads);
+    void (*zero_grads)(gdn_model *m);
+    /* Forward over host tokens [B,T] with next-token targets [B,T] (target < 0 ignored; NULL:
+     * logits only). Returns the SUM of the token losses, sets *n_valid (may be NULL). grad_scale
+     * != 0 prepares the backward pass of d(loss_sum * grad_scale). capture may be NULL. */
+    double (*forward)(gdn_model *m, const int *tokens, const int *targets, float grad_scale, int *n_valid,
+                      const gdn_capture *capture);
+    /* Logits [B,T,vocab] of the last forward run with grad_scale = 0, to the host. */
+    void (*logits)(gdn_model *m, float *out);
+    /* Backward of the last forward (grad_scale != 0), ACCUMULATING into the gradients; ready
+     * (NULL: none) is told as ranges complete. Returns with the gradients complete (CUDA:
+     * enqueued on the model's stream; anything reading them is ordered after it). */
+    void (*backward)(gdn_model *m, gdn_grads_ready_fn ready, void *ctx);
+    /* The flat buffers [padded] in the model's memory. */
+    float *(*params)(gdn_model *m);
+    float *(*grads)(gdn_model *m);
+    /* Sum of squares of the gradients [lo, hi). */
+    double (*grad_sumsq)(gdn_model *m);
+    /* Clip (grad_clip > 0) to the global norm and one AdamW update of an unsharded model;
+     * returns the gradient norm before clipping. */
+    double (*adamw_step)(gdn_model *m, const gdn_adamw_hparams *h, int64_t step, double grad_clip);
+    /* AdamW on [lo, hi) with the model's moments, the gradient first multiplied by
+     * grad_clip / gnorm when grad_clip > 0 and gnorm > grad_clip (gnorm: the global norm). */
+    void (*adamw_shard)(gdn_model *m, const gdn_adamw_hparams *h, int64_t step, double gnorm, double grad_clip);
+    /* The parameters changed in place in the model's memory (an all-gather): refresh copies. */
+    void (*params_changed)(gdn_model *m);
+    /* Every later pass runs as one segment through hooks (copied; NULL: whole sequences). */
+    void (*set_seq_hooks)(gdn_model *m, const gdn_seq_hooks *hooks);
+    /* The stream the model's work runs on (a cudaStream_t), or NULL (CPU: synchronous). */
+    void *(*stream)(gdn_model *m);
+    /* Bytes of the parameter / optimizer allocation and of activations and scratch. */
+    void (*memory)(const gdn_model *m, size_t *param_bytes, size_t *act_bytes);
+} gdn_backend;
+
+extern const gdn_backend gdn_backend_cpu;
+#ifdef GDN_HAVE_CUDA
+extern const gdn_backend gdn_backend_cuda;
+#endif
+
+#endif
