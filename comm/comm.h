@@ -62,6 +62,16 @@ typedef struct {
                  const char *what);
     /* Completes every send started by this rank. */
     void (*wait_sends)(gdn_comm *c);
+    /* Optional (NULL: all_reduce, which completes before returning): starts an in-place
+     * all-reduce ordered after the work enqueued so far on the buffers' device and returns;
+     * the result is there after wait. */
+    void (*all_reduce_start)(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dtype t, gdn_redop op,
+                             const char *what);
+    /* Optional (NULL: nothing to wait for): completes every operation started, and orders the
+     * device work that follows after them. */
+    void (*wait)(gdn_comm *c, const char *what);
+    /* Optional: the stream (a cudaStream_t) whose work operations are ordered after and before. */
+    void (*set_stream)(gdn_comm *c, void *stream);
 } gdn_comm_ops;
 
 /* The data plane of a world of one process (comm/comm_self.c). */
@@ -140,5 +150,16 @@ static inline void gdn_recv(gdn_comm *c, gdn_group g, int peer, void *buf, size_
     c->ops->recv(c, g, peer, buf, n, t, tag, what);
 }
 static inline void gdn_wait_sends(gdn_comm *c) { c->ops->wait_sends(c); }
+static inline void gdn_all_reduce_start(gdn_comm *c, gdn_group g, void *buf, size_t n, gdn_dtype t,
+                                        gdn_redop op, const char *what) {
+    if (c->ops->all_reduce_start) c->ops->all_reduce_start(c, g, buf, n, t, op, what);
+    else c->ops->all_reduce(c, g, buf, n, t, op, what);
+}
+static inline void gdn_comm_wait(gdn_comm *c, const char *what) {
+    if (c->ops->wait) c->ops->wait(c, what);
+}
+static inline void gdn_comm_set_stream(gdn_comm *c, void *stream) {
+    if (c->ops->set_stream) c->ops->set_stream(c, stream);
+}
 
 #endif

@@ -306,6 +306,8 @@ void gdn_nccl_sync(gdn_comm *c, const char *what) {
     poll_stream(c, impl_of(c)->stream, 1, "completion", what, GDN_WORLD, -1);
 }
 
+static void nccl_set_stream(gdn_comm *c, void *stream) { gdn_nccl_set_stream(c, stream); }
+
 static const gdn_comm_ops nccl_ops = {.name = "nccl",
                                       .all_reduce = nccl_all_reduce,
                                       .all_gather = nccl_all_gather,
@@ -313,7 +315,10 @@ static const gdn_comm_ops nccl_ops = {.name = "nccl",
                                       .broadcast = nccl_broadcast,
                                       .send = nccl_send,
                                       .recv = nccl_recv,
-                                      .wait_sends = nccl_wait_sends};
+                                      .wait_sends = nccl_wait_sends,
+                                      .all_reduce_start = gdn_nccl_all_reduce_start,
+                                      .wait = gdn_nccl_wait,
+                                      .set_stream = nccl_set_stream};
 
 void gdn_nccl_set_stream(gdn_comm *c, void *stream) { impl_of(c)->compute = (cudaStream_t)stream; }
 

@@ -36,8 +36,8 @@ typedef struct {
 } gdn_model_shape;
 
 /* Hidden states a forward pass copies out (for distillation): the residual stream after the
- * blocks listed in layers ([n] block indices, -1 = after the embedding, n_layers = after the
- * final norm), each [B,T,d_model] fp32, to out[i] (host). */
+ * blocks listed in layers ([n] block indices from -1 = the embedding's output to n_layers - 1),
+ * each [B,T,d_model] fp32, to out[i] (host). */
 typedef struct {
     int n;
     const int *layers;
@@ -50,11 +50,20 @@ typedef struct {
  * rest of the pass (CUDA: ordered after the model's stream; the CPU calls it once, at the end). */
 typedef void (*gdn_grads_ready_fn)(void *ctx, float *grads, size_t lo, size_t hi);
 
-typedef struct gdn_model gdn_model;
+typedef struct gdn_backend gdn_backend;
 
+/* A model of one backend. Each backend's own state follows this header in a larger struct (the
+ * header first), reached by a cast inside the backend. */
 typedef struct {
+    const gdn_backend *backend;
+    const gdn_param_table *table;
+    gdn_model_shape shape; /* lo, hi, padded resolved (unsharded: 0, total, total) */
+} gdn_model;
+
+struct gdn_backend {
     const char *name; /* "cpu", "cuda" */
-    /* A model for the table's configuration (the table must outlive it); parameters zero. */
+    /* A model for the table's configuration (the table must outlive it); parameters zero.
+     * shape's lo = hi = padded = 0 means unsharded. */
     gdn_model *(*create)(const gdn_param_table *t, const gdn_model_shape *shape);
     void (*free)(gdn_model *m);
     /* Host <-> model copies of the flat fp32 buffers: params [total]; m, v the moments the model
@@ -93,11 +102,12 @@ typedef struct {
     void *(*stream)(gdn_model *m);
     /* Bytes of the parameter / optimizer allocation and of activations and scratch. */
     void (*memory)(const gdn_model *m, size_t *param_bytes, size_t *act_bytes);
-} gdn_backend;
+};
 
 extern const gdn_backend gdn_backend_cpu;
-#ifdef GDN_HAVE_CUDA
-extern const gdn_backend gdn_backend_cuda;
-#endif
+/* The CUDA backend, or NULL in a build without CUDA (model/backends.c). */
+const gdn_backend *gdn_backend_cuda(void);
+/* GPUs visible to the CUDA backend (0 without CUDA). */
+int gdn_backend_gpu_count(void);
 
 #endif

@@ -1,7 +1,8 @@
-/* The training loop, on one rank or many: the CPU backend data and sequence parallel over
- * comm/ (MPI), the CUDA backend on one GPU or data and sequence parallel with one GPU per rank
- * (gradients, halos and states over NCCL, comm/comm_nccl.h and comm/seqpar_cuda.h; everything
- * else over MPI). Every rank runs the same loop on its own data; gradients, losses and stop
+/* The training loop, on one rank or many, written once for both backends (model/backend.h;
+ * train/train_backend.h chooses one): the CPU backend data and sequence parallel over comm/ (MPI),
+ * the CUDA backend on one GPU or data and sequence parallel with one GPU per rank (gradients,
+ * halos and states over NCCL; everything else over MPI). Every rank runs the same loop on its own
+ * data; gradients, losses and stop
  * decisions are reduced so that all ranks keep identical parameters and take the same branches
  * (with --zero 1 each rank updates its block of the parameters and they are all-gathered,
  * train/zero.h).
@@ -21,23 +22,14 @@
 
 #include <cblas.h>
 
-#include "comm/seqpar.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "model/check.h"
-#include "model/cpu/model_cpu.h"
 #include "train/optim.h"
-#ifdef GDN_HAVE_CUDA
-#include "model/cuda/delta_cuda.h"
-#include "model/cuda/model_cuda.h"
-#endif
-#ifdef GDN_HAVE_NCCL
-#include "comm/comm_nccl.h"
-#include "comm/seqpar_cuda.h"
-#endif
 #include "train/metrics_log.h"
 #include "train/run_dir.h"
 #include "train/run_lock.h"
+#include "train/train_backend.h"
 #include "train/train_dist.h"
 #include "train/zero.h"
 
@@ -67,23 +59,13 @@ static int mkdir_p(const char *path) {
 typedef struct {
     gdn_run_config rc;
     gdn_train_opts opts;
-    gdn_comm *comm;              /* world = dp x sp */
-    gdn_seqpar *seqpar;          /* sp > 1 */
+    gdn_comm *comm;              /* world = dp x sp (control: MPI, host memory) */
     int T_seg;                   /* tokens per rank of each sequence: seq_len / sp */
     gdn_param_table table;
     gdn_zero zero;               /* the optimizer state's shard of this rank (--zero 1) */
-    float *arena;                /* params | grads [zero.padded] | m | v [zero.shard: this rank's moments] */
-    float *params, *grads, *m, *v;
-    gdn_cpu_acts_f32 *acts;      /* B x T_seg (cpu backend) */
-#ifdef GDN_HAVE_CUDA
-    gdn_cuda_model *gpu;         /* cuda backend: parameters, moments and activations on the GPU;
-                                    params, m, v above are its host copies for checkpoints */
-#endif
-#ifdef GDN_HAVE_NCCL
-    gdn_comm *gpu_comm;          /* cuda backend on several ranks: the NCCL grid (device buffers) */
-    gdn_seqpar_cuda *gpu_seqpar; /* cuda backend with sp > 1: the model's sequence-parallel hooks */
-    size_t grad_bucket;          /* elements per gradient all-reduce (SIZE_MAX: one, after backward) */
-#endif
+    gdn_train_backend tb;        /* the model (B x T_seg), its data plane and sequence-parallel hooks */
+    float *arena;                /* host copies for checkpoints: params [total] | m | v [zero.shard] */
+    float *params, *m, *v;
     io_dataset data;
     int *window;                 /* [B, T+1] */
     int *inputs, *targets;       /* [B*T_seg] this rank's segment */
@@ -163,12 +145,7 @@ static double evaluate(trainer *t) {
         split_window(t);
         for (size_t i = (size_t)rows * Ts; i < (size_t)B * Ts; i++) t->targets[i] = -1;
         int nv = 0;
-#ifdef GDN_HAVE_CUDA
-        if (t->gpu) acc[j] = gdn_cuda_model_forward(t->gpu, t->inputs, t->targets, 0.0f, &nv);
-        else
-#endif
-            acc[j] = gdn_cpu_forward_f32(t->acts, &t->table, t->params, t->inputs, t->targets, 0.0f, &nv,
-                                         NULL, NULL);
+        acc[j] = t->tb.be->forward(t->tb.model, t->inputs, t->targets, 0.0f, &nv, NULL);
         acc[nb + j] = nv;
     }
     if (t->comm->size > 1)
@@ -190,11 +167,7 @@ static double probe_loss(trainer *t) {
     split_window(t);
     double acc[2] = {0.0, 0.0};
     int nv = 0;
-#ifdef GDN_HAVE_CUDA
-    if (t->gpu) acc[0] = gdn_cuda_model_forward(t->gpu, t->inputs, t->targets, 0.0f, &nv);
-    else
-#endif
-        acc[0] = gdn_cpu_forward_f32(t->acts, &t->table, t->params, t->inputs, t->targets, 0.0f, &nv, NULL, NULL);
+    acc[0] = t->tb.be->forward(t->tb.model, t->inputs, t->targets, 0.0f, &nv, NULL);
     acc[1] = nv;
     if (t->comm->size > 1) gdn_all_reduce(t->comm, GDN_WORLD, acc, 2, GDN_F64, GDN_SUM, "probe loss");
     return acc[0] / acc[1];
@@ -252,9 +225,7 @@ static void config_json(const gdn_run_config *rc, io_jw *w) {
  * records the grid, so that a resume on another world size can map the data position.
  * known_loss: a loss of the current parameters computed this step (validation), or NAN. */
 static int save_checkpoint(trainer *t, double known_loss) {
-#ifdef GDN_HAVE_CUDA
-    if (t->gpu) gdn_cuda_model_download(t->gpu, t->params, t->m, t->v);
-#endif
+    t->tb.be->download(t->tb.model, t->params, t->m, t->v);
     gdn_dist_check_same_params(t->comm, t->params, t->table.total);
     int bad = check_saveable(t, known_loss);
     if (bad) return bad;
@@ -447,15 +418,8 @@ static void print_grid(const trainer *t) {
         say(t, "distributed: one rank (start with mpiexec -n N for data / sequence parallelism)\n");
         return;
     }
-    gdn_sp_exchange mode = GDN_SP_PASS;
-    gdn_sp_exchange_parse(rc->sp_exchange, &mode);
     double grad_mb = (double)t->table.total * 4.0 / 1e6;
-    double sp_mb = (double)gdn_seqpar_bytes(&rc->model, rc->batch_size, c->sp, mode, 1) * t->accum / 1e6;
-#ifdef GDN_HAVE_NCCL
-    if (t->gpu_seqpar) /* bf16 halos */
-        sp_mb = (double)gdn_seqpar_cuda_bytes(&rc->model, rc->batch_size, c->sp, gdn_cuda_act_bytes(GDN_CUDA_BF16), 1) *
-                t->accum / 1e6;
-#endif
+    double sp_mb = (double)gdn_train_backend_sp_bytes(&t->tb, rc, c->sp) * t->accum / 1e6;
     say(t, "distributed: %d ranks = dp %d x sp %d (%d per node, %d CPU thread%s each)", c->size, c->dp,
         c->sp, c->local_size, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
     if (c->sp > 1)
@@ -469,18 +433,9 @@ static void print_grid(const trainer *t) {
             "2(n-1)/n of it each way)", grad_mb);
     if (c->sp > 1) say(t, ", sequence parallelism %.3f MB at most", sp_mb);
     say(t, "\n");
-#ifdef GDN_HAVE_NCCL
-    if (t->gpu_comm) {
-        say(t, "GPUs: one per rank (rank 0 on GPU %d), gradients over NCCL %s: ", gdn_nccl_device(t->gpu_comm),
-            gdn_nccl_version(t->gpu_comm));
-        if (t->zero.on) say(t, "one reduce-scatter after the backward pass, parameters all-gathered after AdamW");
-        else if (t->grad_bucket == SIZE_MAX) say(t, "one all-reduce after the backward pass");
-        else say(t, "all-reduces of %.0f MB buckets overlapping the backward pass",
-                 (double)t->grad_bucket * sizeof(float) / 1e6);
-        if (t->gpu_seqpar) say(t, "; halos (bf16) and states (fp32) rank to rank over NCCL");
-        say(t, "\n");
-    }
-#endif
+    char line[512];
+    gdn_train_backend_data_line(&t->tb, t->zero.on, line, sizeof line);
+    if (line[0]) say(t, "%s\n", line);
 }
 
 /* The AdamW moments each rank holds (on the GPU for the cuda backend, with host copies of the
@@ -497,37 +452,16 @@ static void print_optimizer_state(const trainer *t) {
     else
         say(t, "optimizer state: %.3f MiB (AdamW m and v%s)\n", mib,
             t->rc.zero ? "; --zero 1 on one rank: nothing to shard, the same as --zero 0" : "");
-#ifdef GDN_HAVE_CUDA
-    if (t->gpu) {
-        size_t pbytes = 0, abytes = 0;
-        gdn_cuda_model_memory(t->gpu, &pbytes, &abytes);
-        say(t, "GPU memory per rank: parameters, gradients and optimizer state %.3f MiB, activations and scratch "
-            "%.3f MiB\n", (double)pbytes / 1048576.0, (double)abytes / 1048576.0);
-    }
-#endif
-}
-
-#ifdef GDN_HAVE_NCCL
-/* GDN_GRAD_BUCKET_MB: size of the gradient all-reduces that overlap the backward pass (default
- * 64 MB; 0: one all-reduce of the whole gradient after the backward pass). */
-static size_t grad_bucket_elems(const trainer *t) {
-    const char *s = getenv("GDN_GRAD_BUCKET_MB");
-    double mb = 64.0;
-    if (s && *s) {
-        char *end = NULL;
-        double v = strtod(s, &end);
-        if (*end || !(v >= 0 && v <= 1e6))
-            say(t, "gdn train: GDN_GRAD_BUCKET_MB must be a number of MB from 0 to 1e6, got '%s'; using 64\n", s);
-        else mb = v;
-    }
-    if (mb == 0) return SIZE_MAX;
-    size_t n = (size_t)(mb * 1e6 / sizeof(float));
-    return n ? n : 1;
+    size_t pbytes = 0, abytes = 0;
+    t->tb.be->memory(t->tb.model, &pbytes, &abytes);
+    say(t, "%s memory per rank: parameters, gradients and optimizer state %.3f MiB, activations and scratch "
+        "%.3f MiB\n", t->tb.be == &gdn_backend_cpu ? "host" : "GPU", (double)pbytes / 1048576.0,
+        (double)abytes / 1048576.0);
 }
 
 /* Gradient buckets: the ranges the backward pass completes (from the end of the flat buffer down,
- * adjacent) gather until they hold grad_bucket elements; then their all-reduce starts on the
- * NCCL stream while the backward goes on. The last range (lo = 0) flushes the rest. */
+ * adjacent) gather until they hold grad_bucket elements; then their all-reduce starts (on GPUs on
+ * the NCCL stream, while the backward goes on). The last range (lo = 0) flushes the rest. */
 typedef struct {
     trainer *t;
     size_t lo, hi; /* pending [lo, hi) */
@@ -537,13 +471,11 @@ static void on_grads_ready(void *ctx, float *grads, size_t lo, size_t hi) {
     grad_buckets *b = ctx;
     if (b->lo == b->hi) b->hi = hi;
     b->lo = lo;
-    if (b->hi - b->lo >= b->t->grad_bucket || lo == 0) {
-        gdn_nccl_all_reduce_start(b->t->gpu_comm, GDN_WORLD, grads + b->lo, b->hi - b->lo, GDN_F32, GDN_SUM,
-                                  "gradients");
+    if (b->hi - b->lo >= b->t->tb.grad_bucket || lo == 0) {
+        gdn_all_reduce_start(b->t->tb.data, GDN_WORLD, grads + b->lo, b->hi - b->lo, GDN_F32, GDN_SUM, "gradients");
         b->hi = b->lo;
     }
 }
-#endif
 
 /* Collective: 0 when no rank failed, else the failing ranks' highest status (each printed its
  * cause; the others name the first failing rank). */
@@ -619,7 +551,7 @@ static int write_run_files(trainer *t) {
 
 /* Sets up the run (data, model, restored state, GPUs, run directory files); returns 0 or an
  * exit status. --eval_only reads the run directory and writes nothing there. */
-static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
+static int open_run(trainer *t, const gdn_backend *be, int argc, char **argv) {
     const gdn_run_config *rc = &t->rc;
     gdn_comm *c = t->comm;
     char err[1024];
@@ -635,20 +567,12 @@ static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
     gdn_param_table_build(&t->table, &rc->model);
     size_t n = t->table.total;
     gdn_zero_layout(&t->zero, n, rc->zero, c->rank, c->size);
-    const size_t np = t->zero.padded, ns = gdn_zero_state_len(&t->zero);
-    t->arena = GDN_CALLOC(2 * np + 2 * ns, sizeof(float));
+    const size_t ns = gdn_zero_state_len(&t->zero);
+    t->arena = GDN_CALLOC(n + 2 * ns, sizeof(float));
     t->params = t->arena;
-    t->grads = t->arena + np;
-    t->m = t->arena + 2 * np;
+    t->m = t->arena + n;
     t->v = t->m + ns;
     t->T_seg = rc->seq_len / c->sp; /* run_config checked that sp divides seq_len */
-    if (!use_gpu) t->acts = gdn_cpu_acts_create_f32(&t->table, rc->batch_size, t->T_seg);
-    if (c->sp > 1 && !use_gpu) {
-        gdn_sp_exchange mode = GDN_SP_PASS;
-        gdn_sp_exchange_parse(rc->sp_exchange, &mode);
-        t->seqpar = gdn_seqpar_create(c, &rc->model, rc->batch_size, t->T_seg, mode);
-        gdn_seqpar_attach(t->seqpar, t->acts);
-    }
     size_t win = (size_t)rc->batch_size * (rc->seq_len + 1), bt = (size_t)rc->batch_size * t->T_seg;
     t->window = GDN_MALLOC(win * sizeof(int));
     t->inputs = GDN_MALLOC(bt * sizeof(int));
@@ -657,38 +581,16 @@ static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
     int64_t micro = (int64_t)c->dp * rc->batch_size * rc->seq_len;
     t->accum = rc->batch_tokens ? (int)((rc->batch_tokens + micro - 1) / micro) : 1;
     if (restore_and_share(t)) return GDN_EXIT_ERROR;
-#ifdef GDN_HAVE_CUDA
-    if (use_gpu) {
-#ifdef GDN_HAVE_NCCL
-        if (c->size > 1) { /* binds this rank's GPU before the model is made on it */
-            t->gpu_comm = gdn_nccl_init(c, err, sizeof err);
-            if (!t->gpu_comm) {
-                if (err[0]) complain(t, "%s", err);
-                return GDN_EXIT_ERROR;
-            }
-            t->grad_bucket = grad_bucket_elems(t);
-        }
-#endif
-        t->gpu = gdn_cuda_model_create_sharded(&t->table, rc->batch_size, t->T_seg, GDN_CUDA_BF16, t->zero.lo,
-                                               t->zero.hi, t->zero.padded);
-        gdn_cuda_model_upload(t->gpu, t->params, t->m, t->v);
-#ifdef GDN_HAVE_NCCL
-        if (t->gpu_comm) gdn_nccl_set_stream(t->gpu_comm, gdn_cuda_model_stream(t->gpu));
-        if (c->sp > 1) { /* the model runs this rank's segment; T_seg >= conv_width - 1 (run_config) */
-            t->gpu_seqpar = gdn_seqpar_cuda_create(t->gpu_comm, &rc->model, rc->batch_size, t->T_seg, GDN_CUDA_BF16,
-                                                   gdn_cuda_model_stream(t->gpu));
-            gdn_cuda_seq_hooks hooks = gdn_seqpar_cuda_hooks(t->gpu_seqpar);
-            gdn_cuda_model_set_seq_hooks(t->gpu, &hooks);
-        }
-#endif
+    if (gdn_train_backend_open(&t->tb, be, rc, c, &t->table, &t->zero, t->T_seg, err, sizeof err)) {
+        if (err[0]) complain(t, "%s", err);
+        return GDN_EXIT_ERROR;
     }
-#endif
+    be->upload(t->tb.model, t->params, t->m, t->v);
 
     /* The resolved settings: printed, and saved with the run. */
     if (c->rank == 0 && !t->opts.eval_only) failed = write_run_files(t) != 0;
     if (!failed) {
-        say(t, "backend: %s%s\n", use_gpu ? "cuda (bf16 activations and matrix inputs, fp32 master weights)" : "cpu",
-            !strcmp(rc->backend, "auto") ? " (auto)" : "");
+        say(t, "backend: %s%s\n", gdn_train_backend_describe(&t->tb), !strcmp(rc->backend, "auto") ? " (auto)" : "");
         say(t, "gdn train:");
         for (int i = 1; i < argc; i++) say(t, " %s", argv[i]);
         say(t, "\nsettings:\n");
@@ -711,15 +613,7 @@ static int close_run(trainer *t) {
     if (r) complain(t, "%s", err);
     gdn_run_unlock(t->lock_fd);
     t->lock_fd = -1;
-    gdn_seqpar_free(t->seqpar);
-    gdn_cpu_acts_free_f32(t->acts);
-#ifdef GDN_HAVE_NCCL
-    gdn_seqpar_cuda_free(t->gpu_seqpar);
-    gdn_nccl_finalize(t->gpu_comm); /* before the model's stream goes */
-#endif
-#ifdef GDN_HAVE_CUDA
-    if (t->gpu) gdn_cuda_model_free(t->gpu);
-#endif
+    gdn_train_backend_close(&t->tb);
     free(t->arena);
     free(t->window);
     free(t->inputs);
@@ -743,68 +637,32 @@ static void next_train_batch(trainer *t) {
 static double train_step(trainer *t, double *gnorm, double *lr) {
     const gdn_run_config *rc = &t->rc;
     gdn_comm *c = t->comm;
+    const gdn_backend *be = t->tb.be;
+    gdn_model *model = t->tb.model;
     const int B = rc->batch_size, T = rc->seq_len;
-    const size_t n = t->table.total;
     const double tokens = (double)t->accum * c->dp * B * T; /* over the job */
+    /* several ranks without sharding: the last micro-batch's backward pass starts the gradient
+     * all-reduce range by range (sharded: reduce-scattered after it, train/zero.h) */
+    const int all_reduce = c->size > 1 && !t->zero.on;
     *lr = gdn_lr_at(t->step, rc->decay_steps ? rc->decay_steps : rc->steps, rc->warmup_steps, rc->lr, rc->lr_min);
-#ifdef GDN_HAVE_CUDA
-    if (t->gpu) { /* one GPU per rank */
-        gdn_cuda_model_zero_grads(t->gpu);
-        double loss = 0.0;
-        for (int a = 0; a < t->accum; a++) {
-            next_train_batch(t);
-            int nv = 0;
-            loss += gdn_cuda_model_forward(t->gpu, t->inputs, t->targets, (float)(1.0 / tokens), &nv);
-#ifdef GDN_HAVE_NCCL
-            /* the last micro-batch completes the gradients (sharded: reduced after the backward) */
-            if (t->gpu_comm && !t->zero.on && a == t->accum - 1) {
-                grad_buckets gb = {t, 0, 0};
-                gdn_cuda_model_backward_ready(t->gpu, on_grads_ready, &gb);
-                continue;
-            }
-#endif
-            gdn_cuda_model_backward(t->gpu);
-        }
-        gdn_adamw_hparams h = {*lr, rc->beta1, rc->beta2, rc->adam_eps, rc->weight_decay};
-#ifdef GDN_HAVE_NCCL
-        if (t->gpu_comm) { /* the loss over MPI while the GPUs finish, then the gradients' all-reduce */
-            gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "training loss");
-            if (!t->zero.on) gdn_nccl_wait(t->gpu_comm, "gradients");
-        }
-        if (t->zero.on) /* reduce-scatter, norm, AdamW on this rank's block, all-gather (train/zero.h) */
-            *gnorm = gdn_zero_adamw_step_cuda(t->gpu_comm, c, &t->zero, t->gpu, &h, t->step + 1, rc->grad_clip);
-        else
-#endif
-            *gnorm = gdn_cuda_model_adamw_step(t->gpu, &h, t->step + 1, rc->grad_clip);
-        t->step++;
-        t->tokens_seen += (int64_t)tokens;
-        return loss / tokens;
-    }
-#endif
-    memset(t->grads, 0, t->zero.padded * sizeof(float));
+    be->zero_grads(model);
     double loss = 0.0;
     for (int a = 0; a < t->accum; a++) {
         next_train_batch(t);
         int nv = 0;
-        loss += gdn_cpu_forward_f32(t->acts, &t->table, t->params, t->inputs, t->targets,
-                                    (float)(1.0 / tokens), &nv, NULL, NULL);
-        gdn_cpu_backward_f32(t->acts, &t->table, t->params, t->grads);
+        loss += be->forward(model, t->inputs, t->targets, (float)(1.0 / tokens), &nv, NULL);
+        grad_buckets gb = {t, 0, 0};
+        if (all_reduce && a == t->accum - 1) be->backward(model, on_grads_ready, &gb);
+        else be->backward(model, NULL, NULL);
     }
     gdn_adamw_hparams h = {*lr, rc->beta1, rc->beta2, rc->adam_eps, rc->weight_decay};
-    if (t->zero.on) { /* reduce-scatter, norm, AdamW on this rank's block, all-gather (train/zero.h) */
-        gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "training loss");
-        *gnorm = gdn_zero_adamw_step(c, &t->zero, &t->table, t->params, t->grads, t->m, t->v, &h, t->step + 1,
-                                     rc->grad_clip);
-    } else {
-        if (c->size > 1) {
-            gdn_all_reduce(c, GDN_WORLD, t->grads, n, GDN_F32, GDN_SUM, "gradients");
-            gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "training loss");
-        }
-        *gnorm = gdn_grad_norm(t->grads, n);
-        if (rc->grad_clip > 0 && *gnorm > rc->grad_clip)
-            gdn_grad_scale(t->grads, n, (float)(rc->grad_clip / *gnorm));
-        gdn_adamw_update(&t->table, t->params, t->grads, t->m, t->v, &h, t->step + 1);
-    }
+    /* the loss over MPI (on GPUs while they finish), then the gradients' all-reduce */
+    if (c->size > 1) gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "training loss");
+    if (all_reduce) gdn_comm_wait(t->tb.data, "gradients");
+    if (t->zero.on) /* reduce-scatter, norm, AdamW on this rank's block, all-gather (train/zero.h) */
+        *gnorm = gdn_zero_adamw_step(t->tb.data, c, &t->zero, model, &h, t->step + 1, rc->grad_clip);
+    else
+        *gnorm = be->adamw_step(model, &h, t->step + 1, rc->grad_clip);
     t->step++;
     t->tokens_seen += (int64_t)tokens;
     return loss / tokens;
@@ -864,48 +722,6 @@ static int eval_only(trainer *t) {
     return 0;
 }
 
-/* Which backend this run takes (*use_gpu). cuda: one process on one GPU, or data and sequence
- * parallel with one GPU per rank over NCCL (sequence parallel: the pass exchange; the gather one
- * is CPU-only). auto takes the GPU when there is one and the job is a single process (several
- * ranks on GPUs ask for --backend cuda). Collective: 0, or GDN_EXIT_USAGE on every rank when
- * some rank cannot run the cuda backend (the lowest such rank says why). */
-static int choose_backend(const gdn_run_config *rc, gdn_comm *comm, int *use_gpu) {
-    int n_gpu = 0, have_nccl = 0;
-#ifdef GDN_HAVE_CUDA
-    n_gpu = gdn_cuda_device_count();
-#endif
-#ifdef GDN_HAVE_NCCL
-    have_nccl = 1;
-#endif
-    *use_gpu = !strcmp(rc->backend, "cuda") || (!strcmp(rc->backend, "auto") && n_gpu > 0 && comm->size == 1);
-    const char *why = NULL; /* this rank cannot run the cuda backend */
-    char why_mixers[512];
-    if (*use_gpu && !gdn_config_all_gdn(&rc->model)) {
-        /* refused before any GPU memory is touched: the CUDA kernels have only the G rule */
-        snprintf(why_mixers, sizeof why_mixers,
-                 "%s, but --mixers %s has layers other than G (gated delta rule), and the CUDA "
-                 "kernels implement only G so far: use --backend cpu",
-                 strcmp(rc->backend, "cuda") ? "--backend auto chose cuda (a GPU is visible)"
-                                             : "--backend cuda",
-                 gdn_config_mixers(&rc->model));
-        why = why_mixers;
-    } else if (*use_gpu && comm->sp > 1 && strcmp(rc->sp_exchange, "pass"))
-        why = "--backend cuda with --sp_exchange gather: sequence parallelism on GPUs passes the delta-rule state "
-              "rank to rank only; use --sp_exchange pass (the default) or --backend cpu";
-    else if (*use_gpu && n_gpu == 0)
-        why = "--backend cuda needs a CUDA build with a visible GPU (this build or machine has none); use "
-              "--backend cpu";
-    else if (*use_gpu && comm->size > 1 && !have_nccl)
-        why = "--backend cuda on several ranks needs NCCL, and this build has none (CMake found no nccl.h and "
-              "libnccl; set NCCL_ROOT and reconfigure); use one process or --backend cpu";
-    const int first_bad = gdn_comm_agree(comm, why != NULL);
-    if (first_bad >= 0) { /* the lowest such rank says why; the others stop with it */
-        if (first_bad == comm->rank) fprintf(stderr, "gdn train: %s\n", why);
-        return GDN_EXIT_USAGE;
-    }
-    return 0;
-}
-
 /* The process-wide settings of a run: threads and the stop signals. */
 static void setup_process(const gdn_run_config *rc, gdn_comm *comm) {
     /* One thread pool: OpenMP splits the work, OpenBLAS runs single-threaded inside it. Ranks on
@@ -925,12 +741,8 @@ typedef struct {
     int tty; /* a live one-line progress on a terminal */
     double t_start;
     int64_t first_step;
-    gdn_comm_bytes bytes0;
-    double wait0;
-#ifdef GDN_HAVE_NCCL
-    gdn_comm_bytes gpu_bytes0;
-    double gpu_wait0;
-#endif
+    gdn_comm_bytes bytes0, data_bytes0; /* control and data plane (the same when one) */
+    double wait0, data_wait0;
     double last_val; /* the newest finite validation loss (NAN: none yet) */
 } run_progress;
 
@@ -945,10 +757,8 @@ static run_progress progress_start(const trainer *t) {
     p.first_step = t->step;
     p.bytes0 = c->bytes;
     p.wait0 = c->wait_s;
-#ifdef GDN_HAVE_NCCL
-    p.gpu_bytes0 = t->gpu_comm ? t->gpu_comm->bytes : (gdn_comm_bytes){0};
-    p.gpu_wait0 = t->gpu_comm ? t->gpu_comm->wait_s : 0.0;
-#endif
+    p.data_bytes0 = t->tb.data->bytes;
+    p.data_wait0 = t->tb.data->wait_s;
     p.last_val = NAN;
     return p;
 }
@@ -1051,24 +861,22 @@ static void print_comm_summary(const trainer *t, const run_progress *p, int64_t 
         (double)(b->send - b0->send) / 1e6 / (double)steps,
         (double)(b->broadcast - b0->broadcast) / 1e6 / (double)steps);
     say(t, "rank 0 waited for other ranks %.1f%% of the time\n", 100.0 * (c->wait_s - p->wait0) / elapsed);
-#ifdef GDN_HAVE_NCCL
-    if (t->gpu_comm) {
-        const gdn_comm_bytes *g = &t->gpu_comm->bytes, *g0 = &p->gpu_bytes0;
+    const gdn_comm *d = t->tb.data;
+    if (d != c) { /* a data plane of its own (NCCL) */
+        const gdn_comm_bytes *g = &d->bytes, *g0 = &p->data_bytes0;
         if (t->zero.on)
-            say(t, "NCCL on rank 0 per step: gradient reduce-scatter %.3f MB, parameter all-gather %.3f MB",
-                (double)(g->reduce_scatter - g0->reduce_scatter) / 1e6 / (double)steps,
+            say(t, "%s on rank 0 per step: gradient reduce-scatter %.3f MB, parameter all-gather %.3f MB",
+                d->ops->name, (double)(g->reduce_scatter - g0->reduce_scatter) / 1e6 / (double)steps,
                 (double)(g->all_gather - g0->all_gather) / 1e6 / (double)steps);
         else
-            say(t, "NCCL on rank 0 per step: gradient all-reduce %.3f MB",
+            say(t, "%s on rank 0 per step: gradient all-reduce %.3f MB", d->ops->name,
                 (double)(g->all_reduce - g0->all_reduce) / 1e6 / (double)steps);
-        if (t->gpu_seqpar) /* validation passes included; rank 0 sends the forward pass's part */
+        if (t->tb.seqpar) /* validation passes included; rank 0 sends the forward pass's part */
             say(t, ", sequence-parallel sends %.3f MB", (double)(g->send - g0->send) / 1e6 / (double)steps);
         say(t, "; waited for %s %.1f%% of the time (%.1f ms per step)\n",
             t->zero.on ? "the reduce-scatter and all-gather" : "the gradients after the backward pass",
-            100.0 * (t->gpu_comm->wait_s - p->gpu_wait0) / elapsed,
-            1e3 * (t->gpu_comm->wait_s - p->gpu_wait0) / (double)steps);
+            100.0 * (d->wait_s - p->data_wait0) / elapsed, 1e3 * (d->wait_s - p->data_wait0) / (double)steps);
     }
-#endif
 }
 
 /* Rank 0, after a run that ended well: steps, time, final validation loss, communication. */
@@ -1089,11 +897,11 @@ int gdn_train_run(const gdn_run_config *rc, const gdn_train_opts *opts, gdn_comm
     t.comm = comm;
     t.metrics.fd = -1;
     t.lock_fd = -1;
-    int use_gpu = 0;
-    int status = choose_backend(rc, comm, &use_gpu);
+    const gdn_backend *be = NULL;
+    int status = gdn_train_backend_choose(rc, comm, &be);
     if (status) return status;
     setup_process(rc, comm);
-    status = open_run(&t, use_gpu, argc, argv);
+    status = open_run(&t, be, argc, argv);
     if (status || opts->eval_only) {
         if (!status) status = eval_only(&t);
         close_run(&t);

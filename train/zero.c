@@ -1,5 +1,5 @@
 /* ZeRO-1: the shard layout, the moments' gather and scatter for checkpoints, and the sharded
- * AdamW step on the CPU and on a CUDA model (the same four steps, see train/zero.h). */
+ * AdamW step of a model of either backend (the four steps of train/zero.h). */
 #include "train/zero.h"
 
 #include <math.h>
@@ -57,34 +57,19 @@ void gdn_zero_scatter(gdn_comm *c, const gdn_zero *z, const float *full, float *
     gdn_wait_sends(c);
 }
 
-double gdn_zero_adamw_step(gdn_comm *c, const gdn_zero *z, const gdn_param_table *t, float *params,
-                           float *grads, float *m, float *v, const gdn_adamw_hparams *h, int64_t step,
-                           double clip) {
-    GDN_ASSERT(z->on && t->total == z->total);
-    const size_t n = z->hi - z->lo, block = (size_t)z->rank * z->shard;
-    gdn_reduce_scatter(c, GDN_WORLD, grads, grads + block, z->shard, GDN_F32, GDN_SUM, "gradients");
-    double sumsq = gdn_grad_sumsq(grads + z->lo, n);
-    gdn_all_reduce(c, GDN_WORLD, &sumsq, 1, GDN_F64, GDN_SUM, "gradient norm");
-    const double gnorm = sqrt(sumsq);
-    if (clip > 0 && gnorm > clip) gdn_grad_scale(grads + z->lo, n, (float)(clip / gnorm));
-    gdn_adamw_update_range(t, z->lo, z->hi, params + z->lo, grads + z->lo, m, v, h, step);
-    gdn_all_gather(c, GDN_WORLD, params + block, params, z->shard, GDN_F32, "parameters");
-    return gnorm;
-}
-
-#ifdef GDN_HAVE_NCCL
-double gdn_zero_adamw_step_cuda(gdn_comm *gpu, gdn_comm *c, const gdn_zero *z, gdn_cuda_model *m,
-                                const gdn_adamw_hparams *h, int64_t step, double clip) {
-    GDN_ASSERT(z->on);
+double gdn_zero_adamw_step(gdn_comm *data, gdn_comm *ctl, const gdn_zero *z, gdn_model *m,
+                           const gdn_adamw_hparams *h, int64_t step, double clip) {
+    GDN_ASSERT(z->on && m->table->total == z->total && m->shape.lo == z->lo && m->shape.hi == z->hi &&
+               m->shape.padded == z->padded);
+    const gdn_backend *be = m->backend;
     const size_t block = (size_t)z->rank * z->shard;
-    float *params = gdn_cuda_model_params(m), *grads = gdn_cuda_model_grads(m);
-    gdn_reduce_scatter(gpu, GDN_WORLD, grads, grads + block, z->shard, GDN_F32, GDN_SUM, "gradients");
-    double sumsq = gdn_cuda_model_grad_sumsq(m);
-    gdn_all_reduce(c, GDN_WORLD, &sumsq, 1, GDN_F64, GDN_SUM, "gradient norm");
+    float *params = be->params(m), *grads = be->grads(m);
+    gdn_reduce_scatter(data, GDN_WORLD, grads, grads + block, z->shard, GDN_F32, GDN_SUM, "gradients");
+    double sumsq = be->grad_sumsq(m);
+    gdn_all_reduce(ctl, GDN_WORLD, &sumsq, 1, GDN_F64, GDN_SUM, "gradient norm");
     const double gnorm = sqrt(sumsq);
-    gdn_cuda_model_adamw_shard(m, h, step, gnorm, clip); /* clips as it reads the gradient */
-    gdn_all_gather(gpu, GDN_WORLD, params + block, params, z->shard, GDN_F32, "parameters");
-    gdn_cuda_model_params_changed(m);
+    be->adamw_shard(m, h, step, gnorm, clip); /* clips as it reads the gradient */
+    gdn_all_gather(data, GDN_WORLD, params + block, params, z->shard, GDN_F32, "parameters");
+    be->params_changed(m);
     return gnorm;
 }
-#endif

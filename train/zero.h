@@ -27,10 +27,7 @@
 
 #include "comm/comm.h"
 #include "model/params.h"
-#include "train/optim.h"
-#ifdef GDN_HAVE_NCCL
-#include "model/cuda/model_cuda.h"
-#endif
+#include "model/backend.h"
 
 typedef struct {
     int on;         /* moments sharded: --zero 1 on a world of more than one rank */
@@ -54,18 +51,12 @@ void gdn_zero_gather(gdn_comm *c, const gdn_zero *z, const float *mine, float *f
 /* Rank 0's full [total] to every rank's block mine [hi - lo] (full: rank 0 only). Collective. */
 void gdn_zero_scatter(gdn_comm *c, const gdn_zero *z, const float *full, float *mine, const char *what);
 
-/* One sharded AdamW step on host buffers (steps 1-4 above): params, grads [padded] (grads: this
- * rank's share of the job's gradient; clobbered), m, v [shard]. Returns the global gradient norm
- * before clipping (the same on every rank). Collective over c's world. */
-double gdn_zero_adamw_step(gdn_comm *c, const gdn_zero *z, const gdn_param_table *t, float *params,
-                           float *grads, float *m, float *v, const gdn_adamw_hparams *h, int64_t step,
-                           double clip);
-
-#ifdef GDN_HAVE_NCCL
-/* The same step on a sharded CUDA model (gdn_cuda_model_create_sharded with z's lo, hi, padded):
- * the gradients and parameters go through the NCCL grid gpu, the norm's sum through c. */
-double gdn_zero_adamw_step_cuda(gdn_comm *gpu, gdn_comm *c, const gdn_zero *z, gdn_cuda_model *m,
-                                const gdn_adamw_hparams *h, int64_t step, double clip);
-#endif
+/* One sharded AdamW step (steps 1-4 above) of a model made with z's lo, hi and padded
+ * (model/backend.h): the gradients and parameters in the model's memory go through data (MPI for
+ * the CPU backend, the NCCL grid for CUDA), the norm's sum through ctl. The gradient buffer is
+ * clobbered. Returns the global gradient norm before clipping (the same on every rank).
+ * Collective over the world. */
+double gdn_zero_adamw_step(gdn_comm *data, gdn_comm *ctl, const gdn_zero *z, gdn_model *m,
+                           const gdn_adamw_hparams *h, int64_t step, double clip);
 
 #endif

@@ -74,6 +74,7 @@ struct R(gdn_cpu_acts) {
     hooks_t hooks;
     grad_scratch s;
     real *arena;
+    size_t arena_n;    /* elements of arena */
 };
 
 /* Carves the arena; with base == NULL only counts. */
@@ -130,6 +131,7 @@ acts_t *R(gdn_cpu_acts_create)(const gdn_param_table *t, int B, int T) {
     a->L = GDN_CALLOC((size_t)t->cfg.n_layers, sizeof *a->L);
     a->tokens = GDN_CALLOC(a->N, sizeof *a->tokens);
     size_t n = acts_layout(a, NULL);
+    a->arena_n = n;
     a->arena = GDN_CALLOC(n, sizeof(real));
     acts_layout(a, a->arena);
     return a;
@@ -144,6 +146,15 @@ void R(gdn_cpu_acts_free)(acts_t *a) {
 }
 
 const real *R(gdn_cpu_logits)(const acts_t *a) { return a->logits; }
+
+const real *R(gdn_cpu_hidden)(const acts_t *a, int layer) {
+    const int nL = a->cfg.n_layers;
+    if (layer < -1 || layer >= nL)
+        GDN_DIE("hidden state after layer %d requested; the model has -1 (the embedding) to %d", layer, nL - 1);
+    return a->x + (size_t)(layer + 1) * a->N * (size_t)a->cfg.d_model;
+}
+
+size_t R(gdn_cpu_acts_bytes)(const acts_t *a) { return a->arena_n * sizeof(real) + a->N * sizeof *a->tokens; }
 
 void R(gdn_cpu_acts_set_seq_hooks)(acts_t *a, const hooks_t *hooks) {
     a->seq_parallel = hooks != NULL;

@@ -69,6 +69,11 @@ double R_(gdn_cpu_forward)(R_(gdn_cpu_acts) *a, const gdn_param_table *t, const 
                            const R_(gdn_cpu_carry) *carry_in, R_(gdn_cpu_carry) *carry_out);
 /* Logits [B,T,vocab] of the last forward pass (valid when it was run with grad_scale = 0). */
 const real_ *R_(gdn_cpu_logits)(const R_(gdn_cpu_acts) *a);
+/* The residual stream [B,T,d_model] of the last forward pass after block `layer` (-1: the
+ * embedding), fp32 or fp64 as the model. */
+const real_ *R_(gdn_cpu_hidden)(const R_(gdn_cpu_acts) *a, int layer);
+/* Bytes held by a (activations and scratch). */
+size_t R_(gdn_cpu_acts_bytes)(const R_(gdn_cpu_acts) *a);
 /* Backward of the last forward (run with grad_scale != 0): ACCUMULATES into grads [total]. */
 void R_(gdn_cpu_backward)(R_(gdn_cpu_acts) *a, const gdn_param_table *t, const real_ *params,
                           real_ *grads);

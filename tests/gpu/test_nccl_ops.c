@@ -221,33 +221,34 @@ static void test_zero_step(gdn_comm *g, gdn_comm *c) {
         tgt[i] = (i * 5 + 3 + rank) % cfg.vocab_size;
     }
     gdn_cuda_model *a = gdn_cuda_model_create(&t, B, T, GDN_CUDA_BF16);
-    gdn_cuda_model *b = gdn_cuda_model_create_sharded(&t, B, T, GDN_CUDA_BF16, z.lo, z.hi, z.padded);
+    /* the sharded model through the backend table, as the trainer makes it */
+    const gdn_backend *be = gdn_backend_cuda();
+    gdn_model_shape shape = {.B = B, .T = T, .precision = GDN_PRECISION_BF16, .lo = z.lo, .hi = z.hi,
+                             .padded = z.padded};
+    gdn_model *bm = be->create(&t, &shape);
     gdn_cuda_model_upload(a, p, NULL, NULL);
-    gdn_cuda_model_upload(b, p, NULL, NULL);
+    be->upload(bm, p, NULL, NULL);
     gdn_adamw_hparams h = {1e-2, 0.9, 0.95, 1e-8, 0.1};
     double worst = 0, loss_a = 0, loss_b = 0;
     for (int k = 1; k <= 2; k++) {
         const float gs = 1.0f / (float)(B * T * g->size);
-        gdn_cuda_model *ms[2] = {a, b};
-        for (int i = 0; i < 2; i++) {
-            gdn_nccl_set_stream(g, gdn_cuda_model_stream(ms[i]));
-            gdn_cuda_model_zero_grads(ms[i]);
-            const double l = gdn_cuda_model_forward(ms[i], tok, tgt, gs, NULL);
-            if (i == 0) loss_a = l;
-            else loss_b = l;
-            gdn_cuda_model_backward(ms[i]);
-        }
+        gdn_cuda_model_zero_grads(a);
+        loss_a = gdn_cuda_model_forward(a, tok, tgt, gs, NULL);
+        gdn_cuda_model_backward(a);
+        be->zero_grads(bm);
+        loss_b = be->forward(bm, tok, tgt, gs, NULL, NULL);
+        be->backward(bm, NULL, NULL);
         CHECK(fabs(loss_a - loss_b) <= 1e-5 * fabs(loss_a), "step %d: loss %.9g (sharded model) vs %.9g", k, loss_b,
               loss_a);
         const double clip = k == 2 ? 1e-3 : 0.0;
         gdn_nccl_set_stream(g, gdn_cuda_model_stream(a));
         gdn_all_reduce(g, GDN_WORLD, gdn_cuda_model_grads(a), n, GDN_F32, GDN_SUM, "gradients");
         const double na = gdn_cuda_model_adamw_step(a, &h, k, clip);
-        gdn_nccl_set_stream(g, gdn_cuda_model_stream(b));
-        const double nb = gdn_zero_adamw_step_cuda(g, c, &z, b, &h, k, clip);
+        gdn_nccl_set_stream(g, be->stream(bm));
+        const double nb = gdn_zero_adamw_step(g, c, &z, bm, &h, k, clip);
         CHECK(fabs(na - nb) <= 1e-9 * na, "step %d: gradient norm %.17g (sharded) vs %.17g", k, nb, na);
         gdn_cuda_model_download(a, p1, m1, v1);
-        gdn_cuda_model_download(b, p2, m2, v2);
+        be->download(bm, p2, m2, v2);
         double dp = 0, rp = 0, dm = 0, rm = 0;
         for (size_t i = 0; i < n; i++) {
             dp += ((double)p2[i] - p1[i]) * ((double)p2[i] - p1[i]);
@@ -263,14 +264,14 @@ static void test_zero_step(gdn_comm *g, gdn_comm *c) {
         worst = fmax(worst, e);
     }
     /* the next forward reads the bf16 copy: refreshed after the all-gather */
-    const double la = gdn_cuda_model_forward(a, tok, tgt, 0.0f, NULL), lb = gdn_cuda_model_forward(b, tok, tgt, 0.0f, NULL);
+    const double la = gdn_cuda_model_forward(a, tok, tgt, 0.0f, NULL), lb = be->forward(bm, tok, tgt, 0.0f, NULL, NULL);
     CHECK(fabs(la - lb) <= 1e-6 * fabs(la), "forward after the steps: %.9g (sharded) vs %.9g", lb, la);
     if (rank == 0)
         printf("ZeRO-1 step on %d GPUs (%zu parameters, blocks of %zu): parameters and moments within %.1e of the "
                "unsharded step, loss after it %.9g vs %.9g\n", g->size, n, z.shard, worst, lb, la);
     gdn_nccl_set_stream(g, NULL);
     gdn_cuda_model_free(a);
-    gdn_cuda_model_free(b);
+    be->free(bm);
     gdn_param_table_free(&t);
     free(p);
     free(p1);

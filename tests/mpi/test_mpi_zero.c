@@ -225,11 +225,14 @@ static void test_zero_step(void) {
     /* the unsharded reference, run on every rank */
     float *P = malloc(n * sizeof *P), *G = malloc(n * sizeof *G), *M = calloc(n, sizeof *M), *V = calloc(n, sizeof *V);
     float *g = malloc(n * sizeof *g);
-    /* the sharded state of this rank */
-    float *p = calloc(z.padded, sizeof *p), *gs = calloc(z.padded, sizeof *gs);
+    /* the sharded state of this rank: a CPU model of the backend table, and host copies */
+    gdn_model_shape shape = {.B = 1, .T = 4, .precision = GDN_PRECISION_FP32, .lo = z.lo, .hi = z.hi,
+                             .padded = z.padded};
+    gdn_model *model = gdn_backend_cpu.create(&t, &shape);
+    float *p = calloc(z.padded, sizeof *p), *gs = gdn_backend_cpu.grads(model);
     float *m = calloc(z.shard, sizeof *m), *v = calloc(z.shard, sizeof *v);
     gdn_params_init(P, &t, 42);
-    memcpy(p, P, n * sizeof *P);
+    gdn_backend_cpu.upload(model, P, NULL, NULL);
     gdn_adamw_hparams h = {1e-2, 0.9, 0.95, 1e-8, 0.1};
     double clip = 0.0;
     for (int k = 1; k <= 2; k++) {
@@ -245,7 +248,9 @@ static void test_zero_step(void) {
 
         memset(gs, 0, z.padded * sizeof *gs);
         make_grad(world->rank, k, gs, n);
-        const double gn = gdn_zero_adamw_step(world, &z, &t, p, gs, m, v, &h, k, clip);
+        const double gn = gdn_zero_adamw_step(world, world, &z, model, &h, k, clip);
+        memcpy(p, gdn_backend_cpu.params(model), z.padded * sizeof *p);
+        gdn_backend_cpu.download(model, NULL, m, v);
         check(gn == norm, "step %d: gradient norm %.17g, unsharded %.17g", k, gn, norm);
         check(!memcmp(p, P, n * sizeof *P), "step %d: parameters differ from the unsharded step", k);
         for (size_t i = n; i < z.padded; i++)
@@ -274,7 +279,7 @@ static void test_zero_step(void) {
     free(V);
     free(g);
     free(p);
-    free(gs);
+    gdn_backend_cpu.free(model);
     free(m);
     free(v);
     gdn_param_table_free(&t);
