@@ -1,4 +1,4 @@
-/* One interface to the language model on either backend (docs/design.md section 8): a table of
+/* One interface to the language model on either backend (docs/design.md section 7.1): a table of
  * functions that the CPU model (model/cpu/backend_cpu.c) and the CUDA model
  * (model/cuda/backend_cuda.c) implement, so that training, evaluation, sampling, checkpoints and
  * ZeRO are written once.

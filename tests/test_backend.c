@@ -1,0 +1,217 @@
+/* The CPU backend behind the table of model/backend.h against the CPU model and optimizer called
+ * directly: forward loss, logits, gradients, captured hidden states, the AdamW step (clipped and
+ * not) and the sharded AdamW range, all bitwise; memory figures and the precision names. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "model/backend.h"
+#include "model/cpu/model_cpu.h"
+#include "train/optim.h"
+
+enum { B = 2, T = 9 };
+
+static gdn_config config(void) {
+    return (gdn_config){.vocab_size = 40, .d_model = 16, .n_layers = 3, .n_heads = 2, .head_dim = 8,
+                        .expand_v = 1, .d_ff = 32, .conv_width = 4, .chunk_size = 4, .norm_eps = 1e-6};
+}
+
+typedef struct {
+    gdn_param_table t;
+    float *params;
+    int tokens[B * T], targets[B * T];
+} fixture;
+
+static void fixture_init(fixture *f) {
+    gdn_config c = config();
+    gdn_param_table_build(&f->t, &c);
+    f->params = malloc(f->t.total * sizeof(float));
+    gdn_params_init(f->params, &f->t, 5);
+    for (int i = 0; i < B * T; i++) {
+        f->tokens[i] = (i * 7 + 3) % c.vocab_size;
+        f->targets[i] = i % 5 == 2 ? -1 : (i * 11 + 1) % c.vocab_size;
+    }
+}
+
+static void fixture_free(fixture *f) {
+    free(f->params);
+    gdn_param_table_free(&f->t);
+}
+
+/* Forward, logits, backward and captured hidden states through the table equal the direct calls. */
+static void test_forward_backward_capture(void **state) {
+    (void)state;
+    fixture f;
+    fixture_init(&f);
+    const size_t n = f.t.total, D = (size_t)f.t.cfg.d_model, V = (size_t)f.t.cfg.vocab_size;
+    const gdn_backend *be = &gdn_backend_cpu;
+    gdn_model_shape shape = {.B = B, .T = T, .precision = GDN_PRECISION_FP32};
+    gdn_model *m = be->create(&f.t, &shape);
+    assert_true(m->backend == be && m->shape.lo == 0 && m->shape.hi == n && m->shape.padded == n);
+    be->upload(m, f.params, NULL, NULL);
+
+    gdn_cpu_acts_f32 *a = gdn_cpu_acts_create_f32(&f.t, B, T);
+    float *g_ref = calloc(n, sizeof(float)), *g = malloc(n * sizeof(float));
+    int nv_ref = 0, nv = 0;
+    const double l_ref = gdn_cpu_forward_f32(a, &f.t, f.params, f.tokens, f.targets, 0.01f, &nv_ref, NULL, NULL);
+    gdn_cpu_backward_f32(a, &f.t, f.params, g_ref);
+
+    const int layers[3] = {-1, 0, 2};
+    float *hid[3];
+    for (int i = 0; i < 3; i++) hid[i] = malloc((size_t)B * T * D * sizeof(float));
+    gdn_capture cap = {3, layers, hid};
+    be->zero_grads(m);
+    const double l = be->forward(m, f.tokens, f.targets, 0.01f, &nv, &cap);
+    be->backward(m, NULL, NULL);
+    be->download_grads(m, g);
+    assert_true(l == l_ref && nv == nv_ref);
+    assert_memory_equal(g, g_ref, n * sizeof(float));
+    for (int i = 0; i < 3; i++)
+        assert_memory_equal(hid[i], gdn_cpu_hidden_f32(a, layers[i]), (size_t)B * T * D * sizeof(float));
+    /* the embedding's output is the embedding row of each token */
+    for (size_t j = 0; j < D; j++) assert_true(hid[0][D + j] == f.params[f.t.embed + (size_t)f.tokens[1] * D + j]);
+
+    /* logits of a forward pass with grad_scale 0 */
+    float *lg = malloc((size_t)B * T * V * sizeof(float));
+    gdn_cpu_forward_f32(a, &f.t, f.params, f.tokens, NULL, 0.0f, &nv_ref, NULL, NULL);
+    be->forward(m, f.tokens, NULL, 0.0f, NULL, NULL);
+    be->logits(m, lg);
+    assert_memory_equal(lg, gdn_cpu_logits_f32(a), (size_t)B * T * V * sizeof(float));
+
+    size_t pb = 0, ab = 0;
+    be->memory(m, &pb, &ab);
+    assert_int_equal(pb, 4 * n * sizeof(float));
+    assert_true(ab >= gdn_cpu_acts_bytes_f32(a) && ab > (size_t)B * T * V * sizeof(float));
+    assert_null(be->stream(m));
+    for (int i = 0; i < 3; i++) free(hid[i]);
+    free(lg);
+    free(g);
+    free(g_ref);
+    gdn_cpu_acts_free_f32(a);
+    be->free(m);
+    fixture_free(&f);
+}
+
+/* The ready callback covers the whole buffer once, at the end of the backward pass. */
+static void on_ready(void *ctx, float *grads, size_t lo, size_t hi) {
+    size_t *seen = ctx;
+    assert_non_null(grads);
+    seen[0]++;
+    seen[1] = lo;
+    seen[2] = hi;
+}
+
+static void test_ready_callback(void **state) {
+    (void)state;
+    fixture f;
+    fixture_init(&f);
+    gdn_model_shape shape = {.B = B, .T = T};
+    gdn_model *m = gdn_backend_cpu.create(&f.t, &shape);
+    gdn_backend_cpu.upload(m, f.params, NULL, NULL);
+    size_t seen[3] = {0, 1, 0};
+    gdn_backend_cpu.zero_grads(m);
+    gdn_backend_cpu.forward(m, f.tokens, f.targets, 1.0f, NULL, NULL);
+    gdn_backend_cpu.backward(m, on_ready, seen);
+    assert_int_equal(seen[0], 1);
+    assert_int_equal(seen[1], 0);
+    assert_int_equal(seen[2], f.t.total);
+    gdn_backend_cpu.free(m);
+    fixture_free(&f);
+}
+
+/* AdamW through the table: the unsharded step (with and without clipping) equals the optimizer's
+ * norm, clip and update; a shard [lo, hi) equals the range update with the same clip factor. */
+static void test_adamw(void **state) {
+    (void)state;
+    fixture f;
+    fixture_init(&f);
+    const size_t n = f.t.total;
+    const gdn_adamw_hparams h = {1e-2, 0.9, 0.95, 1e-8, 0.1};
+    float *p = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float)), *mm = calloc(n, sizeof(float)),
+          *vv = calloc(n, sizeof(float)), *out = malloc(n * sizeof(float)), *om = malloc(n * sizeof(float)),
+          *ov = malloc(n * sizeof(float));
+    memcpy(p, f.params, n * sizeof(float));
+    gdn_model_shape shape = {.B = B, .T = T};
+    gdn_model *m = gdn_backend_cpu.create(&f.t, &shape);
+    gdn_backend_cpu.upload(m, f.params, NULL, NULL);
+    for (int step = 1; step <= 2; step++) {
+        gdn_backend_cpu.zero_grads(m);
+        gdn_backend_cpu.forward(m, f.tokens, f.targets, 1.0f, NULL, NULL);
+        gdn_backend_cpu.backward(m, NULL, NULL);
+        gdn_backend_cpu.download_grads(m, g);
+        const double clip = step == 2 ? 0.25 * gdn_grad_norm(g, n) : 0.0; /* step 2 clips */
+        const double norm = gdn_grad_norm(g, n);
+        if (clip > 0 && norm > clip) gdn_grad_scale(g, n, (float)(clip / norm));
+        gdn_adamw_update(&f.t, p, g, mm, vv, &h, step);
+        const double gn = gdn_backend_cpu.adamw_step(m, &h, step, clip);
+        assert_true(gn == norm);
+        gdn_backend_cpu.download(m, out, om, ov);
+        assert_memory_equal(out, p, n * sizeof(float));
+        assert_memory_equal(om, mm, n * sizeof(float));
+        assert_memory_equal(ov, vv, n * sizeof(float));
+    }
+    gdn_backend_cpu.free(m);
+
+    /* a shard cutting tensors, padded buffers */
+    const size_t lo = n / 3, hi = 2 * n / 3 + 1, padded = n + 3;
+    gdn_model_shape sh = {.B = B, .T = T, .lo = lo, .hi = hi, .padded = padded};
+    gdn_model *s = gdn_backend_cpu.create(&f.t, &sh);
+    gdn_backend_cpu.upload(s, f.params, NULL, NULL);
+    gdn_backend_cpu.zero_grads(s);
+    gdn_backend_cpu.forward(s, f.tokens, f.targets, 1.0f, NULL, NULL);
+    gdn_backend_cpu.backward(s, NULL, NULL);
+    memcpy(g, gdn_backend_cpu.grads(s), n * sizeof(float));
+    const double sumsq = gdn_backend_cpu.grad_sumsq(s);
+    assert_true(sumsq == gdn_grad_sumsq(g + lo, hi - lo));
+    const double gnorm = 2.0 * sqrt(sumsq); /* a global norm above the clip */
+    memcpy(p, f.params, n * sizeof(float));
+    memset(mm, 0, n * sizeof(float));
+    memset(vv, 0, n * sizeof(float));
+    gdn_grad_scale(g + lo, hi - lo, (float)(0.5 / gnorm));
+    gdn_adamw_update_range(&f.t, lo, hi, p + lo, g + lo, mm, vv, &h, 1);
+    gdn_backend_cpu.adamw_shard(s, &h, 1, gnorm, 0.5);
+    gdn_backend_cpu.download(s, out, om, ov);
+    assert_memory_equal(out, p, n * sizeof(float));
+    assert_memory_equal(om, mm, (hi - lo) * sizeof(float));
+    assert_memory_equal(ov, vv, (hi - lo) * sizeof(float));
+    for (size_t i = n; i < padded; i++) assert_true(gdn_backend_cpu.params(s)[i] == 0.0f);
+    gdn_backend_cpu.free(s);
+    free(p);
+    free(g);
+    free(mm);
+    free(vv);
+    free(out);
+    free(om);
+    free(ov);
+    fixture_free(&f);
+}
+
+static void test_precision_names(void **state) {
+    (void)state;
+    gdn_precision p = GDN_PRECISION_FP32;
+    assert_int_equal(gdn_precision_parse("bf16", &p), 0);
+    assert_int_equal(p, GDN_PRECISION_BF16);
+    assert_int_equal(gdn_precision_parse("fp32", &p), 0);
+    assert_int_equal(p, GDN_PRECISION_FP32);
+    assert_string_equal(gdn_precision_name(GDN_PRECISION_BF16), "bf16");
+    assert_int_equal(gdn_precision_parse("fp16", &p), -1);
+    assert_int_equal(gdn_precision_parse("", &p), -1);
+    /* a build without CUDA has no CUDA backend and no GPUs */
+    if (!gdn_backend_cuda()) assert_int_equal(gdn_backend_gpu_count(), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_forward_backward_capture),
+        cmocka_unit_test(test_ready_callback),
+        cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_precision_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
