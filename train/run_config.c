@@ -27,26 +27,19 @@ typedef struct {
  * tokens) fit an int64 and nothing absurd reaches an allocation. */
 #define BIG 1e12          /* steps and step intervals */
 #define I53 9007199254740992.0
-#define FM(k, t, lo, hi, h) {#k, t, offsetof(gdn_run_config, model.k), 0, h, lo, hi}
+/* Model settings: one per line of model/config_fields.h, in its order. */
+#define F_TYPE_INT F_INT
+#define F_TYPE_BOOL F_BOOL
+#define F_TYPE_DOUBLE F_DOUBLE
+#define F_TYPE_STR F_STRING
+#define FM(k, t, def, lo, hi, file, h)                                                             \
+    {#k, F_TYPE_##t, offsetof(gdn_run_config, model.k), sizeof(((gdn_config *)0)->k), h,          \
+     F_TYPE_##t == F_STRING ? 0 : (lo), F_TYPE_##t == F_STRING ? 0 : (hi)},
 #define FR(k, t, lo, hi, h) {#k, t, offsetof(gdn_run_config, k), 0, h, lo, hi}
-#define FMS(k, h) {#k, F_STRING, offsetof(gdn_run_config, model.k), sizeof(((gdn_config *)0)->k), h, 0, 0}
 #define FS(k, h) {#k, F_STRING, offsetof(gdn_run_config, k), sizeof(((gdn_run_config *)0)->k), h, 0, 0}
 
 static const field fields[] = {
-    FM(vocab_size, F_INT, 2, GDN_MAX_VOCAB, "tokens in the vocabulary (256 for byte-level text)"),
-    FM(d_model, F_INT, 1, GDN_MAX_D_MODEL, "hidden size"),
-    FM(n_layers, F_INT, 1, GDN_MAX_LAYERS, "decoder blocks"),
-    FM(n_heads, F_INT, 1, GDN_MAX_HEADS, "GDN heads"),
-    FM(head_dim, F_INT, 1, GDN_MAX_HEAD_DIM, "key head dimension"),
-    FM(expand_v, F_INT, 1, GDN_MAX_HEAD_V, "value head dimension = expand_v * head_dim"),
-    FM(d_ff, F_INT, 1, GDN_MAX_D_FF, "SwiGLU inner size"),
-    FM(conv_width, F_INT, 1, 8, "short convolution width"),
-    FM(chunk_size, F_INT, 16, 64, "delta-rule chunk size (16, 32, 64)"),
-    FM(tie_embeddings, F_BOOL, 0, 1, "LM head shares the embedding table"),
-    FM(allow_neg_eigval, F_BOOL, 0, 1, "beta = 2*sigmoid instead of sigmoid"),
-    FM(norm_eps, F_DOUBLE, 0, 1, "RMSNorm epsilon"),
-    FMS(mixers, "mixer of each layer: letters G (gated delta rule), D (DeltaNet), M (gated linear "
-                "attention), L (linear attention), repeated to n_layers (e.g. GGGD)"),
+    GDN_CONFIG_FIELDS(FM)
     FS(data, "training text (.txt, .gz) or token shards (.bin, comma list)"),
     FR(val_tokens, F_I64, 0, I53, "tokens held out at the end of the corpus for validation"),
     FS(out, "run directory (required)"),
@@ -106,10 +99,7 @@ static const preset presets[] = {
 
 static void set_defaults(gdn_run_config *rc) {
     memset(rc, 0, sizeof *rc);
-    rc->model = (gdn_config){.vocab_size = 256, .d_model = 128, .n_layers = 2, .n_heads = 2,
-                             .head_dim = 32, .expand_v = 2, .d_ff = 384, .conv_width = 4,
-                             .chunk_size = 64, .tie_embeddings = 0, .allow_neg_eigval = 0,
-                             .norm_eps = 1e-6, .mixers = "G"};
+    gdn_config_defaults(&rc->model);
     snprintf(rc->data, sizeof rc->data, "data/kjv.txt.gz");
     rc->val_tokens = 65536;
     rc->steps = 1000;
@@ -383,9 +373,13 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
         if (io_json_set_path(over, f->key, value, a, err, err_len)) goto done;
     }
     if (apply_json(rc, over, err, err_len) || check_ranges(rc, err, err_len)) goto done;
+    /* every model field as given (settings must name each; "" is no mixer pattern), then the
+     * sizes that follow from them together */
     char merr[512];
-    if (gdn_mixers_check(rc->model.mixers, rc->model.n_layers, merr, sizeof merr) ||
-        gdn_config_validate(&rc->model, merr, sizeof merr)) {
+    int bad = 0;
+    for (int i = 0; i < GDN_CONFIG_N_FIELDS && !bad; i++)
+        bad = gdn_config_check_field(&rc->model, &gdn_config_fields[i], merr, sizeof merr);
+    if (bad || gdn_config_validate(&rc->model, merr, sizeof merr)) {
         snprintf(err, (size_t)err_len, "invalid model: %s", merr);
         goto done;
     }
