@@ -12,7 +12,14 @@
 #include "io/parse_num.h"
 #include "model/params.h"
 
-typedef enum { F_INT, F_I64, F_DOUBLE, F_BOOL, F_STRING } field_type;
+typedef enum { F_INT, F_I64, F_DOUBLE, F_BOOL, F_STRING, F_ENUM } field_type;
+
+/* A setting with a few named values, held as an enum (int-sized) in the struct. */
+typedef struct {
+    int (*parse)(const char *name, int *value); /* 0, or -1 for no such name */
+    const char *(*name)(int value);
+    const char *choices;                        /* for messages: "bf16 or fp32" */
+} enum_names;
 
 typedef struct {
     const char *key;
@@ -21,7 +28,18 @@ typedef struct {
     size_t size; /* strings: buffer size */
     const char *help;
     double lo, hi; /* numbers: the allowed range (inclusive; finer rules are checked later) */
+    const enum_names *names; /* F_ENUM */
 } field;
+
+_Static_assert(sizeof(gdn_precision) == sizeof(int), "enum settings are stored as int");
+static int precision_parse(const char *name, int *value) {
+    gdn_precision p;
+    if (gdn_precision_parse(name, &p)) return -1;
+    *value = (int)p;
+    return 0;
+}
+static const char *precision_name(int value) { return gdn_precision_name((gdn_precision)value); }
+static const enum_names precision_names = {precision_parse, precision_name, "bf16 or fp32"};
 
 /* Ranges: every count is bounded so that products of settings (tokens per step, steps x
  * tokens) fit an int64 and nothing absurd reaches an allocation. */
@@ -34,9 +52,10 @@ typedef struct {
 #define F_TYPE_STR F_STRING
 #define FM(k, t, def, lo, hi, file, h)                                                             \
     {#k, F_TYPE_##t, offsetof(gdn_run_config, model.k), sizeof(((gdn_config *)0)->k), h,          \
-     F_TYPE_##t == F_STRING ? 0 : (lo), F_TYPE_##t == F_STRING ? 0 : (hi)},
-#define FR(k, t, lo, hi, h) {#k, t, offsetof(gdn_run_config, k), 0, h, lo, hi}
-#define FS(k, h) {#k, F_STRING, offsetof(gdn_run_config, k), sizeof(((gdn_run_config *)0)->k), h, 0, 0}
+     F_TYPE_##t == F_STRING ? 0 : (lo), F_TYPE_##t == F_STRING ? 0 : (hi), NULL},
+#define FR(k, t, lo, hi, h) {#k, t, offsetof(gdn_run_config, k), 0, h, lo, hi, NULL}
+#define FS(k, h) {#k, F_STRING, offsetof(gdn_run_config, k), sizeof(((gdn_run_config *)0)->k), h, 0, 0, NULL}
+#define FE(k, names, h) {#k, F_ENUM, offsetof(gdn_run_config, k), sizeof(int), h, 0, 0, names}
 
 static const field fields[] = {
     GDN_CONFIG_FIELDS(FM)
@@ -46,6 +65,9 @@ static const field fields[] = {
     FR(steps, F_I64, 1, BIG, "optimizer steps"),
     FR(seed, F_I64, -I53, I53, "random seed (initialisation and data order)"),
     FS(backend, "auto, cpu or cuda"),
+    FE(precision, &precision_names,
+       "training precision on the GPU: bf16 (bf16 activations and matrix inputs, fp32 master "
+       "weights) or fp32; the CPU computes in fp32 either way"),
     FR(threads, F_INT, 0, 65536, "CPU threads (0 = all cores)"),
     FR(batch_size, F_INT, 1, 1 << 20, "sequences per micro-batch per rank"),
     FR(seq_len, F_INT, 1, 1 << 24, "tokens per sequence"),
@@ -105,6 +127,7 @@ static void set_defaults(gdn_run_config *rc) {
     rc->steps = 1000;
     rc->seed = 1;
     snprintf(rc->backend, sizeof rc->backend, "auto");
+    rc->precision = GDN_PRECISION_BF16;
     rc->batch_size = 8;
     rc->seq_len = 128;
     rc->lr = 1e-3;
@@ -156,6 +179,16 @@ static int apply_json(gdn_run_config *rc, const io_json *obj, char *err, int err
                     return -1;
                 }
                 memcpy(dst, s, strlen(s) + 1);
+            }
+            break;
+        }
+        case F_ENUM: {
+            const char *s = NULL;
+            rcode = io_json_get_string(obj, f->key, &s, err, err_len);
+            if (rcode == 1 && f->names->parse(s, (int *)dst)) {
+                snprintf(err, (size_t)err_len, "setting '%s' must be %s (got '%.80s')", f->key,
+                         f->names->choices, s);
+                return -1;
             }
             break;
         }
@@ -359,7 +392,7 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
         /* Strings are taken literally; numbers and booleans are parsed strictly here (JSON
          * would take " 5" or 1e3 for an integer) and passed on as JSON. */
         char quoted[GDN_PATH_MAX + 8];
-        if (f->type != F_STRING) {
+        if (f->type != F_STRING && f->type != F_ENUM) {
             if (cli_value(f, value, quoted, sizeof quoted, err, err_len)) goto done;
             value = quoted;
         } else {
@@ -440,6 +473,7 @@ void gdn_run_config_to_json(const gdn_run_config *rc, io_jw *w) {
         case F_I64: io_jw_kv_int(w, f->key, (long long)*(const int64_t *)src); break;
         case F_DOUBLE: io_jw_kv_number(w, f->key, *(const double *)src); break;
         case F_STRING: io_jw_kv_string(w, f->key, src); break;
+        case F_ENUM: io_jw_kv_string(w, f->key, f->names->name(*(const int *)src)); break;
         }
     }
     io_jw_end_object(w);
@@ -462,6 +496,7 @@ void gdn_run_config_print(const gdn_run_config *rc, FILE *f) {
         case F_I64: fprintf(f, "%lld\n", (long long)*(const int64_t *)src); break;
         case F_DOUBLE: fprintf(f, "%g\n", *(const double *)src); break;
         case F_STRING: fprintf(f, "%s\n", src[0] ? src : "(none)"); break;
+        case F_ENUM: fprintf(f, "%s\n", fd->names->name(*(const int *)src)); break;
         }
     }
 }
