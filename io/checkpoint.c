@@ -170,19 +170,23 @@ fail:
     return -1;
 }
 
+/* One attribute per field of model/config_fields.h, named after it. */
 static int write_model_config(hid_t file, const gdn_config *m, char *err, size_t errlen) {
     hid_t g = create_group(file, "/model_config", 0, err, errlen);
     if (g < 0) return -1;
-#define WRITE_FIELD(f)                                                                             \
-    if (io_h5_attr_write_i64(g, #f, (int64_t)m->f, err, errlen) < 0) goto fail;
-    CKPT_MODEL_INT_FIELDS(WRITE_FIELD)
-#undef WRITE_FIELD
-    if (io_h5_attr_write_f64(g, "norm_eps", m->norm_eps, err, errlen) < 0) goto fail;
-    if (io_h5_attr_write_str(g, "mixers", gdn_config_mixers(m), err, errlen) < 0) goto fail;
+    for (int i = 0; i < GDN_CONFIG_N_FIELDS; i++) {
+        const gdn_config_field *f = &gdn_config_fields[i];
+        const char *src = (const char *)m + f->offset;
+        int r = f->type == GDN_FIELD_DOUBLE ? io_h5_attr_write_f64(g, f->name, *(const double *)src, err, errlen)
+                : f->type == GDN_FIELD_STR
+                    ? io_h5_attr_write_str(g, f->name, gdn_config_get_str(m, f), err, errlen)
+                    : io_h5_attr_write_i64(g, f->name, (int64_t)*(const int *)src, err, errlen);
+        if (r < 0) {
+            H5Gclose(g);
+            return -1;
+        }
+    }
     return H5Gclose(g) < 0 ? -1 : 0;
-fail:
-    H5Gclose(g);
-    return -1;
 }
 
 static int write_state(hid_t file, const ckpt_contents *c, char *err, size_t errlen) {
@@ -526,25 +530,51 @@ static herr_t read_state_attr(hid_t g, const char *name, const H5A_info_t *ainfo
     return 0;
 }
 
-/* The mixer pattern of /model_config: absent in files written before the mixer family, which are
- * all GDN ("G"); present, it must be a valid pattern for the file's n_layers. */
-static int read_mixers(hid_t g, gdn_config *m, char *sub, size_t sublen) {
-    int there = H5Aexists(g, "mixers");
-    if (there < 0) {
-        snprintf(sub, sublen, "cannot check for attribute mixers");
+/* Field f of /model_config into m. A field the file lacks is an error, unless checkpoints
+ * written before it existed lack it (optional): then it is the default. A string must pass its
+ * field's check (n_layers, read before, decides the mixer pattern's length). */
+static int read_model_field(hid_t g, const gdn_config_field *f, gdn_config *m, char *sub,
+                            size_t sublen) {
+    char *dst = (char *)m + f->offset;
+    if (f->optional) {
+        int there = H5Aexists(g, f->name);
+        if (there < 0) {
+            snprintf(sub, sublen, "cannot check for attribute %s", f->name);
+            return -1;
+        }
+        if (!there) {
+            gdn_config d;
+            gdn_config_defaults(&d);
+            memcpy(dst, (const char *)&d + f->offset, f->size);
+            return 0;
+        }
+    }
+    if (f->type == GDN_FIELD_DOUBLE) return io_h5_attr_read_f64(g, f->name, (double *)dst, sub, sublen);
+    if (f->type == GDN_FIELD_STR) {
+        char *s = NULL, why[400];
+        if (io_h5_attr_read_str(g, f->name, &s, sub, sublen) < 0) return -1;
+        gdn_config one = *m;
+        int rc = 0;
+        if (strlen(s) >= f->size) {
+            snprintf(sub, sublen, "attribute %s is longer than %zu characters", f->name, f->size - 1);
+            rc = -1;
+        } else {
+            memcpy((char *)&one + f->offset, s, strlen(s) + 1);
+            rc = gdn_config_check_field(&one, f, why, sizeof why);
+            if (rc < 0) snprintf(sub, sublen, "attribute %.230s", why);
+            else memcpy(dst, s, strlen(s) + 1);
+        }
+        free(s);
+        return rc;
+    }
+    int64_t iv;
+    if (io_h5_attr_read_i64(g, f->name, &iv, sub, sublen) < 0) return -1;
+    if (iv < INT_MIN || iv > INT_MAX) {
+        snprintf(sub, sublen, "attribute %s is out of range (%lld)", f->name, (long long)iv);
         return -1;
     }
-    if (!there) {
-        snprintf(m->mixers, sizeof m->mixers, "G");
-        return 0;
-    }
-    char *s = NULL, why[400];
-    if (io_h5_attr_read_str(g, "mixers", &s, sub, sublen) < 0) return -1;
-    int rc = gdn_mixers_check(s, m->n_layers, why, sizeof why);
-    if (rc < 0) snprintf(sub, sublen, "attribute %.230s", why);
-    else snprintf(m->mixers, sizeof m->mixers, "%s", s);
-    free(s);
-    return rc;
+    *(int *)dst = (int)iv;
+    return 0;
 }
 
 static int read_info_open(hid_t file, int64_t version, ckpt_info *info, char *reason, size_t rlen) {
@@ -562,19 +592,9 @@ static int read_info_open(hid_t file, int64_t version, ckpt_info *info, char *re
         io_h5_errf(reason, rlen, "group /model_config is missing");
         goto fail;
     }
-    int64_t iv;
-#define READ_FIELD(f)                                                                              \
-    if (io_h5_attr_read_i64(g, #f, &iv, sub, sizeof sub) < 0) goto model_fail;                     \
-    if (iv < INT_MIN || iv > INT_MAX) {                                                            \
-        snprintf(sub, sizeof sub, "attribute %s is out of range (%lld)", #f, (long long)iv);       \
-        goto model_fail;                                                                           \
-    }                                                                                              \
-    info->model.f = (int)iv;
-    CKPT_MODEL_INT_FIELDS(READ_FIELD)
-#undef READ_FIELD
-    if (io_h5_attr_read_f64(g, "norm_eps", &info->model.norm_eps, sub, sizeof sub) < 0)
-        goto model_fail;
-    if (read_mixers(g, &info->model, sub, sizeof sub) < 0) goto model_fail;
+    for (int i = 0; i < GDN_CONFIG_N_FIELDS; i++)
+        if (read_model_field(g, &gdn_config_fields[i], &info->model, sub, sizeof sub) < 0)
+            goto model_fail;
     H5Gclose(g);
 
     if ((g = H5Gopen2(file, "/state", H5P_DEFAULT)) < 0) {
@@ -626,29 +646,6 @@ static int read_info_direct(const char *path, ckpt_info *info, char *err, size_t
 
 /* ---- load -------------------------------------------------------------------------------------
  */
-
-/* Lists every differing field as "name: checkpoint has A, this run has B; ...". */
-static int compare_model(const gdn_config *file, const gdn_config *run, char *out, size_t outlen) {
-    size_t len = 0;
-    int n = 0;
-    out[0] = '\0';
-#define CMP_FIELD(f)                                                                               \
-    if (file->f != run->f && len < outlen) {                                                       \
-        len += (size_t)snprintf(out + len, outlen - len,                                           \
-                                "%s" #f ": checkpoint has %d, this run has %d", n++ ? "; " : "",   \
-                                file->f, run->f);                                                  \
-    }
-    CKPT_MODEL_INT_FIELDS(CMP_FIELD)
-#undef CMP_FIELD
-    if (memcmp(&file->norm_eps, &run->norm_eps, sizeof(double)) != 0 && len < outlen)
-        len += (size_t)snprintf(out + len, outlen - len,
-                                "%snorm_eps: checkpoint has %.17g, this run has %.17g",
-                                n++ ? "; " : "", file->norm_eps, run->norm_eps);
-    char mix[256];
-    if (len < outlen && gdn_config_mixers_diff(file, run, "checkpoint", mix, sizeof mix))
-        snprintf(out + len, outlen - len, "%s%s", n++ ? "; " : "", mix);
-    return n;
-}
 
 /* Reads every table tensor from group `where` into buf and checks shape and crc32. */
 static int load_tensors(hid_t file, const char *where, const gdn_param_table *t, float *buf,
@@ -750,7 +747,7 @@ static int load_direct(const char *path, const gdn_config *expect_model,
     if (st != CKPT_OK) goto close;
     if (expect_model) {
         char diff[1536];
-        if (compare_model(&inf->model, expect_model, diff, sizeof diff) > 0) {
+        if (gdn_config_diff(&inf->model, expect_model, "checkpoint", 0, diff, sizeof diff) > 0) {
             io_h5_errf(reason, sizeof reason,
                        "model configuration differs from this run: %s. Use the checkpoint's model "
                        "settings, or a new run directory for a new model",

@@ -6,7 +6,8 @@
  *                     meta_checksums (str), meta_crc32 (uint32): crc32s over every other
  *                     attribute of /, /model_config and /state and /state/rng, defined in
  *                     io/ckpt_meta.c (version 1 files lack them: read with a warning)
- *   /model_config     attrs: one per gdn_config field (ints as int64, norm_eps as float64)
+ *   /model_config     attrs: one per gdn_config field (model/config_fields.h): ints as int64,
+ *                     doubles (norm_eps) as float64, strings (mixers) as UTF-8 str
  *   /params/<name>    fp32, natural shape, contiguous; attr crc32 (uint32) = zlib crc32 of
  *                     the little-endian fp32 bytes, i.e. zlib.crc32(arr.tobytes()) in Python
  *   /optim/m/<name>, /optim/v/<name>   AdamW moments, same shapes and checksums (optional)
@@ -53,13 +54,14 @@
 #define CKPT_STATE_MAX 64   /* /state values per file */
 #define CKPT_MAX_NDIM 8     /* tensor rank that ckpt_verify reports */
 
-/* Every integer field of gdn_config, stored under /model_config with its own name (norm_eps,
- * the only double, is handled apart). A new gdn_config field must be added here. */
-/* clang-format off */
-#define CKPT_MODEL_INT_FIELDS(X)                                                          \
-    X(vocab_size) X(d_model) X(n_layers) X(n_heads) X(head_dim) X(expand_v) X(d_ff)       \
-    X(conv_width) X(chunk_size) X(tie_embeddings) X(allow_neg_eigval)
-/* clang-format on */
+/* X(name) for every integer (INT and BOOL) field of gdn_config, in the order of
+ * model/config_fields.h, which is where a field is added. */
+#define CKPT_MODEL_INT_FIELDS(X) GDN_CONFIG_FIELDS_WITH(CKPT_INT_FIELD_, X)
+#define CKPT_INT_FIELD_(X, name, type, ...) CKPT_INT_FIELD_##type(X, name)
+#define CKPT_INT_FIELD_INT(X, name) X(name)
+#define CKPT_INT_FIELD_BOOL(X, name) X(name)
+#define CKPT_INT_FIELD_DOUBLE(X, name)
+#define CKPT_INT_FIELD_STR(X, name)
 
 typedef enum {
     CKPT_OK = 0,

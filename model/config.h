@@ -4,26 +4,10 @@
 
 #include <stddef.h>
 
+#include "model/config_fields.h"
+
 /* The longest mixer pattern (letters; a longer one is a per-layer list of a very deep model). */
 #define GDN_MAX_MIXERS 256
-
-typedef struct {
-    int vocab_size;      /* tokens in the vocabulary */
-    int d_model;         /* hidden size D */
-    int n_layers;        /* decoder blocks */
-    int n_heads;         /* GDN heads H */
-    int head_dim;        /* key head dimension K (q and k) */
-    int expand_v;        /* value head dimension V = expand_v * K */
-    int d_ff;            /* SwiGLU inner size F */
-    int conv_width;      /* short convolution width (4) */
-    int chunk_size;      /* delta-rule chunk: 16, 32 or 64 */
-    int tie_embeddings;  /* 1: LM head shares the embedding table */
-    int allow_neg_eigval;/* 1: beta = 2*sigmoid (eigenvalues of the transition may be negative) */
-    double norm_eps;     /* RMSNorm epsilon */
-    /* Mixer of each layer (model/mixer.h): a pattern of kind letters repeated to n_layers, layer
-     * l using mixers[l % strlen(mixers)]. "" (a zero-initialised config) means "G". */
-    char mixers[GDN_MAX_MIXERS + 1];
-} gdn_config;
 
 /* Limits of the model settings: generous for any model this trainer can hold, and small enough
  * that every size derived from them fits its type. Each tensor stays below 2^31 elements because
@@ -38,6 +22,59 @@ typedef struct {
 #define GDN_MAX_D_FF (1 << 20)
 #define GDN_MAX_TENSOR_ELEMS 2147483647ull
 #define GDN_MAX_PARAMS (1ull << 36)
+
+#define GDN_CONFIG_MEMBER_(name, type, def, lo, hi, file, help) \
+    GDN_CONFIG_CTYPE_##type name GDN_CONFIG_DIM_##type(hi);
+
+/* The shape of the model, one member per line of model/config_fields.h (the help column says
+ * what each is). mixers is the mixer of each layer (model/mixer.h): a pattern of kind letters
+ * repeated to n_layers, layer l using mixers[l % strlen(mixers)]; "" means "G". */
+typedef struct {
+    GDN_CONFIG_FIELDS(GDN_CONFIG_MEMBER_)
+} gdn_config;
+
+/* The table of the fields, made from model/config_fields.h: what code that walks every field
+ * reads (offset into gdn_config, default, range). */
+typedef enum { GDN_FIELD_INT, GDN_FIELD_BOOL, GDN_FIELD_DOUBLE, GDN_FIELD_STR } gdn_field_type;
+
+typedef struct {
+    const char *name;
+    gdn_field_type type;
+    size_t offset;       /* in gdn_config */
+    size_t size;         /* bytes of the member (STR: the buffer, terminator included) */
+    double def;          /* default of a number */
+    const char *def_str; /* default of a STR */
+    double lo, hi;       /* range of a number; of a STR, its length */
+    int optional;        /* checkpoints may lack it (file column OLD): then it is the default */
+    const char *help;
+} gdn_config_field;
+
+#define GDN_CONFIG_COUNT_(...) +1
+#define GDN_CONFIG_N_FIELDS (0 GDN_CONFIG_FIELDS(GDN_CONFIG_COUNT_))
+extern const gdn_config_field gdn_config_fields[GDN_CONFIG_N_FIELDS];
+
+/* A new run's model: every field at its default. */
+void gdn_config_defaults(gdn_config *c);
+
+/* The value of number field f of c as a double. */
+double gdn_config_get_number(const gdn_config *c, const gdn_config_field *f);
+/* The value of STR field f of c: its default when it is "". */
+const char *gdn_config_get_str(const gdn_config *c, const gdn_config_field *f);
+/* Field f of c as text: "%d", a double as "%.17g" (exact) or "%g", a STR as it is. */
+void gdn_config_format(const gdn_config *c, const gdn_config_field *f, int exact, char *out,
+                       size_t outlen);
+
+/* Checks one field: its rule (model/config.c), else its range. On error writes a message
+ * naming the field to err and returns -1. A STR that is "" is checked as it is (refused where
+ * the field's rule or range needs letters). */
+int gdn_config_check_field(const gdn_config *c, const gdn_config_field *f, char *err, int err_len);
+
+/* Lists the fields that differ between a (in WHAT: "checkpoint", "config.json") and b (this
+ * run) as "NAME: WHAT has A, this run has B", joined by "; ", at most max_fields of them (0: no
+ * limit), into out. Returns how many fields differ (0: the same model). Numbers compare exactly
+ * (a double bit for bit); mixers layer by layer ("G" and "GG" are the same model). */
+int gdn_config_diff(const gdn_config *a, const gdn_config *b, const char *what, int max_fields,
+                    char *out, size_t outlen);
 
 /* Value head dimension V. */
 static inline int gdn_config_head_v(const gdn_config *c) { return c->head_dim * c->expand_v; }

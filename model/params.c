@@ -2,6 +2,7 @@
 #include "model/params.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,26 @@ static size_t add_tensor(table_builder *b, const char *name, int ndim, size_t d0
     return p->offset;
 }
 
+/* The sizes a block's shapes are written in (GDN_LAYER_TENSORS). */
+enum { DIM_D, DIM_H, DIM_HK, DIM_HV, DIM_V, DIM_F, DIM_W, DIM_ONE, N_DIMS };
+enum { NEEDS_ALL, NEEDS_DECAY, NEEDS_BETA };
+
+typedef struct {
+    const char *name;
+    size_t field; /* offsetof(gdn_layer_offsets, ...) */
+    int ndim, dim[3], no_decay, needs;
+} layer_tensor;
+
+#define LAYER_ROW(f, name, nd, d0, d1, d2, nodecay, need)                                          \
+    {name, offsetof(gdn_layer_offsets, f), nd, {DIM_##d0, DIM_##d1, DIM_##d2}, nodecay, NEEDS_##need},
+static const layer_tensor layer_tensors[] = {GDN_LAYER_TENSORS(LAYER_ROW)};
+#define N_LAYER_TENSORS (sizeof layer_tensors / sizeof layer_tensors[0])
+
+static int mixer_has(const gdn_mixer_info *mx, int needs) {
+    return needs == NEEDS_ALL || (needs == NEEDS_DECAY && mx->has_decay) ||
+           (needs == NEEDS_BETA && mx->has_beta);
+}
+
 static int build(gdn_param_table *t, const gdn_config *c, char *err, int err_len) {
     memset(t, 0, sizeof *t);
     t->cfg = *c;
@@ -80,9 +101,10 @@ static int build(gdn_param_table *t, const gdn_config *c, char *err, int err_len
     }
     const size_t D = (size_t)c->d_model, H = (size_t)c->n_heads, K = (size_t)c->head_dim;
     const size_t V = (size_t)c->head_dim * (size_t)c->expand_v; /* < 2^62: both are ints */
-    const size_t F = (size_t)c->d_ff, W = (size_t)c->conv_width, VOC = (size_t)c->vocab_size;
-    size_t HK, HV; /* H*K, H*V */
-    if (__builtin_mul_overflow(H, K, &HK) || __builtin_mul_overflow(H, V, &HV)) {
+    const size_t VOC = (size_t)c->vocab_size;
+    size_t dims[N_DIMS] = {[DIM_D] = D, [DIM_H] = H, [DIM_V] = V, [DIM_F] = (size_t)c->d_ff,
+                           [DIM_W] = (size_t)c->conv_width, [DIM_ONE] = 1};
+    if (__builtin_mul_overflow(H, K, &dims[DIM_HK]) || __builtin_mul_overflow(H, V, &dims[DIM_HV])) {
         snprintf(err, (size_t)err_len, "n_heads x head_dim x expand_v overflows");
         return -1;
     }
@@ -99,39 +121,17 @@ static int build(gdn_param_table *t, const gdn_config *c, char *err, int err_len
             return -1;
         }
         o->mixer = gdn_config_layer_mixer(c, l);
-        o->a_proj = o->b_proj = o->A_log = o->dt_bias = GDN_NO_TENSOR;
-#define T1(field, suffix, d0, nd)                                          \
-    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);       \
-    o->field = add_tensor(&b, name, 1, d0, 0, 0, nd)
-#define T2(field, suffix, d0, d1)                                          \
-    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);       \
-    o->field = add_tensor(&b, name, 2, d0, d1, 0, 0)
-#define T3(field, suffix, d0)                                              \
-    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);       \
-    o->field = add_tensor(&b, name, 3, d0, 1, W, 0)
-        T1(attn_norm, "attn_norm.weight", D, 1);
-        T2(q_proj, "attn.q_proj.weight", HK, D);
-        T2(k_proj, "attn.k_proj.weight", HK, D);
-        T2(v_proj, "attn.v_proj.weight", HV, D);
-        if (mx->has_decay) { T2(a_proj, "attn.a_proj.weight", H, D); }
-        if (mx->has_beta) { T2(b_proj, "attn.b_proj.weight", H, D); }
-        T2(g_proj, "attn.g_proj.weight", HV, D);
-        T3(q_conv, "attn.q_conv1d.weight", HK);
-        T3(k_conv, "attn.k_conv1d.weight", HK);
-        T3(v_conv, "attn.v_conv1d.weight", HV);
-        if (mx->has_decay) {
-            T1(A_log, "attn.A_log", H, 1);
-            T1(dt_bias, "attn.dt_bias", H, 1);
+        for (size_t i = 0; i < N_LAYER_TENSORS; i++) {
+            const layer_tensor *r = &layer_tensors[i];
+            size_t *off = (size_t *)((char *)o + r->field);
+            if (!mixer_has(mx, r->needs)) {
+                *off = GDN_NO_TENSOR;
+                continue;
+            }
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, r->name);
+            *off = add_tensor(&b, name, r->ndim, dims[r->dim[0]], dims[r->dim[1]], dims[r->dim[2]],
+                              r->no_decay);
         }
-        T1(o_norm, "attn.o_norm.weight", V, 1);
-        T2(o_proj, "attn.o_proj.weight", D, HV);
-        T1(mlp_norm, "mlp_norm.weight", D, 1);
-        T2(gate_proj, "mlp.gate_proj.weight", F, D);
-        T2(up_proj, "mlp.up_proj.weight", F, D);
-        T2(down_proj, "mlp.down_proj.weight", D, F);
-#undef T1
-#undef T2
-#undef T3
     }
     t->final_norm = add_tensor(&b, "model.norm.weight", 1, D, 0, 0, 1);
     t->lm_head = c->tie_embeddings ? t->embed : add_tensor(&b, "lm_head.weight", 2, VOC, D, 0, 0);

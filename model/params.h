@@ -24,22 +24,47 @@ typedef struct {
 /* Offset of a tensor the layer's mixer does not have (see gdn_layer_offsets). */
 #define GDN_NO_TENSOR ((size_t)-1)
 
-/* Offsets of one block's tensors inside the flat buffer. A mixer without decay (model/mixer.h)
- * has no a_proj, A_log, dt_bias; one without beta no b_proj: those are GDN_NO_TENSOR. */
+/* The tensors of one block, in the order of the flat buffer: adding a tensor is one line here.
+ * X(field, name, ndim, d0, d1, d2, no_decay, needs)
+ *   field     its member of gdn_layer_offsets
+ *   name      after "model.layers.L." (Hugging Face / flash-linear-attention names)
+ *   d0..d2    shape (the first ndim count) in the block's sizes: D d_model, H n_heads,
+ *             HK n_heads x head_dim, HV n_heads x V, V the value head dim, F d_ff,
+ *             W conv_width, ONE 1
+ *   no_decay  1: AdamW applies no weight decay (norms, A_log, dt_bias)
+ *   needs     ALL: every mixer has it; DECAY: mixers with a decay (has_decay, model/mixer.h);
+ *             BETA: mixers with a write strength (has_beta). A layer whose mixer lacks it
+ *             has offset GDN_NO_TENSOR and no entry in the table. */
+/* clang-format off */
+#define GDN_LAYER_TENSORS(X)                                                  \
+    X(attn_norm, "attn_norm.weight",     1, D,  ONE, ONE, 1, ALL)             \
+    X(q_proj,    "attn.q_proj.weight",   2, HK, D,   ONE, 0, ALL)             \
+    X(k_proj,    "attn.k_proj.weight",   2, HK, D,   ONE, 0, ALL)             \
+    X(v_proj,    "attn.v_proj.weight",   2, HV, D,   ONE, 0, ALL)             \
+    X(a_proj,    "attn.a_proj.weight",   2, H,  D,   ONE, 0, DECAY)           \
+    X(b_proj,    "attn.b_proj.weight",   2, H,  D,   ONE, 0, BETA)            \
+    X(g_proj,    "attn.g_proj.weight",   2, HV, D,   ONE, 0, ALL)             \
+    X(q_conv,    "attn.q_conv1d.weight", 3, HK, ONE, W,   0, ALL)             \
+    X(k_conv,    "attn.k_conv1d.weight", 3, HK, ONE, W,   0, ALL)             \
+    X(v_conv,    "attn.v_conv1d.weight", 3, HV, ONE, W,   0, ALL)             \
+    X(A_log,     "attn.A_log",           1, H,  ONE, ONE, 1, DECAY)           \
+    X(dt_bias,   "attn.dt_bias",         1, H,  ONE, ONE, 1, DECAY)           \
+    X(o_norm,    "attn.o_norm.weight",   1, V,  ONE, ONE, 1, ALL)             \
+    X(o_proj,    "attn.o_proj.weight",   2, D,  HV,  ONE, 0, ALL)             \
+    X(mlp_norm,  "mlp_norm.weight",      1, D,  ONE, ONE, 1, ALL)             \
+    X(gate_proj, "mlp.gate_proj.weight", 2, F,  D,   ONE, 0, ALL)             \
+    X(up_proj,   "mlp.up_proj.weight",   2, F,  D,   ONE, 0, ALL)             \
+    X(down_proj, "mlp.down_proj.weight", 2, D,  F,   ONE, 0, ALL)
+/* clang-format on */
+
+/* Offset of a tensor the layer's mixer does not have. */
+#define GDN_NO_TENSOR ((size_t)-1)
+
+/* Offsets of one block's tensors inside the flat buffer (GDN_LAYER_TENSORS). */
+#define GDN_LAYER_MEMBER_(field, ...) size_t field;
 typedef struct {
-    int mixer;                    /* gdn_mixer of this layer */
-    size_t attn_norm;             /* [D] */
-    size_t q_proj, k_proj;        /* [H*K, D] */
-    size_t v_proj, g_proj;        /* [H*V, D] */
-    size_t a_proj, b_proj;        /* [H, D] */
-    size_t q_conv, k_conv;        /* [H*K, 1, W] */
-    size_t v_conv;                /* [H*V, 1, W] */
-    size_t A_log, dt_bias;        /* [H] */
-    size_t o_norm;                /* [V] */
-    size_t o_proj;                /* [D, H*V] */
-    size_t mlp_norm;              /* [D] */
-    size_t gate_proj, up_proj;    /* [F, D] */
-    size_t down_proj;             /* [D, F] */
+    int mixer; /* gdn_mixer of this layer */
+    GDN_LAYER_TENSORS(GDN_LAYER_MEMBER_)
 } gdn_layer_offsets;
 
 typedef struct {

@@ -83,6 +83,23 @@ static int print_tensor(const ckpt_tensor_view *t, void *user) {
     return 0;
 }
 
+/* Every field of the model configuration: "NAME": VALUE, ... (json) or  NAME=VALUE ... */
+static void print_model(const gdn_config *m, int json) {
+    for (int i = 0; i < GDN_CONFIG_N_FIELDS; i++) {
+        const gdn_config_field *f = &gdn_config_fields[i];
+        char v[GDN_MAX_MIXERS + 32];
+        if (f->type == GDN_FIELD_STR) snprintf(v, sizeof v, "%s", gdn_config_get_str(m, f));
+        else gdn_config_format(m, f, json, v, sizeof v);
+        if (!json) {
+            printf(" %s=%s", f->name, v);
+            continue;
+        }
+        printf("%s\"%s\": ", i ? ", " : "", f->name);
+        if (f->type == GDN_FIELD_STR) json_str(stdout, v);
+        else printf("%s", v);
+    }
+}
+
 static void print_header(const char *path, const ckpt_info *info, int json) {
     const gdn_config *m = &info->model;
     if (json) {
@@ -92,11 +109,7 @@ static void print_header(const char *path, const ckpt_info *info, int json) {
                "\"tokens_seen\": %lld,\n  \"model\": {",
                CKPT_FORMAT, (long long)info->format_version, (long long)info->step,
                (long long)info->tokens_seen);
-#define JSON_FIELD(f) printf("\"" #f "\": %d, ", m->f);
-        CKPT_MODEL_INT_FIELDS(JSON_FIELD)
-#undef JSON_FIELD
-        printf("\"norm_eps\": %.17g, \"mixers\": ", m->norm_eps);
-        json_str(stdout, gdn_config_mixers(m));
+        print_model(m, 1);
         printf("},\n  \"rng\": [");
         for (int i = 0; i < info->n_rng; i++)
             printf("%s%llu", i ? ", " : "", (unsigned long long)info->rng[i]);
@@ -116,10 +129,8 @@ static void print_header(const char *path, const ckpt_info *info, int json) {
     printf("step            %lld\n", (long long)info->step);
     printf("tokens_seen     %lld\n", (long long)info->tokens_seen);
     printf("model          ");
-#define TEXT_FIELD(f) printf(" " #f "=%d", m->f);
-    CKPT_MODEL_INT_FIELDS(TEXT_FIELD)
-#undef TEXT_FIELD
-    printf(" norm_eps=%g mixers=%s\n", m->norm_eps, gdn_config_mixers(m));
+    print_model(m, 0);
+    printf("\n");
     printf("optimizer       %s\n",
            info->has_optim ? "AdamW moments present" : "none (weights only)");
     printf("state           rng[%d]", info->n_rng);

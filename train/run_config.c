@@ -12,7 +12,14 @@
 #include "io/parse_num.h"
 #include "model/params.h"
 
-typedef enum { F_INT, F_I64, F_DOUBLE, F_BOOL, F_STRING } field_type;
+typedef enum { F_INT, F_I64, F_DOUBLE, F_BOOL, F_STRING, F_ENUM } field_type;
+
+/* A setting with a few named values, held as an enum (int-sized) in the struct. */
+typedef struct {
+    int (*parse)(const char *name, int *value); /* 0, or -1 for no such name */
+    const char *(*name)(int value);
+    const char *choices;                        /* for messages: "bf16 or fp32" */
+} enum_names;
 
 typedef struct {
     const char *key;
@@ -21,38 +28,46 @@ typedef struct {
     size_t size; /* strings: buffer size */
     const char *help;
     double lo, hi; /* numbers: the allowed range (inclusive; finer rules are checked later) */
+    const enum_names *names; /* F_ENUM */
 } field;
+
+_Static_assert(sizeof(gdn_precision) == sizeof(int), "enum settings are stored as int");
+static int precision_parse(const char *name, int *value) {
+    gdn_precision p;
+    if (gdn_precision_parse(name, &p)) return -1;
+    *value = (int)p;
+    return 0;
+}
+static const char *precision_name(int value) { return gdn_precision_name((gdn_precision)value); }
+static const enum_names precision_names = {precision_parse, precision_name, "bf16 or fp32"};
 
 /* Ranges: every count is bounded so that products of settings (tokens per step, steps x
  * tokens) fit an int64 and nothing absurd reaches an allocation. */
 #define BIG 1e12          /* steps and step intervals */
 #define I53 9007199254740992.0
-#define FM(k, t, lo, hi, h) {#k, t, offsetof(gdn_run_config, model.k), 0, h, lo, hi}
-#define FR(k, t, lo, hi, h) {#k, t, offsetof(gdn_run_config, k), 0, h, lo, hi}
-#define FMS(k, h) {#k, F_STRING, offsetof(gdn_run_config, model.k), sizeof(((gdn_config *)0)->k), h, 0, 0}
-#define FS(k, h) {#k, F_STRING, offsetof(gdn_run_config, k), sizeof(((gdn_run_config *)0)->k), h, 0, 0}
+/* Model settings: one per line of model/config_fields.h, in its order. */
+#define F_TYPE_INT F_INT
+#define F_TYPE_BOOL F_BOOL
+#define F_TYPE_DOUBLE F_DOUBLE
+#define F_TYPE_STR F_STRING
+#define FM(k, t, def, lo, hi, file, h)                                                             \
+    {#k, F_TYPE_##t, offsetof(gdn_run_config, model.k), sizeof(((gdn_config *)0)->k), h,          \
+     F_TYPE_##t == F_STRING ? 0 : (lo), F_TYPE_##t == F_STRING ? 0 : (hi), NULL},
+#define FR(k, t, lo, hi, h) {#k, t, offsetof(gdn_run_config, k), 0, h, lo, hi, NULL}
+#define FS(k, h) {#k, F_STRING, offsetof(gdn_run_config, k), sizeof(((gdn_run_config *)0)->k), h, 0, 0, NULL}
+#define FE(k, names, h) {#k, F_ENUM, offsetof(gdn_run_config, k), sizeof(int), h, 0, 0, names}
 
 static const field fields[] = {
-    FM(vocab_size, F_INT, 2, GDN_MAX_VOCAB, "tokens in the vocabulary (256 for byte-level text)"),
-    FM(d_model, F_INT, 1, GDN_MAX_D_MODEL, "hidden size"),
-    FM(n_layers, F_INT, 1, GDN_MAX_LAYERS, "decoder blocks"),
-    FM(n_heads, F_INT, 1, GDN_MAX_HEADS, "GDN heads"),
-    FM(head_dim, F_INT, 1, GDN_MAX_HEAD_DIM, "key head dimension"),
-    FM(expand_v, F_INT, 1, GDN_MAX_HEAD_V, "value head dimension = expand_v * head_dim"),
-    FM(d_ff, F_INT, 1, GDN_MAX_D_FF, "SwiGLU inner size"),
-    FM(conv_width, F_INT, 1, 8, "short convolution width"),
-    FM(chunk_size, F_INT, 16, 64, "delta-rule chunk size (16, 32, 64)"),
-    FM(tie_embeddings, F_BOOL, 0, 1, "LM head shares the embedding table"),
-    FM(allow_neg_eigval, F_BOOL, 0, 1, "beta = 2*sigmoid instead of sigmoid"),
-    FM(norm_eps, F_DOUBLE, 0, 1, "RMSNorm epsilon"),
-    FMS(mixers, "mixer of each layer: letters G (gated delta rule), D (DeltaNet), M (gated linear "
-                "attention), L (linear attention), repeated to n_layers (e.g. GGGD)"),
+    GDN_CONFIG_FIELDS(FM)
     FS(data, "training text (.txt, .gz) or token shards (.bin, comma list)"),
     FR(val_tokens, F_I64, 0, I53, "tokens held out at the end of the corpus for validation"),
     FS(out, "run directory (required)"),
     FR(steps, F_I64, 1, BIG, "optimizer steps"),
     FR(seed, F_I64, -I53, I53, "random seed (initialisation and data order)"),
     FS(backend, "auto, cpu or cuda"),
+    FE(precision, &precision_names,
+       "training precision on the GPU: bf16 (bf16 activations and matrix inputs, fp32 master "
+       "weights) or fp32; the CPU computes in fp32 either way"),
     FR(threads, F_INT, 0, 65536, "CPU threads (0 = all cores)"),
     FR(batch_size, F_INT, 1, 1 << 20, "sequences per micro-batch per rank"),
     FR(seq_len, F_INT, 1, 1 << 24, "tokens per sequence"),
@@ -106,15 +121,13 @@ static const preset presets[] = {
 
 static void set_defaults(gdn_run_config *rc) {
     memset(rc, 0, sizeof *rc);
-    rc->model = (gdn_config){.vocab_size = 256, .d_model = 128, .n_layers = 2, .n_heads = 2,
-                             .head_dim = 32, .expand_v = 2, .d_ff = 384, .conv_width = 4,
-                             .chunk_size = 64, .tie_embeddings = 0, .allow_neg_eigval = 0,
-                             .norm_eps = 1e-6, .mixers = "G"};
+    gdn_config_defaults(&rc->model);
     snprintf(rc->data, sizeof rc->data, "data/kjv.txt.gz");
     rc->val_tokens = 65536;
     rc->steps = 1000;
     rc->seed = 1;
     snprintf(rc->backend, sizeof rc->backend, "auto");
+    rc->precision = GDN_PRECISION_BF16;
     rc->batch_size = 8;
     rc->seq_len = 128;
     rc->lr = 1e-3;
@@ -166,6 +179,16 @@ static int apply_json(gdn_run_config *rc, const io_json *obj, char *err, int err
                     return -1;
                 }
                 memcpy(dst, s, strlen(s) + 1);
+            }
+            break;
+        }
+        case F_ENUM: {
+            const char *s = NULL;
+            rcode = io_json_get_string(obj, f->key, &s, err, err_len);
+            if (rcode == 1 && f->names->parse(s, (int *)dst)) {
+                snprintf(err, (size_t)err_len, "setting '%s' must be %s (got '%.80s')", f->key,
+                         f->names->choices, s);
+                return -1;
             }
             break;
         }
@@ -369,7 +392,7 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
         /* Strings are taken literally; numbers and booleans are parsed strictly here (JSON
          * would take " 5" or 1e3 for an integer) and passed on as JSON. */
         char quoted[GDN_PATH_MAX + 8];
-        if (f->type != F_STRING) {
+        if (f->type != F_STRING && f->type != F_ENUM) {
             if (cli_value(f, value, quoted, sizeof quoted, err, err_len)) goto done;
             value = quoted;
         } else {
@@ -383,9 +406,13 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
         if (io_json_set_path(over, f->key, value, a, err, err_len)) goto done;
     }
     if (apply_json(rc, over, err, err_len) || check_ranges(rc, err, err_len)) goto done;
+    /* every model field as given (settings must name each; "" is no mixer pattern), then the
+     * sizes that follow from them together */
     char merr[512];
-    if (gdn_mixers_check(rc->model.mixers, rc->model.n_layers, merr, sizeof merr) ||
-        gdn_config_validate(&rc->model, merr, sizeof merr)) {
+    int bad = 0;
+    for (int i = 0; i < GDN_CONFIG_N_FIELDS && !bad; i++)
+        bad = gdn_config_check_field(&rc->model, &gdn_config_fields[i], merr, sizeof merr);
+    if (bad || gdn_config_validate(&rc->model, merr, sizeof merr)) {
         snprintf(err, (size_t)err_len, "invalid model: %s", merr);
         goto done;
     }
@@ -446,6 +473,7 @@ void gdn_run_config_to_json(const gdn_run_config *rc, io_jw *w) {
         case F_I64: io_jw_kv_int(w, f->key, (long long)*(const int64_t *)src); break;
         case F_DOUBLE: io_jw_kv_number(w, f->key, *(const double *)src); break;
         case F_STRING: io_jw_kv_string(w, f->key, src); break;
+        case F_ENUM: io_jw_kv_string(w, f->key, f->names->name(*(const int *)src)); break;
         }
     }
     io_jw_end_object(w);
@@ -468,6 +496,7 @@ void gdn_run_config_print(const gdn_run_config *rc, FILE *f) {
         case F_I64: fprintf(f, "%lld\n", (long long)*(const int64_t *)src); break;
         case F_DOUBLE: fprintf(f, "%g\n", *(const double *)src); break;
         case F_STRING: fprintf(f, "%s\n", src[0] ? src : "(none)"); break;
+        case F_ENUM: fprintf(f, "%s\n", fd->names->name(*(const int *)src)); break;
         }
     }
 }

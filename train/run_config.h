@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "io/json.h"
+#include "model/backend.h"
 #include "model/config.h"
 
 #define GDN_PATH_MAX 1024
@@ -22,6 +23,7 @@ typedef struct {
     int64_t steps;             /* optimizer steps */
     int64_t seed;
     char backend[16];          /* auto | cpu | cuda */
+    gdn_precision precision;   /* training on the GPU: bf16 | fp32 (the CPU computes in fp32) */
     int threads;               /* CPU threads; 0 = all cores */
     /* batch */
     int batch_size;            /* sequences per micro-batch (per rank) */

@@ -16,23 +16,9 @@
  * and b (this run), into err: "PATH: d_model: checkpoint has 64, this run has 96". */
 static int model_differs(const gdn_config *a, const gdn_config *b, const char *path, const char *what,
                          char *err, size_t errlen) {
-#define CMP(f)                                                                                    \
-    if (a->f != b->f) {                                                                           \
-        snprintf(err, errlen, "%s: %s: %s has %d, this run has %d", path, #f, what, a->f, b->f);  \
-        return 1;                                                                                 \
-    }
-    CKPT_MODEL_INT_FIELDS(CMP)
-#undef CMP
-    if (a->norm_eps != b->norm_eps) {
-        snprintf(err, errlen, "%s: norm_eps: %s has %g, this run has %g", path, what, a->norm_eps, b->norm_eps);
-        return 1;
-    }
-    char mix[256];
-    if (gdn_config_mixers_diff(a, b, what, mix, sizeof mix)) {
-        snprintf(err, errlen, "%s: %s", path, mix);
-        return 1;
-    }
-    return 0;
+    size_t n = (size_t)snprintf(err, errlen, "%s: ", path);
+    return gdn_config_diff(a, b, what, 1, err + (n < errlen ? n : errlen - 1),
+                           errlen - (n < errlen ? n : errlen - 1)) > 0;
 }
 
 /* The whole of a small text file, malloced; NULL with errno when it cannot be read. */
