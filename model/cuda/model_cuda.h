@@ -12,7 +12,8 @@
  * stream, norm statistics, gates, delta-rule states, parameters, gradients and moments in fp32.
  *
  * Every op here reduces in a fixed order (no float atomics), so a step is bitwise repeatable
- * whenever the delta-rule kernels are. Every CUDA / cuBLAS failure prints file:line and exits with status 1. No carried state across
+ * whenever the delta-rule kernels are. Every CUDA / cuBLAS failure is fatal through gdn_die_at
+ * (model/check.h: file:line, then exit status 1 or the installed handler). No carried state across
  * sequence boundaries (each sequence starts from a zero state and zero convolution history). */
 #ifndef GDN_MODEL_CUDA_H
 #define GDN_MODEL_CUDA_H
