@@ -1,6 +1,7 @@
-/* Sequence parallelism for the CPU model (docs/design.md section 5): the hooks of gdn_cpu_seq_hooks_f32
- * implemented over a gdn_comm sequence-parallel group. Rank sp_rank holds the contiguous
- * segment [sp_rank * T_seg, (sp_rank + 1) * T_seg) of every sequence of the batch.
+/* Sequence parallelism for the CPU model (docs/design.md section 5): the hooks of gdn_seq_hooks
+ * (model/seq_hooks.h) for the fp32 CPU model, over a gdn_comm sequence-parallel group. Rank
+ * sp_rank holds the contiguous segment [sp_rank * T_seg, (sp_rank + 1) * T_seg) of every
+ * sequence of the batch.
  *
  * Per GDN layer the convolution halo (the last W-1 pre-convolution rows of q, k, v) always
  * goes from each rank to the next (and its gradient back). The delta-rule state crosses the

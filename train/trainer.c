@@ -677,7 +677,7 @@ static int open_run(trainer *t, int use_gpu, int argc, char **argv) {
         if (c->sp > 1) { /* the model runs this rank's segment; T_seg >= conv_width - 1 (run_config) */
             t->gpu_seqpar = gdn_seqpar_cuda_create(t->gpu_comm, &rc->model, rc->batch_size, t->T_seg, GDN_CUDA_BF16,
                                                    gdn_cuda_model_stream(t->gpu));
-            gdn_cuda_seq_hooks hooks = gdn_seqpar_cuda_hooks(t->gpu_seqpar);
+            gdn_seq_hooks hooks = gdn_seqpar_cuda_hooks(t->gpu_seqpar);
             gdn_cuda_model_set_seq_hooks(t->gpu, &hooks);
         }
 #endif

@@ -36,7 +36,7 @@ static void delta_backward(gdn_cuda_model *m, const layer_acts *L, int l) {
         dg = m->pdg;
         dbeta = m->pdbeta;
     }
-    void *dS_out_ready = m->seq ? m->hooks.bwd_state_out(m->hooks.user, l, m->dS_out, m->n_state) : NULL;
+    void *dS_out_ready = m->seq ? m->hooks.bwd_state_out(m->hooks.user, l, NULL, m->dS_out, m->n_state) : NULL;
     PF(PR_DELTA, gdn_cuda_delta_bwd_late(&d->shape, m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL,
                                          d_o, m->seq ? m->dS_out : NULL, dS_out_ready, dq, dk, dv, dg, dbeta,
                                          m->seq ? L->dS_in : NULL, m->delta_ws, m->stream));

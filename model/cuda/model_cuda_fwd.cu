@@ -33,7 +33,7 @@ static void delta_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
         g = L->pg;
         beta = L->pbeta;
     }
-    void *S_in_ready = m->seq ? m->hooks.fwd_state_in(m->hooks.user, l, L->S_in, m->n_state) : NULL;
+    void *S_in_ready = m->seq ? m->hooks.fwd_state_in(m->hooks.user, l, NULL, L->S_in, m->n_state) : NULL;
     PF(PR_DELTA, gdn_cuda_delta_fwd_late(&d->shape, m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL,
                                          S_in_ready, o, m->seq ? L->S_out : NULL, m->delta_ws, m->stream));
     if (m->seq) m->hooks.fwd_state_out(m->hooks.user, l, L->S_out, m->n_state);

@@ -135,7 +135,7 @@ struct gdn_cuda_model {
     int *perm_h, *seg_start_h, *seg_token_h;
     int n_seg;
     int has_grad, has_logits;
-    gdn_cuda_seq_hooks hooks;
+    gdn_seq_hooks hooks;
     int seq;                 /* hooks set: this model runs one segment of longer sequences */
     char *sbuf;              /* allocation 3 (first set_seq_hooks): the boundary buffers of L */
     float *dS_out;           /* [n_state] received gradient of the leaving state */

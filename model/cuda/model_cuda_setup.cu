@@ -352,7 +352,7 @@ static void seq_alloc(gdn_cuda_model *m) {
     }
 }
 
-extern "C" void gdn_cuda_model_set_seq_hooks(gdn_cuda_model *m, const gdn_cuda_seq_hooks *hooks) {
+extern "C" void gdn_cuda_model_set_seq_hooks(gdn_cuda_model *m, const gdn_seq_hooks *hooks) {
     if (!hooks) {
         m->seq = 0;
         return;
