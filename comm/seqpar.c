@@ -118,14 +118,32 @@ static void halo_unpack(const gdn_seqpar *s, float *const dst[3], const float *s
     }
 }
 
+/* The model's halo and state sizes are the ones this object was made for. */
+static void check_halo_sizes(const gdn_seqpar *s, const size_t n[3]) {
+    for (int i = 0; i < 3; i++)
+        if (n[i] != (size_t)s->B * s->Wm1 * (i < 2 ? s->HK : s->HV))
+            GDN_DIE("sequence parallelism: the model's halo %d has %zu elements, the hooks were made for %zu "
+                    "(batch %d, conv_width %d): attach to a model of the same shape", i, n[i],
+                    (size_t)s->B * s->Wm1 * (i < 2 ? s->HK : s->HV), s->B, s->Wm1 + 1);
+}
+
+static void check_state_size(const gdn_seqpar *s, size_t n) {
+    if (n != s->n_state)
+        GDN_DIE("sequence parallelism: the model's state has %zu elements, the hooks were made for %zu "
+                "(batch %d): attach to a model of the same shape", n, s->n_state, s->B);
+}
+
 /* Sends started in the previous pass must be complete before their buffers are reused. */
 static void pass_begins(gdn_seqpar *s) { gdn_wait_sends(s->c); }
 
 static int tag(int layer, int kind) { return layer * TAG_KINDS + kind; }
 
-static void hook_fwd_halo(void *user, int l, float *const halo[3], const float *const tail[3]) {
+static void hook_fwd_halo(void *user, int l, void *const halo_v[3], const void *const tail_v[3], const size_t n[3]) {
     gdn_seqpar *s = user;
     gdn_comm *c = s->c;
+    check_halo_sizes(s, n);
+    float *const halo[3] = {halo_v[0], halo_v[1], halo_v[2]};
+    const float *const tail[3] = {tail_v[0], tail_v[1], tail_v[2]};
     if (l == 0) pass_begins(s);
     if (c->sp_rank + 1 < c->sp) {
         float *buf = s->send_halo + (size_t)l * s->n_halo;
@@ -151,16 +169,19 @@ static void map_apply(const gdn_seqpar *s, const float *M, const float *x, int t
                     y + (size_t)bh * K * V, V);
 }
 
-static void hook_fwd_state_in(void *user, int l, const gdn_cpu_delta_args_f32 *d, float *S_in) {
+static void *hook_fwd_state_in(void *user, int l, const void *delta, void *S_in_v, size_t n_state) {
     gdn_seqpar *s = user;
     gdn_comm *c = s->c;
+    const gdn_cpu_delta_args_f32 *d = delta;
+    float *S_in = S_in_v;
+    check_state_size(s, n_state);
     if (s->mode == GDN_SP_PASS) {
         if (c->sp_rank > 0)
             gdn_recv(c, GDN_SP, c->sp_rank - 1, S_in, s->n_state, GDN_F32, tag(l, TAG_STATE),
                      "delta-rule state");
         else
             memset(S_in, 0, s->n_state * sizeof(float));
-        return;
+        return NULL;
     }
     /* This rank's map [M | H], gathered in rank order; S_in = fold of the maps before it. */
     const size_t per = s->n_map + s->n_state;
@@ -173,20 +194,25 @@ static void hook_fwd_state_in(void *user, int l, const gdn_cpu_delta_args_f32 *d
         map_apply(s, M, S_in, 0, s->tmp);
         for (size_t i = 0; i < s->n_state; i++) S_in[i] = s->tmp[i] + Hj[i];
     }
+    return NULL;
 }
 
-static void hook_fwd_state_out(void *user, int l, const float *S_out) {
+static void hook_fwd_state_out(void *user, int l, const void *S_out, size_t n_state) {
     gdn_seqpar *s = user;
     gdn_comm *c = s->c;
+    check_state_size(s, n_state);
     if (s->mode != GDN_SP_PASS || c->sp_rank + 1 == c->sp) return;
     float *buf = s->send_state + (size_t)l * s->n_state;
     memcpy(buf, S_out, s->n_state * sizeof(float));
     gdn_send(c, GDN_SP, c->sp_rank + 1, buf, s->n_state, GDN_F32, tag(l, TAG_STATE), "delta-rule state");
 }
 
-static void hook_bwd_state_out(void *user, int l, const gdn_cpu_delta_args_f32 *d, float *dS_out) {
+static void *hook_bwd_state_out(void *user, int l, const void *delta, void *dS_out_v, size_t n_state) {
     gdn_seqpar *s = user;
     gdn_comm *c = s->c;
+    const gdn_cpu_delta_args_f32 *d = delta;
+    float *dS_out = dS_out_v;
+    check_state_size(s, n_state);
     if (l == s->L - 1) pass_begins(s);
     if (s->mode == GDN_SP_PASS) {
         if (c->sp_rank + 1 < c->sp)
@@ -194,7 +220,7 @@ static void hook_bwd_state_out(void *user, int l, const gdn_cpu_delta_args_f32 *
                      "delta-rule state gradient");
         else
             memset(dS_out, 0, s->n_state * sizeof(float));
-        return;
+        return NULL;
     }
     /* dS_out = fold, from the last rank down to the next one, of dS <- M_j^T dS + E_j. */
     const size_t per = s->n_map + s->n_state;
@@ -207,11 +233,13 @@ static void hook_bwd_state_out(void *user, int l, const gdn_cpu_delta_args_f32 *
         map_apply(s, maps + (size_t)j * per, dS_out, 1, s->tmp);
         for (size_t i = 0; i < s->n_state; i++) dS_out[i] = s->tmp[i] + Ej[i];
     }
+    return NULL;
 }
 
-static void hook_bwd_state_in(void *user, int l, const float *dS_in) {
+static void hook_bwd_state_in(void *user, int l, const void *dS_in, size_t n_state) {
     gdn_seqpar *s = user;
     gdn_comm *c = s->c;
+    check_state_size(s, n_state);
     if (s->mode != GDN_SP_PASS || c->sp_rank == 0) return;
     float *buf = s->send_dstate + (size_t)l * s->n_state;
     memcpy(buf, dS_in, s->n_state * sizeof(float));
@@ -219,9 +247,12 @@ static void hook_bwd_state_in(void *user, int l, const float *dS_in) {
              "delta-rule state gradient");
 }
 
-static void hook_bwd_halo(void *user, int l, float *const dtail[3], const float *const dhalo[3]) {
+static void hook_bwd_halo(void *user, int l, void *const dtail_v[3], const void *const dhalo_v[3], const size_t n[3]) {
     gdn_seqpar *s = user;
     gdn_comm *c = s->c;
+    check_halo_sizes(s, n);
+    float *const dtail[3] = {dtail_v[0], dtail_v[1], dtail_v[2]};
+    const float *const dhalo[3] = {dhalo_v[0], dhalo_v[1], dhalo_v[2]};
     if (c->sp_rank > 0) {
         float *buf = s->send_dhalo + (size_t)l * s->n_halo;
         halo_pack(s, buf, dhalo);
@@ -237,8 +268,8 @@ static void hook_bwd_halo(void *user, int l, float *const dtail[3], const float 
     }
 }
 
-void gdn_seqpar_attach(gdn_seqpar *s, gdn_cpu_acts_f32 *a) {
-    gdn_cpu_seq_hooks_f32 h = {s, hook_fwd_halo, hook_fwd_state_in, hook_fwd_state_out,
-                               hook_bwd_state_out, hook_bwd_state_in, hook_bwd_halo};
-    gdn_cpu_acts_set_seq_hooks_f32(a, &h);
+gdn_seq_hooks gdn_seqpar_hooks(gdn_seqpar *s) {
+    const gdn_seq_hooks h = {s, hook_fwd_halo, hook_fwd_state_in, hook_fwd_state_out,
+                             hook_bwd_state_out, hook_bwd_state_in, hook_bwd_halo};
+    return h;
 }

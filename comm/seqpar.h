@@ -1,6 +1,7 @@
-/* Sequence parallelism for the CPU model (docs/design.md section 5): the hooks of gdn_cpu_seq_hooks_f32
- * implemented over a gdn_comm sequence-parallel group. Rank sp_rank holds the contiguous
- * segment [sp_rank * T_seg, (sp_rank + 1) * T_seg) of every sequence of the batch.
+/* Sequence parallelism for the CPU model (docs/design.md section 5): the hooks of gdn_seq_hooks
+ * (model/seq_hooks.h) for the fp32 CPU model, over a gdn_comm sequence-parallel group. Rank
+ * sp_rank holds the contiguous segment [sp_rank * T_seg, (sp_rank + 1) * T_seg) of every
+ * sequence of the batch.
  *
  * Per GDN layer the convolution halo (the last W-1 pre-convolution rows of q, k, v) always
  * goes from each rank to the next (and its gradient back). The delta-rule state crosses the
@@ -36,9 +37,10 @@ typedef struct gdn_seqpar gdn_seqpar;
 gdn_seqpar *gdn_seqpar_create(gdn_comm *c, const gdn_config *cfg, int B, int T_seg, gdn_sp_exchange mode);
 /* Completes pending sends and frees. */
 void gdn_seqpar_free(gdn_seqpar *s);
-/* Makes every later forward/backward on a (made for B x T_seg) one segment of the group's
- * sequences. s must outlive that use. */
-void gdn_seqpar_attach(gdn_seqpar *s, gdn_cpu_acts_f32 *a);
+/* The hooks (user = s) that make every later forward/backward of a CPU model made for B x T_seg
+ * one segment of the group's sequences (gdn_cpu_acts_set_seq_hooks_f32, or the backend's
+ * set_seq_hooks). s must outlive their use. */
+gdn_seq_hooks gdn_seqpar_hooks(gdn_seqpar *s);
 
 /* Payload bytes one rank sends per forward + backward pass of a micro-batch, from the shapes:
  * the most any rank of the group sends (a middle rank when sp > 2), all-gather contributions

@@ -192,14 +192,15 @@ static void hook_fwd_halo(void *user, int l, void *const halo[3], const void *co
     halo_transfer(s, SEND_HALO, l, out, s->next, halo, s->prev, kind_name[SEND_HALO]);
 }
 
-static void *hook_fwd_state_in(void *user, int l, float *S_in, size_t n_state) {
+static void *hook_fwd_state_in(void *user, int l, const void *delta, void *S_in, size_t n_state) {
     gdn_seqpar_cuda *s = user;
     (void)l;
+    (void)delta; /* the pass exchange needs only the state */
     check_state_size(s, n_state);
     return state_recv(s, S_in, s->prev, s->state_in, kind_name[SEND_STATE]);
 }
 
-static void hook_fwd_state_out(void *user, int l, const float *S_out, size_t n_state) {
+static void hook_fwd_state_out(void *user, int l, const void *S_out, size_t n_state) {
     gdn_seqpar_cuda *s = user;
     check_state_size(s, n_state);
     if (s->next >= 0) state_send(s, SEND_STATE, l, S_out, s->next);
@@ -208,14 +209,15 @@ static void hook_fwd_state_out(void *user, int l, const float *S_out, size_t n_s
     if (l == s->L - 1) gdn_nccl_sync(s->c, "the forward pass's sequence-parallel transfers");
 }
 
-static void *hook_bwd_state_out(void *user, int l, float *dS_out, size_t n_state) {
+static void *hook_bwd_state_out(void *user, int l, const void *delta, void *dS_out, size_t n_state) {
     gdn_seqpar_cuda *s = user;
     (void)l;
+    (void)delta;
     check_state_size(s, n_state);
     return state_recv(s, dS_out, s->next, s->dstate_out, kind_name[SEND_DSTATE]);
 }
 
-static void hook_bwd_state_in(void *user, int l, const float *dS_in, size_t n_state) {
+static void hook_bwd_state_in(void *user, int l, const void *dS_in, size_t n_state) {
     gdn_seqpar_cuda *s = user;
     check_state_size(s, n_state);
     if (s->prev >= 0) state_send(s, SEND_DSTATE, l, dS_in, s->prev);
@@ -229,13 +231,13 @@ static void hook_bwd_halo(void *user, int l, void *const dtail[3], const void *c
     halo_transfer(s, SEND_DHALO, l, out, s->prev, dtail, s->next, kind_name[SEND_DHALO]);
 }
 
-gdn_cuda_seq_hooks gdn_seqpar_cuda_hooks(gdn_seqpar_cuda *s) {
-    gdn_cuda_seq_hooks h = {.user = s,
-                            .fwd_halo = hook_fwd_halo,
-                            .fwd_state_in = hook_fwd_state_in,
-                            .fwd_state_out = hook_fwd_state_out,
-                            .bwd_state_out = hook_bwd_state_out,
-                            .bwd_state_in = hook_bwd_state_in,
-                            .bwd_halo = hook_bwd_halo};
+gdn_seq_hooks gdn_seqpar_cuda_hooks(gdn_seqpar_cuda *s) {
+    gdn_seq_hooks h = {.user = s,
+                       .fwd_halo = hook_fwd_halo,
+                       .fwd_state_in = hook_fwd_state_in,
+                       .fwd_state_out = hook_fwd_state_out,
+                       .bwd_state_out = hook_bwd_state_out,
+                       .bwd_state_in = hook_bwd_state_in,
+                       .bwd_halo = hook_bwd_halo};
     return h;
 }

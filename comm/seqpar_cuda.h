@@ -1,5 +1,5 @@
 /* Sequence parallelism for the CUDA model (docs/design.md section 5.4, the "pass" exchange of comm/seqpar.h):
- * the hooks of gdn_cuda_seq_hooks (model/cuda/model_cuda.h) over the NCCL grid's
+ * the hooks of gdn_seq_hooks (model/seq_hooks.h) for the CUDA model over the NCCL grid's
  * sequence-parallel group. Rank sp_rank runs tokens [sp_rank * T_seg, (sp_rank + 1) * T_seg) of
  * every sequence of the batch. Per GDN layer, forward: the convolution halo (the last W-1
  * pre-convolution rows of q, k, v; act-typed, bf16 in BF16 mode) and the delta-rule state leaving
@@ -44,7 +44,7 @@ gdn_seqpar_cuda *gdn_seqpar_cuda_create(gdn_comm *nccl, const gdn_config *cfg, i
 /* Waits for pending transfers (with the deadline) and frees; NULL is a no-op. */
 void gdn_seqpar_cuda_free(gdn_seqpar_cuda *s);
 /* The hooks for gdn_cuda_model_set_seq_hooks (user = s; s must outlive their use). */
-gdn_cuda_seq_hooks gdn_seqpar_cuda_hooks(gdn_seqpar_cuda *s);
+gdn_seq_hooks gdn_seqpar_cuda_hooks(gdn_seqpar_cuda *s);
 
 /* Payload bytes one rank sends per forward + backward pass of a micro-batch (forward only when
  * with_backward is 0), from the shapes: the most any rank of the group sends (a middle rank when

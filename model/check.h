@@ -4,7 +4,12 @@
 
 #include <stddef.h>
 
-/* Print "gdn: error at FILE:LINE: message" to stderr and exit(1). */
+#ifdef __cplusplus /* the CUDA sources (model/cuda/cuda_check.h) report through the same path */
+extern "C" {
+#endif
+
+/* Print "gdn: error (FILE:LINE): message" to stderr and exit(1), or hand "error (FILE:LINE):
+ * message" to the handler set by gdn_set_die_handler. */
 void gdn_die_at(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
 /* Replaces print-and-exit for fatal errors, e.g. to stop every rank of an MPI job. The handler
@@ -13,6 +18,10 @@ typedef void (*gdn_die_handler)(const char *message);
 void gdn_set_die_handler(gdn_die_handler handler);
 void *gdn_malloc_at(size_t bytes, const char *file, int line);
 void *gdn_calloc_at(size_t count, size_t size, const char *file, int line);
+
+#ifdef __cplusplus
+}
+#endif
 
 #define GDN_DIE(...) gdn_die_at(__FILE__, __LINE__, __VA_ARGS__)
 #define GDN_ASSERT(cond)                                                                  \

@@ -64,22 +64,28 @@ static void map_apply(const exchange *x, const double *M, const double *in, int 
     free(t);
 }
 
-static void fwd_halo(void *user, int l, double *const halo[3], const double *const tail[3]) {
+/* The hooks (model/seq_hooks.h) see double buffers here (the fp64 model) and check the sizes the
+ * model passes. */
+static void fwd_halo(void *user, int l, void *const halo[3], const void *const tail[3], const size_t n_halo[3]) {
     seg_user *u = user;
     exchange *x = u->x;
     for (int i = 0; i < 3; i++) {
+        assert_int_equal(n_halo[i], halo_n(x, i));
         copy_or_zero(halo[i], x->halo[u->seg][l][i], halo_n(x, i));
         x->halo[u->seg + 1][l][i] = malloc(halo_n(x, i) * sizeof(double));
         memcpy(x->halo[u->seg + 1][l][i], tail[i], halo_n(x, i) * sizeof(double));
     }
 }
 
-static void fwd_state_in(void *user, int l, const gdn_cpu_delta_args_f64 *d, double *S_in) {
+static void *fwd_state_in(void *user, int l, const void *delta, void *S_in_v, size_t n_state) {
     seg_user *u = user;
     exchange *x = u->x;
+    const gdn_cpu_delta_args_f64 *d = delta;
+    double *S_in = S_in_v;
+    assert_int_equal(n_state, x->n_state);
     if (x->mode == PASS_STATE) {
         copy_or_zero(S_in, x->S[u->seg][l], x->n_state);
-        return;
+        return NULL;
     }
     /* this segment's map, for the later segments; its own state folds the earlier maps */
     x->M[u->seg][l] = malloc(x->n_map * sizeof(double));
@@ -94,22 +100,27 @@ static void fwd_state_in(void *user, int l, const gdn_cpu_delta_args_f64 *d, dou
     memcpy(S_in, S, x->n_state * sizeof *S);
     free(S);
     free(next);
+    return NULL;
 }
 
-static void fwd_state_out(void *user, int l, const double *S_out) {
+static void fwd_state_out(void *user, int l, const void *S_out, size_t n_state) {
     seg_user *u = user;
     exchange *x = u->x;
+    assert_int_equal(n_state, x->n_state);
     if (x->mode != PASS_STATE) return;
     x->S[u->seg + 1][l] = malloc(x->n_state * sizeof(double));
     memcpy(x->S[u->seg + 1][l], S_out, x->n_state * sizeof(double));
 }
 
-static void bwd_state_out(void *user, int l, const gdn_cpu_delta_args_f64 *d, double *dS_out) {
+static void *bwd_state_out(void *user, int l, const void *delta, void *dS_out_v, size_t n_state) {
     seg_user *u = user;
     exchange *x = u->x;
+    const gdn_cpu_delta_args_f64 *d = delta;
+    double *dS_out = dS_out_v;
+    assert_int_equal(n_state, x->n_state);
     if (x->mode == PASS_STATE) {
         copy_or_zero(dS_out, x->dS[u->seg + 1][l], x->n_state);
-        return;
+        return NULL;
     }
     x->E[u->seg][l] = malloc(x->n_state * sizeof(double));
     gdn_delta_transition_adjoint_f64(d->shape, d->q, d->k, d->g, d->beta, d->scale, d->d_o,
@@ -123,20 +134,23 @@ static void bwd_state_out(void *user, int l, const gdn_cpu_delta_args_f64 *d, do
     memcpy(dS_out, g, x->n_state * sizeof *g);
     free(g);
     free(next);
+    return NULL;
 }
 
-static void bwd_state_in(void *user, int l, const double *dS_in) {
+static void bwd_state_in(void *user, int l, const void *dS_in, size_t n_state) {
     seg_user *u = user;
     exchange *x = u->x;
+    assert_int_equal(n_state, x->n_state);
     if (x->mode != PASS_STATE) return;
     x->dS[u->seg][l] = malloc(x->n_state * sizeof(double));
     memcpy(x->dS[u->seg][l], dS_in, x->n_state * sizeof(double));
 }
 
-static void bwd_halo(void *user, int l, double *const dtail[3], const double *const dhalo[3]) {
+static void bwd_halo(void *user, int l, void *const dtail[3], const void *const dhalo[3], const size_t n_halo[3]) {
     seg_user *u = user;
     exchange *x = u->x;
     for (int i = 0; i < 3; i++) {
+        assert_int_equal(n_halo[i], halo_n(x, i));
         copy_or_zero(dtail[i], x->dhalo[u->seg + 1][l][i], halo_n(x, i));
         x->dhalo[u->seg][l][i] = malloc(halo_n(x, i) * sizeof(double));
         memcpy(x->dhalo[u->seg][l][i], dhalo[i], halo_n(x, i) * sizeof(double));
@@ -231,8 +245,8 @@ static double run_segments_of(const char *mixers, int mode, const int *len, int 
             memcpy(tgt + b * Ts, targets + b * T + t0, (size_t)Ts * sizeof(int));
         }
         users[s] = (seg_user){&x, s};
-        gdn_cpu_seq_hooks_f64 h = {&users[s], fwd_halo, fwd_state_in, fwd_state_out,
-                                   bwd_state_out, bwd_state_in, bwd_halo};
+        const gdn_seq_hooks h = {&users[s], fwd_halo, fwd_state_in, fwd_state_out,
+                                 bwd_state_out, bwd_state_in, bwd_halo};
         acts[s] = gdn_cpu_acts_create_f64(&t, B, Ts);
         gdn_cpu_acts_set_seq_hooks_f64(acts[s], &h);
         int n = 0;

@@ -14,7 +14,7 @@
 
 typedef R(gdn_cpu_acts) acts_t;
 typedef R(gdn_cpu_carry) carry_t;
-typedef R(gdn_cpu_seq_hooks) hooks_t;
+typedef gdn_seq_hooks hooks_t;
 typedef R(gdn_cpu_delta_args) delta_args_t;
 
 /* Activations saved by one block (N = B*T rows). */
@@ -230,9 +230,10 @@ static void block_forward(acts_t *a, const gdn_param_table *t, const real *P, in
         tail_rows(s->tail[0], L->qp, B, T, HK, W - 1, 0);
         tail_rows(s->tail[1], L->kp, B, T, HK, W - 1, 0);
         tail_rows(s->tail[2], L->vp, B, T, HV, W - 1, 0);
-        real *const halo[3] = {L->halo_q, L->halo_k, L->halo_v};
-        const real *const tail[3] = {s->tail[0], s->tail[1], s->tail[2]};
-        a->hooks.fwd_halo(a->hooks.user, l, halo, tail);
+        void *const halo[3] = {L->halo_q, L->halo_k, L->halo_v};
+        const void *const tail[3] = {s->tail[0], s->tail[1], s->tail[2]};
+        const size_t n_halo[3] = {hk_n, hk_n, hv_n};
+        a->hooks.fwd_halo(a->hooks.user, l, halo, tail, n_halo);
     } else {
         halo_load(L->halo_q, cin && cin->halo_q ? cin->halo_q + l * hk_n : NULL, hk_n);
         halo_load(L->halo_k, cin && cin->halo_k ? cin->halo_k + l * hk_n : NULL, hk_n);
@@ -260,9 +261,11 @@ static void block_forward(acts_t *a, const gdn_param_table *t, const real *P, in
     const real scale = (real)(1.0 / sqrt((double)K));
     if (a->seq_parallel) {
         delta_args_t d = {&shape, L->q, L->k, L->v, g, beta, scale, NULL};
-        a->hooks.fwd_state_in(a->hooks.user, l, &d, L->S0);
+        if (a->hooks.fwd_state_in(a->hooks.user, l, &d, L->S0, state_n))
+            GDN_DIE("sequence parallelism: the CPU model's fwd_state_in hook returned a ready event; "
+                    "CPU hooks fill the state before they return (model/seq_hooks.h)");
         R(gdn_delta_fwd)(&shape, L->q, L->k, L->v, g, beta, scale, L->S0, L->o, s->S_out);
-        a->hooks.fwd_state_out(a->hooks.user, l, s->S_out);
+        a->hooks.fwd_state_out(a->hooks.user, l, s->S_out, state_n);
     } else {
         halo_load(L->S0, cin && cin->S ? cin->S + l * state_n : NULL, state_n);
         R(gdn_delta_fwd)(&shape, L->q, L->k, L->v, g, beta, scale, L->S0, L->o,
@@ -338,14 +341,18 @@ static void block_backward(acts_t *a, const gdn_param_table *t, const real *P, r
     gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size, 0, off->mixer};
     const real scale = (real)(1.0 / sqrt((double)K));
     const int sp = a->seq_parallel;
+    const size_t state_n = (size_t)B * H * K * V, hk_n = (size_t)B * (W - 1) * HK,
+                 hv_n = (size_t)B * (W - 1) * HV;
     if (sp) {
         delta_args_t d = {&shape, L->q, L->k, L->v, g, beta, scale, s->d_o};
-        a->hooks.bwd_state_out(a->hooks.user, l, &d, s->dS_out);
+        if (a->hooks.bwd_state_out(a->hooks.user, l, &d, s->dS_out, state_n))
+            GDN_DIE("sequence parallelism: the CPU model's bwd_state_out hook returned a ready event; "
+                    "CPU hooks fill the state before they return (model/seq_hooks.h)");
     }
     R(gdn_delta_bwd)(&shape, L->q, L->k, L->v, g, beta, scale, L->S0, s->d_o, sp ? s->dS_out : NULL,
                      s->dqn, s->dkn, s->dv, mx->has_decay ? s->dg : NULL,
                      mx->has_beta ? s->dbeta : NULL, sp ? s->dS_in : NULL);
-    if (sp) a->hooks.bwd_state_in(a->hooks.user, l, s->dS_in);
+    if (sp) a->hooks.bwd_state_in(a->hooks.user, l, s->dS_in, state_n);
 
     /* q, k: L2 norm, SiLU, convolution; v: SiLU, convolution; then the gates. */
     R(gdn_l2norm_bwd)(s->dq1, s->dqn, L->q, L->rq, N * H, K);
@@ -360,9 +367,10 @@ static void block_backward(acts_t *a, const gdn_param_table *t, const real *P, r
     R(gdn_conv_bwd)(s->dvp, G + off->v_conv, sp ? s->dhalo[2] : NULL, s->dv, L->vp, P + off->v_conv,
                     L->halo_v, B, T, HV, W);
     if (sp) { /* the next segment's convolution read this segment's last W-1 rows too */
-        real *const dtail[3] = {s->tail[0], s->tail[1], s->tail[2]};
-        const real *const dhalo[3] = {s->dhalo[0], s->dhalo[1], s->dhalo[2]};
-        a->hooks.bwd_halo(a->hooks.user, l, dtail, dhalo);
+        void *const dtail[3] = {s->tail[0], s->tail[1], s->tail[2]};
+        const void *const dhalo[3] = {s->dhalo[0], s->dhalo[1], s->dhalo[2]};
+        const size_t n_halo[3] = {hk_n, hk_n, hv_n};
+        a->hooks.bwd_halo(a->hooks.user, l, dtail, dhalo, n_halo);
         tail_rows(s->tail[0], s->dqn, B, T, HK, W - 1, 1);
         tail_rows(s->tail[1], s->dkn, B, T, HK, W - 1, 1);
         tail_rows(s->tail[2], s->dvp, B, T, HV, W - 1, 1);

@@ -5,6 +5,7 @@
 
 #include "model/cpu/ops_cpu.h"
 #include "model/params.h"
+#include "model/seq_hooks.h"
 
 #define GDN_OPS_REAL float
 #define GDN_OPS_R(name) name##_f32

@@ -16,7 +16,7 @@ typedef struct {
     real_ *halo_v; /* [n_layers][B,W-1,H*V] */
 } R_(gdn_cpu_carry);
 
-/* The delta-rule inputs of one layer, as the sequence-parallel hooks see them. */
+/* The delta-rule inputs of one layer, as the sequence-parallel hooks see them (their `delta`). */
 typedef struct {
     const gdn_delta_shape *shape;
     const real_ *q, *k;       /* [B,T,H,K] */
@@ -26,39 +26,14 @@ typedef struct {
     const real_ *d_o;         /* [B,T,H,V] gradient of the output (backward hooks only) */
 } R_(gdn_cpu_delta_args);
 
-/* Sequence parallelism (docs/design.md section 5): one sequence is split into contiguous segments, one per
- * process. Every layer needs, from the previous segment, the last W-1 pre-convolution rows of
- * q, k, v (the halo) and the delta-rule state entering it; the backward pass needs, from the
- * next segment, the gradients of this segment's last W-1 rows and of its leaving state. The
- * model calls these hooks at those points and stays free of any communication library
- * (comm/seqpar.c implements them with MPI). All six must be set. Arrays of three are q, k, v:
- * tails and halos [B,W-1,H*K] for q and k and [B,W-1,H*V] for v; states [B,H,K,V]. */
-typedef struct {
-    void *user;
-    /* Forward, after the projections: tail holds this segment's last W-1 rows; fill halo with
-     * the previous segment's (zeros for the first segment). */
-    void (*fwd_halo)(void *user, int layer, real_ *const halo[3], const real_ *const tail[3]);
-    /* Forward, before the delta rule: fill S_in with the state entering this segment. */
-    void (*fwd_state_in)(void *user, int layer, const R_(gdn_cpu_delta_args) *d, real_ *S_in);
-    /* Forward, after the delta rule: the state leaving this segment. */
-    void (*fwd_state_out)(void *user, int layer, const real_ *S_out);
-    /* Backward, before the delta rule: fill dS_out with the gradient of the leaving state
-     * (zeros for the last segment). */
-    void (*bwd_state_out)(void *user, int layer, const R_(gdn_cpu_delta_args) *d, real_ *dS_out);
-    /* Backward, after the delta rule: the gradient of the entering state. */
-    void (*bwd_state_in)(void *user, int layer, const real_ *dS_in);
-    /* Backward, after the convolutions: dhalo is the gradient of the halo rows (they belong to
-     * the previous segment); fill dtail with the gradient of this segment's tail rows from the
-     * next segment (zeros for the last), which the model adds to its own. */
-    void (*bwd_halo)(void *user, int layer, real_ *const dtail[3], const real_ *const dhalo[3]);
-} R_(gdn_cpu_seq_hooks);
-
 R_(gdn_cpu_acts) *R_(gdn_cpu_acts_create)(const gdn_param_table *t, int B, int T);
 void R_(gdn_cpu_acts_free)(R_(gdn_cpu_acts) *a);
 /* Runs every later forward/backward on a as one segment of a longer sequence through hooks
- * (copied; NULL switches back to whole sequences). Needs T >= conv_width - 1; carry_in and
- * carry_out must then be NULL. */
-void R_(gdn_cpu_acts_set_seq_hooks)(R_(gdn_cpu_acts) *a, const R_(gdn_cpu_seq_hooks) *hooks);
+ * (model/seq_hooks.h; copied; NULL switches back to whole sequences). Needs T >= conv_width - 1;
+ * carry_in and carry_out must then be NULL. The hooks see host buffers of real_ (states
+ * [B,H,K,V], n_state = B*H*K*V; halos n_halo = B*(W-1)*{H*K, H*K, H*V}), `delta` is a
+ * const R_(gdn_cpu_delta_args) *, every call is synchronous and the state hooks return NULL. */
+void R_(gdn_cpu_acts_set_seq_hooks)(R_(gdn_cpu_acts) *a, const gdn_seq_hooks *hooks);
 
 /* Forward over tokens [B,T] with next-token targets [B,T] (target < 0: ignored; targets may be
  * NULL to only compute logits). Returns the SUM of the token losses and sets *n_valid.

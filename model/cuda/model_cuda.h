@@ -12,7 +12,8 @@
  * stream, norm statistics, gates, delta-rule states, parameters, gradients and moments in fp32.
  *
  * Every op here reduces in a fixed order (no float atomics), so a step is bitwise repeatable
- * whenever the delta-rule kernels are. Every CUDA / cuBLAS failure prints file:line and exits with status 1. No carried state across
+ * whenever the delta-rule kernels are. Every CUDA / cuBLAS failure is fatal through gdn_die_at
+ * (model/check.h: file:line, then exit status 1 or the installed handler). No carried state across
  * sequence boundaries (each sequence starts from a zero state and zero convolution history). */
 #ifndef GDN_MODEL_CUDA_H
 #define GDN_MODEL_CUDA_H
@@ -22,6 +23,7 @@
 
 #include "model/cuda/ops_cuda.h"
 #include "model/params.h"
+#include "model/seq_hooks.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -104,47 +106,18 @@ void gdn_cuda_model_params_changed(gdn_cuda_model *m);
 void gdn_cuda_model_memory(const gdn_cuda_model *m, size_t *param_bytes, size_t *act_bytes);
 
 /* ---- sequence parallelism (docs/design.md section 5) -------------------------------------------------
- * As gdn_cpu_seq_hooks_f32 (model/cpu/model_cpu_decl.h), with DEVICE buffers: the model runs one
- * contiguous segment of longer sequences and asks the hooks, per GDN layer, for what crosses the
- * segment boundaries. Hooks are called on the host while the model enqueues its work on its
- * stream (gdn_cuda_model_stream): a hook that fills a buffer enqueues the fill so that the
- * stream's next work sees it (e.g. cudaMemsetAsync on the stream, or a receive on another stream
- * followed by cudaStreamWaitEvent); a hook that reads a buffer orders its reads after the work
- * enqueued so far. Buffers handed to the hooks belong to the model; those a hook reads (tail,
- * S_out, dS_in, dhalo) are per layer and stay unchanged until the same hook is called for the same
- * layer in the next pass, so sends may complete late. Buffers a hook fills are written in stream
- * order (dS_out is one buffer shared by the layers).
- *   halos / tails: three act-typed arrays (q, k, v) of n_halo[i] elements each: [B,W-1,H*K] for q
- *                  and k and [B,W-1,H*V] for v, the W-1 rows before / at the end of the segment.
- *   states:        n_state floats in the delta kernels' layout (opaque to the hooks: both ends
- *                  are the same model). */
-typedef struct {
-    void *user;
-    /* Forward, after the projections: tail holds this segment's last W-1 rows; fill halo with
-     * the previous segment's (zeros for the first segment). */
-    void (*fwd_halo)(void *user, int layer, void *const halo[3], const void *const tail[3], const size_t n_halo[3]);
-    /* Forward, before the delta rule: fill S_in with the state entering this segment. Returns
-     * NULL when the fill is ordered on the model's stream, or a cudaEvent_t recorded after a
-     * fill on another stream: then only the delta rule's state pass waits for it, and the
-     * intra-chunk work that does not need the state runs meanwhile (gdn_cuda_delta_fwd_late).
-     * The model waits for the event's current record before the next hook call. */
-    void *(*fwd_state_in)(void *user, int layer, float *S_in, size_t n_state);
-    /* Forward, after the delta rule: the state leaving this segment. */
-    void (*fwd_state_out)(void *user, int layer, const float *S_out, size_t n_state);
-    /* Backward, before the delta rule: fill dS_out with the gradient of the leaving state
-     * (zeros for the last segment). Returns NULL or an event, as fwd_state_in (only the
-     * reverse state pass waits for it: gdn_cuda_delta_bwd_late). */
-    void *(*bwd_state_out)(void *user, int layer, float *dS_out, size_t n_state);
-    /* Backward, after the delta rule: the gradient of the entering state. */
-    void (*bwd_state_in)(void *user, int layer, const float *dS_in, size_t n_state);
-    /* Backward, after the convolutions: dhalo is the gradient of the halo rows (they belong to
-     * the previous segment); fill dtail with the gradient of this segment's tail rows from the
-     * next segment (zeros for the last), which the model adds to its own. */
-    void (*bwd_halo)(void *user, int layer, void *const dtail[3], const void *const dhalo[3], const size_t n_halo[3]);
-} gdn_cuda_seq_hooks;
-/* Runs every later forward/backward as one segment through the hooks (copied; NULL switches back
- * to whole sequences). Needs T >= conv_width - 1. Allocates the boundary buffers on first use. */
-void gdn_cuda_model_set_seq_hooks(gdn_cuda_model *m, const gdn_cuda_seq_hooks *hooks);
+ * Runs every later forward/backward as one segment of longer sequences through hooks
+ * (model/seq_hooks.h; copied; NULL switches back to whole sequences). Needs T >= conv_width - 1.
+ * Allocates the boundary buffers on first use. The hooks see DEVICE buffers: halos of the
+ * activation type (bf16 in BF16 mode), states of n_state floats in the delta kernels' layout;
+ * `delta` is NULL. They are called on the host while the model enqueues its work on its stream
+ * (gdn_cuda_model_stream): a fill is enqueued so that the stream's next work sees it (e.g.
+ * cudaMemsetAsync on the stream, or a receive on another stream followed by cudaStreamWaitEvent);
+ * fwd_state_in / bwd_state_out may instead return a cudaEvent_t recorded after the fill, and then
+ * only the delta rule's state pass waits for it (gdn_cuda_delta_fwd_late / _bwd_late): the
+ * intra-chunk work runs while the state crosses. dS_out is one buffer shared by the layers,
+ * written in stream order. */
+void gdn_cuda_model_set_seq_hooks(gdn_cuda_model *m, const gdn_seq_hooks *hooks);
 
 /* ---- training-step benchmark (for `gdn bench --backend cuda --what step`) -------------------- */
 typedef struct {

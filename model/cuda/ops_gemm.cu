@@ -14,14 +14,13 @@
 
 #include "model/cuda/ops_util.cuh"
 
-#define GDN_CUBLASLT_CHECK(call)                                                                 \
-    do {                                                                                         \
-        cublasStatus_t gdn_st_ = (call);                                                         \
-        if (gdn_st_ != CUBLAS_STATUS_SUCCESS) {                                                  \
-            fprintf(stderr, "gdn: cuBLASLt error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
-                    cublasLtGetStatusString(gdn_st_));                                           \
-            exit(1);                                                                             \
-        }                                                                                        \
+/* A failed cuBLASLt call is fatal, reported as every other one (model/check.h). */
+#define GDN_CUBLASLT_CHECK(call)                                                                  \
+    do {                                                                                          \
+        cublasStatus_t gdn_st_ = (call);                                                          \
+        if (gdn_st_ != CUBLAS_STATUS_SUCCESS)                                                     \
+            gdn_die_at(__FILE__, __LINE__, "cuBLASLt error in %s: %s", #call,                     \
+                       cublasLtGetStatusString(gdn_st_));                                         \
     } while (0)
 
 /* cuBLAS's recommended workspace on Hopper; with it the library needs no allocation per call. */

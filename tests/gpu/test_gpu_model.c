@@ -238,23 +238,25 @@ static void seg_fwd_halo(void *u, int l, void *const halo[3], const void *const 
         seg_copy(c, st, tail[i], n[i] * c->es);
     }
 }
-static void *seg_fwd_state_in(void *u, int l, float *S_in, size_t n) {
+static void *seg_fwd_state_in(void *u, int l, const void *delta, void *S_in, size_t n) {
     seg_store *c = u;
+    (void)delta; /* NULL from the CUDA model */
     if (c->late && c->seg) return seg_arrive_late(c, S_in, seg_buf((void **)&c->S[l], n * 4), n);
     seg_copy(c, S_in, c->seg ? seg_buf((void **)&c->S[l], n * 4) : NULL, n * 4);
     return NULL;
 }
-static void seg_fwd_state_out(void *u, int l, const float *S_out, size_t n) {
+static void seg_fwd_state_out(void *u, int l, const void *S_out, size_t n) {
     seg_store *c = u;
     seg_copy(c, seg_buf((void **)&c->S[l], n * 4), S_out, n * 4);
 }
-static void *seg_bwd_state_out(void *u, int l, float *dS_out, size_t n) {
+static void *seg_bwd_state_out(void *u, int l, const void *delta, void *dS_out, size_t n) {
     seg_store *c = u;
+    (void)delta;
     if (c->late && c->seg < c->nseg - 1) return seg_arrive_late(c, dS_out, seg_buf((void **)&c->dS[l], n * 4), n);
     seg_copy(c, dS_out, c->seg < c->nseg - 1 ? seg_buf((void **)&c->dS[l], n * 4) : NULL, n * 4);
     return NULL;
 }
-static void seg_bwd_state_in(void *u, int l, const float *dS_in, size_t n) {
+static void seg_bwd_state_in(void *u, int l, const void *dS_in, size_t n) {
     seg_store *c = u;
     seg_copy(c, seg_buf((void **)&c->dS[l], n * 4), dS_in, n * 4);
 }
@@ -325,8 +327,8 @@ static int segment_check(const char *what, const gdn_config *cfg, int B, int T, 
         GDN_CUDA_CHECK(cudaEventCreateWithFlags(&st.arrived, cudaEventDisableTiming));
         gdn_cuda_model **ms = calloc((size_t)nseg, sizeof *ms);
         if (!st.S || !st.dS || !st.tail || !st.dhalo || !ms) { fprintf(stderr, "out of memory\n"); exit(1); }
-        const gdn_cuda_seq_hooks hk = {&st, seg_fwd_halo, seg_fwd_state_in, seg_fwd_state_out,
-                                       seg_bwd_state_out, seg_bwd_state_in, seg_bwd_halo};
+        const gdn_seq_hooks hk = {&st, seg_fwd_halo, seg_fwd_state_in, seg_fwd_state_out,
+                                  seg_bwd_state_out, seg_bwd_state_in, seg_bwd_halo};
         double loss = 0.0;
         for (int r = 0; r < nseg; r++) {
             ms[r] = gdn_cuda_model_create(&t, B, Ts, p);

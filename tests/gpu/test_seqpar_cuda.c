@@ -124,7 +124,7 @@ static void test_hooks(gdn_comm *g, cudaStream_t st, gdn_cuda_precision prec) {
     const int prev = sp_rank > 0 ? sp_rank - 1 : -1, next = sp_rank + 1 < sp ? sp_rank + 1 : -1;
 
     gdn_seqpar_cuda *s = gdn_seqpar_cuda_create(g, &cfg, B, 16, prec, st);
-    const gdn_cuda_seq_hooks h = gdn_seqpar_cuda_hooks(s);
+    const gdn_seq_hooks h = gdn_seqpar_cuda_hooks(s);
     layer_bufs *lb = calloc((size_t)L, sizeof *lb);
     for (int l = 0; l < L; l++) {
         for (int i = 0; i < 3; i++) {
@@ -163,13 +163,13 @@ static void test_hooks(gdn_comm *g, cudaStream_t st, gdn_cuda_precision prec) {
             for (int i = 0; i < 3; i++) fill(st, tail[i], n_halo[i], es, TAIL, pass, sp_rank, l, i);
             h.fwd_halo(h.user, l, lb[l].halo, (const void *const *)tail, n_halo);
             for (int i = 0; i < 3; i++) poison(st, tail[i], n_halo[i] * es);
-            read_after(st, h.fwd_state_in(h.user, l, lb[l].S_in, n_state), lb[l].S_seen, lb[l].S_in, n_state);
+            read_after(st, h.fwd_state_in(h.user, l, NULL, lb[l].S_in, n_state), lb[l].S_seen, lb[l].S_in, n_state);
             fill(st, S_out, n_state, 4, STATE, pass, sp_rank, l, 0);
             h.fwd_state_out(h.user, l, S_out, n_state);
             poison(st, S_out, n_state * 4);
         }
         for (int l = L - 1; l >= 0 && !fwd_only; l--) {
-            read_after(st, h.bwd_state_out(h.user, l, lb[l].dS_out, n_state), lb[l].dS_seen, lb[l].dS_out,
+            read_after(st, h.bwd_state_out(h.user, l, NULL, lb[l].dS_out, n_state), lb[l].dS_seen, lb[l].dS_out,
                        n_state);
             fill(st, dS_in, n_state, 4, DSTATE, pass, sp_rank, l, 0);
             h.bwd_state_in(h.user, l, dS_in, n_state);

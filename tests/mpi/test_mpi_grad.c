@@ -113,7 +113,8 @@ static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table 
     gdn_seqpar *s = NULL;
     if (sp > 1) {
         s = gdn_seqpar_create(c, cfg, b, Ts, mode);
-        gdn_seqpar_attach(s, mine);
+        const gdn_seq_hooks hooks = gdn_seqpar_hooks(s);
+        gdn_cpu_acts_set_seq_hooks_f32(mine, &hooks);
     }
     case_result res;
     double worst_loss = 0, worst_grad = 0, worst_eval = 0;

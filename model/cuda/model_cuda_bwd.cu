@@ -1,0 +1,194 @@
+/* The CUDA model's backward pass: the blocks in reverse, reporting completed gradient ranges. */
+#include <math.h>
+
+#include "model/cuda/model_cuda_internal.cuh"
+
+/* ---- backward ------------------------------------------------------------------------------------------ */
+/* The delta rule backward of layer l: dqn, dkn, dv (act), dg, dbeta from d_o (and the gradient of
+ * the leaving state from the next segment under sequence parallelism). */
+static void delta_backward(gdn_cuda_model *m, const layer_acts *L, int l) {
+    const gdn_config *c = &m->cfg;
+    const int N = m->N, H = c->n_heads, K = c->head_dim, V = gdn_config_head_v(c);
+    const float scale = (float)(1.0 / sqrt((double)K));
+    const delta_plan *d = &m->dp;
+    const void *q = L->q, *k = L->k, *v = L->v, *d_o = m->d_o;
+    const float *g = L->g, *beta = L->beta;
+    void *dq = m->dqn, *dk = m->dkn, *dv = m->dv;
+    float *dg = m->dg, *dbeta = m->dbeta;
+    if (d->packed) {
+        if (!d->qk_shared) { /* repacked: cheaper than keeping the padded copies of every layer */
+            PF(PR_PACK, gdn_cuda_heads_pack(m->p, m->pq, L->q, N, H, K, d->S, K, d->Kp, 0, m->stream);
+                        gdn_cuda_heads_pack(m->p, m->pk, L->k, N, H, K, d->S, K, d->Kp, 0, m->stream));
+            q = m->pq;
+            k = m->pk;
+            dq = m->pdq;
+            dk = m->pdk;
+        }
+        if (!d->v_same) {
+            PF(PR_PACK, gdn_cuda_heads_pack(m->p, m->pv, L->v, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream);
+                        gdn_cuda_heads_pack(m->p, m->po, m->d_o, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream));
+            v = m->pv;
+            d_o = m->po;
+            dv = m->pdv;
+        }
+        g = L->pg; /* packed gates: saved by the forward */
+        beta = L->pbeta;
+        dg = m->pdg;
+        dbeta = m->pdbeta;
+    }
+    void *dS_out_ready = m->seq ? m->hooks.bwd_state_out(m->hooks.user, l, NULL, m->dS_out, m->n_state) : NULL;
+    PF(PR_DELTA, gdn_cuda_delta_bwd_late(&d->shape, m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL,
+                                         d_o, m->seq ? m->dS_out : NULL, dS_out_ready, dq, dk, dv, dg, dbeta,
+                                         m->seq ? L->dS_in : NULL, m->delta_ws, m->stream));
+    if (m->seq) m->hooks.bwd_state_in(m->hooks.user, l, L->dS_in, m->n_state);
+    if (!d->packed) return;
+    PF(PR_PACK, if (!d->qk_shared) {
+                    gdn_cuda_heads_unpack(m->p, m->dqn, m->pdq, N, H, K, d->S, K, d->Kp, 0, m->stream);
+                    gdn_cuda_heads_unpack(m->p, m->dkn, m->pdk, N, H, K, d->S, K, d->Kp, 0, m->stream);
+                }
+                if (!d->v_same) gdn_cuda_heads_unpack(m->p, m->dv, m->pdv, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream);
+                gdn_cuda_heads_unpack(FP32, m->dg, m->pdg, N, H, 1, d->S, 1, 1, 0, m->stream);
+                gdn_cuda_heads_unpack(FP32, m->dbeta, m->pdbeta, N, H, 1, d->S, 1, 1, 0, m->stream));
+}
+
+/* Sequence parallelism, backward: the gradients of the halo rows go to the hooks, and those of
+ * this segment's tail rows (from the next segment) are added to dqp, dkp, dvp. */
+static void seq_halo_backward(gdn_cuda_model *m, const layer_acts *L, int l, void *const dx[3]) {
+    const int W1 = m->cfg.conv_width - 1;
+    m->hooks.bwd_halo(m->hooks.user, l, L->dtail, L->dhalo, m->n_halo);
+    for (int i = 0; i < 3 && W1 > 0; i++) {
+        const size_t C = m->n_halo[i] / ((size_t)m->B * W1), es = gdn_cuda_act_bytes(m->p);
+        PF(PR_COPY, gdn_cuda_add_strided(m->p, (char *)dx[i] + (size_t)(m->T - W1) * C * es, (size_t)m->T * C,
+                                         L->dtail[i], (size_t)W1 * C, m->B, m->stream));
+    }
+}
+
+static void block_backward(gdn_cuda_model *m, int l) {
+    const gdn_config *c = &m->cfg;
+    const gdn_cuda_precision p = m->p;
+    const int N = m->N, D = c->d_model, H = c->n_heads, K = c->head_dim, B = m->B, T = m->T;
+    const int V = gdn_config_head_v(c), F = c->d_ff, W = c->conv_width, HK = H * K, HV = H * V;
+    const gdn_layer_offsets *off = &m->t->layer[l];
+    const layer_acts *L = &m->L[l];
+    const float *P = m->params;
+    float *G = m->grads;
+    const float *x = m->x + (size_t)l * N * D, *xm = m->x_mid + (size_t)l * N * D;
+    gdn_cuda_blas *bl = m->blas;
+    void *s = m->stream, *ws = m->op_ws;
+    const void *dres = m->dx_act ? m->dx_act : (const void *)m->dx; /* the residual gradient as act */
+
+    /* MLP: dx holds dL/dx_in[l+1] = dL/dx_mid through the residual. mm = silu(gp) up and h2 are
+     * recomputed (bitwise as in the forward) into scratch. */
+    void *mm = m->dup, *hs = m->hs;
+    PF(PR_ACT, gdn_cuda_swiglu_fwd(p, mm, L->gp, L->up, (size_t)N * F, s));
+    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dm, dres, wgt(m, off->down_proj), N, F, D, 0.0f);
+                gdn_cuda_linear_bwd_dw(bl, p, G + off->down_proj, dres, mm, N, F, D));
+    PF(PR_ACT, gdn_cuda_swiglu_bwd(p, m->dgp, m->dup, m->dm, L->gp, L->up, (size_t)N * F, s));
+    PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, hs, L->rstd2, xm, P + off->mlp_norm, N, D, (float)c->norm_eps, s));
+    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dh, m->dgp, wgt(m, off->gate_proj), N, D, F, 0.0f);
+                gdn_cuda_linear_bwd_dw(bl, p, G + off->gate_proj, m->dgp, hs, N, D, F);
+                gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dh, m->dup, wgt(m, off->up_proj), N, D, F, 1.0f);
+                gdn_cuda_linear_bwd_dw(bl, p, G + off->up_proj, m->dup, hs, N, D, F));
+    PF(PR_NORM, gdn_cuda_rmsnorm_bwd(p, m->dx, 1, m->dx_act, G + off->mlp_norm, m->dh, xm, P + off->mlp_norm,
+                                     L->rstd2, N, D, ws, s));
+
+    /* Mixer output: o_proj, gated norm. */
+    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dyo, dres, wgt(m, off->o_proj), N, HV, D, 0.0f);
+                gdn_cuda_linear_bwd_dw(bl, p, G + off->o_proj, dres, L->y, N, HV, D));
+    PF(PR_NORM, gdn_cuda_gated_rmsnorm_bwd(p, m->d_o, m->dz, G + off->o_norm, m->dyo, L->o, L->zp, P + off->o_norm,
+                                           L->rstd_o, N * H, V, ws, s));
+
+    delta_backward(m, L, l);
+
+    /* q, k: L2 norm, then SiLU and convolution (one op, recomputing the convolution); v: SiLU and
+     * convolution; then the gates. */
+    const int sq = m->seq;
+    PF(PR_NORM, gdn_cuda_l2norm_bwd(p, m->dq1, m->dqn, L->q, L->rq, N * H, K, s));
+    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, m->dqn, G + off->q_conv, sq ? L->dhalo[0] : NULL, m->dq1,
+                                  L->qp, P + off->q_conv, sq ? L->halo[0] : NULL, B, T, HK, W, ws, s));
+    PF(PR_NORM, gdn_cuda_l2norm_bwd(p, m->dk1, m->dkn, L->k, L->rk, N * H, K, s));
+    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, m->dkn, G + off->k_conv, sq ? L->dhalo[1] : NULL, m->dk1,
+                                  L->kp, P + off->k_conv, sq ? L->halo[1] : NULL, B, T, HK, W, ws, s));
+    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, m->dvp, G + off->v_conv, sq ? L->dhalo[2] : NULL, m->dv,
+                                  L->vp, P + off->v_conv, sq ? L->halo[2] : NULL, B, T, HV, W, ws, s));
+    if (sq) {
+        void *const dx[3] = {m->dqn, m->dkn, m->dvp};
+        seq_halo_backward(m, L, l, dx);
+    }
+    PF(PR_ACT, gdn_cuda_decay_gate_bwd(p, m->dap, G + off->A_log, G + off->dt_bias, m->dg, L->ap, P + off->A_log,
+                                       P + off->dt_bias, N, H, ws, s);
+               gdn_cuda_beta_bwd(p, m->dbp, m->dbeta, L->beta, beta_scale(c), (size_t)N * H, s));
+
+    /* The six projections of h1 (input gradients summed into dh), then the block's input norm. */
+    struct { const void *dy; size_t w; int out; } proj[6] = {
+        {m->dqn, off->q_proj, HK}, {m->dkn, off->k_proj, HK}, {m->dvp, off->v_proj, HV},
+        {m->dz, off->g_proj, HV},  {m->dap, off->a_proj, H},  {m->dbp, off->b_proj, H},
+    };
+    PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, hs, L->rstd1, x, P + off->attn_norm, N, D, (float)c->norm_eps, s));
+    for (int i = 0; i < 6; i++)
+        PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dh, proj[i].dy, wgt(m, proj[i].w), N, D, proj[i].out,
+                                           i ? 1.0f : 0.0f);
+                    gdn_cuda_linear_bwd_dw(bl, p, G + proj[i].w, proj[i].dy, hs, N, D, proj[i].out));
+    PF(PR_NORM, gdn_cuda_rmsnorm_bwd(p, m->dx, 1, m->dx_act, G + off->attn_norm, m->dh, x, P + off->attn_norm,
+                                     L->rstd1, N, D, ws, s));
+}
+
+/* Where block l's tensors start in the flat buffer (the table adds a block's tensors together). */
+static size_t layer_start(const gdn_param_table *t, int l) {
+    const gdn_layer_offsets *o = &t->layer[l];
+    const size_t f[] = {o->attn_norm, o->q_proj, o->k_proj, o->v_proj, o->g_proj, o->a_proj, o->b_proj,
+                        o->q_conv, o->k_conv, o->v_conv, o->A_log, o->dt_bias, o->o_norm, o->o_proj,
+                        o->mlp_norm, o->gate_proj, o->up_proj, o->down_proj};
+    size_t lo = f[0];
+    for (size_t i = 1; i < sizeof f / sizeof f[0]; i++) lo = f[i] < lo ? f[i] : lo;
+    return lo;
+}
+
+/* Whether the table is laid out as embedding | block 0 | ... | block L-1 | final norm [| head],
+ * which the backward's completed ranges assume (otherwise all of it is reported at the end). */
+static int grads_in_order(const gdn_param_table *t) {
+    size_t prev = 0;
+    if (t->embed != 0) return 0;
+    for (int l = 0; l < t->cfg.n_layers; l++) {
+        size_t s = layer_start(t, l);
+        if (s <= prev) return 0;
+        prev = s;
+    }
+    return t->final_norm > prev && (t->lm_head == t->embed || t->lm_head > t->final_norm);
+}
+
+extern "C" void gdn_cuda_model_backward(gdn_cuda_model *m) { gdn_cuda_model_backward_ready(m, NULL, NULL); }
+
+extern "C" void gdn_cuda_model_backward_ready(gdn_cuda_model *m, gdn_cuda_grads_ready_fn ready, void *ctx) {
+    if (!m->has_grad) GDN_CUDA_DIE("gdn_cuda_model_backward needs a forward pass run with targets and grad_scale != 0");
+    const gdn_config *c = &m->cfg;
+    const int N = m->N, D = c->d_model;
+    const gdn_param_table *t = m->t;
+    const int ordered = grads_in_order(t);
+    size_t done = t->total; /* [done, total) is complete */
+    m->prof_phase = 1;
+    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(m->blas, m->p, FP32, m->dh, m->logits, wgt(m, m->t->lm_head), N, D,
+                                       c->vocab_size, 0.0f);
+                gdn_cuda_linear_bwd_dw(m->blas, m->p, m->grads + m->t->lm_head, m->logits, m->hf, N, D, c->vocab_size));
+    PF(PR_NORM, gdn_cuda_rmsnorm_bwd(m->p, m->dx, 0, m->dx_act, m->grads + m->t->final_norm, m->dh,
+                                     m->x + (size_t)c->n_layers * N * D, m->params + m->t->final_norm, m->rstdf, N, D,
+                                     m->op_ws, m->stream));
+    /* a tied head is the embedding, which the last op adds to: only the final norm (and an untied
+     * head) are complete here */
+    if (ready && ordered) {
+        ready(ctx, m->grads, t->final_norm, done);
+        done = t->final_norm;
+    }
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        block_backward(m, l);
+        if (ready && ordered) {
+            ready(ctx, m->grads, layer_start(t, l), done);
+            done = layer_start(t, l);
+        }
+    }
+    PF(PR_EMBED, gdn_cuda_embed_bwd(m->grads + m->t->embed, m->perm_d, m->seg_start_d, m->seg_token_d, m->n_seg,
+                                    m->dx, D, m->stream));
+    if (ready) ready(ctx, m->grads, 0, done);
+    m->has_grad = 0;
+}
+

@@ -1,0 +1,171 @@
+/* The CUDA model's forward pass: block by block (model_cuda_internal.cuh), the loss and the
+ * logits. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/cuda/model_cuda_internal.cuh"
+
+/* The delta rule forward of layer l: o from q, k, v, g, beta (and the entering state from the
+ * previous segment under sequence parallelism). */
+static void delta_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
+    const gdn_config *c = &m->cfg;
+    const int N = m->N, H = c->n_heads, K = c->head_dim, V = gdn_config_head_v(c);
+    const float scale = (float)(1.0 / sqrt((double)K));
+    const delta_plan *d = &m->dp;
+    const void *q = L->q, *k = L->k, *v = L->v;
+    const float *g = L->g, *beta = L->beta;
+    void *o = L->o;
+    if (d->packed) {
+        if (!d->qk_shared) {
+            PF(PR_PACK, gdn_cuda_heads_pack(m->p, m->pq, L->q, N, H, K, d->S, K, d->Kp, 0, m->stream);
+                        gdn_cuda_heads_pack(m->p, m->pk, L->k, N, H, K, d->S, K, d->Kp, 0, m->stream));
+            q = m->pq;
+            k = m->pk;
+        }
+        if (!d->v_same) {
+            PF(PR_PACK, gdn_cuda_heads_pack(m->p, m->pv, L->v, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream));
+            v = m->pv;
+            o = m->po;
+        }
+        PF(PR_PACK, gdn_cuda_heads_pack(FP32, L->pg, L->g, N, H, 1, d->S, 1, 1, 0, m->stream);
+                    gdn_cuda_heads_pack(FP32, L->pbeta, L->beta, N, H, 1, d->S, 1, 1, 0, m->stream));
+        g = L->pg;
+        beta = L->pbeta;
+    }
+    void *S_in_ready = m->seq ? m->hooks.fwd_state_in(m->hooks.user, l, NULL, L->S_in, m->n_state) : NULL;
+    PF(PR_DELTA, gdn_cuda_delta_fwd_late(&d->shape, m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL,
+                                         S_in_ready, o, m->seq ? L->S_out : NULL, m->delta_ws, m->stream));
+    if (m->seq) m->hooks.fwd_state_out(m->hooks.user, l, L->S_out, m->n_state);
+    if (d->packed && !d->v_same)
+        PF(PR_PACK, gdn_cuda_heads_unpack(m->p, L->o, m->po, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream));
+}
+
+/* Sequence parallelism, forward: this segment's last W-1 pre-convolution rows of q, k, v go to
+ * the hooks, the previous segment's come back as the convolution halo. */
+static void seq_halo_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
+    const int W1 = m->cfg.conv_width - 1, T = m->T;
+    const size_t es = gdn_cuda_act_bytes(m->p);
+    const void *src[3] = {L->qp, L->kp, L->vp};
+    for (int i = 0; i < 3 && W1 > 0; i++) {
+        const size_t row = m->n_halo[i] / ((size_t)m->B * W1) * es; /* one row of C elements */
+        PF(PR_COPY, GDN_CUDA_CHECK(cudaMemcpy2DAsync(L->tail[i], W1 * row, (const char *)src[i] + (size_t)(T - W1) * row,
+                                                     (size_t)T * row, W1 * row, (size_t)m->B,
+                                                     cudaMemcpyDeviceToDevice, m->stream)));
+    }
+    m->hooks.fwd_halo(m->hooks.user, l, L->halo, L->tail, m->n_halo);
+}
+
+static void block_forward(gdn_cuda_model *m, int l) {
+    const gdn_config *c = &m->cfg;
+    const gdn_cuda_precision p = m->p;
+    const int N = m->N, D = c->d_model, H = c->n_heads, K = c->head_dim, B = m->B, T = m->T;
+    const int V = gdn_config_head_v(c), F = c->d_ff, W = c->conv_width, HK = H * K, HV = H * V;
+    const gdn_layer_offsets *off = &m->t->layer[l];
+    const layer_acts *L = &m->L[l];
+    const float *P = m->params, eps = (float)c->norm_eps;
+    const float *x = m->x + (size_t)l * N * D;
+    float *xm = m->x_mid + (size_t)l * N * D, *xo = m->x + (size_t)(l + 1) * N * D;
+    gdn_cuda_blas *bl = m->blas;
+    void *s = m->stream;
+
+    void *h1 = m->hs;
+    PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, h1, L->rstd1, x, P + off->attn_norm, N, D, eps, s));
+    PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, p, L->qp, h1, wgt(m, off->q_proj), N, D, HK, 0.0f);
+                gdn_cuda_linear_fwd(bl, p, p, L->kp, h1, wgt(m, off->k_proj), N, D, HK, 0.0f);
+                gdn_cuda_linear_fwd(bl, p, p, L->vp, h1, wgt(m, off->v_proj), N, D, HV, 0.0f);
+                gdn_cuda_linear_fwd(bl, p, p, L->zp, h1, wgt(m, off->g_proj), N, D, HV, 0.0f);
+                gdn_cuda_linear_fwd(bl, p, FP32, L->ap, h1, wgt(m, off->a_proj), N, D, H, 0.0f);
+                gdn_cuda_linear_fwd(bl, p, FP32, L->bp, h1, wgt(m, off->b_proj), N, D, H, 0.0f));
+
+    if (m->seq) seq_halo_forward(m, L, l);
+    const void *const *halo = m->seq ? (const void *const *)L->halo : NULL;
+    void *tmp = m->dq1; /* backward scratch, free during the forward pass */
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->qp, P + off->q_conv, halo ? halo[0] : NULL, B, T, HK, W, s));
+    PF(PR_NORM, gdn_cuda_l2norm_fwd(p, L->q, L->rq, tmp, N * H, K, s));
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->kp, P + off->k_conv, halo ? halo[1] : NULL, B, T, HK, W, s));
+    PF(PR_NORM, gdn_cuda_l2norm_fwd(p, L->k, L->rk, tmp, N * H, K, s));
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, L->v, L->vp, P + off->v_conv, halo ? halo[2] : NULL, B, T, HV, W, s));
+    PF(PR_ACT, gdn_cuda_decay_gate_fwd(L->g, L->ap, P + off->A_log, P + off->dt_bias, N, H, s);
+               gdn_cuda_beta_fwd(L->beta, L->bp, beta_scale(c), (size_t)N * H, s));
+
+    delta_forward(m, L, l);
+
+    PF(PR_NORM, gdn_cuda_gated_rmsnorm_fwd(p, L->y, L->rstd_o, L->o, L->zp, P + off->o_norm, N * H, V, eps, s));
+    PF(PR_GEMM, gdn_cuda_linear_fwd_add(bl, p, FP32, xm, L->y, wgt(m, off->o_proj), x, N, HV, D));
+
+    void *h2 = m->hs, *mm = m->dup; /* mm: backward scratch, free during the forward pass */
+    PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, h2, L->rstd2, xm, P + off->mlp_norm, N, D, eps, s));
+    PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, p, L->gp, h2, wgt(m, off->gate_proj), N, D, F, 0.0f);
+                gdn_cuda_linear_fwd(bl, p, p, L->up, h2, wgt(m, off->up_proj), N, D, F, 0.0f));
+    PF(PR_ACT, gdn_cuda_swiglu_fwd(p, mm, L->gp, L->up, (size_t)N * F, s));
+    PF(PR_GEMM, gdn_cuda_linear_fwd_add(bl, p, FP32, xo, mm, wgt(m, off->down_proj), xm, N, F, D));
+}
+
+extern "C" double gdn_cuda_model_forward(gdn_cuda_model *m, const int *tokens, const int *targets, float grad_scale,
+                                         int *n_valid) {
+    const gdn_config *c = &m->cfg;
+    const int N = m->N, D = c->d_model, nL = c->n_layers, Vv = c->vocab_size;
+    for (int i = 0; i < N; i++) {
+        if (tokens[i] < 0 || tokens[i] >= Vv)
+            GDN_CUDA_DIE("token id %d at position %d is outside the vocabulary [0, %d)", tokens[i], i, Vv);
+        if (targets && targets[i] >= Vv)
+            GDN_CUDA_DIE("cross-entropy: target %d of row %d is outside the vocabulary [0, %d); check that the "
+                         "data was tokenised with the model's vocab_size", targets[i], i, Vv);
+    }
+    m->has_grad = 0;
+    m->has_logits = 0;
+    GDN_CUDA_CHECK(cudaMemcpyAsync(m->tokens_d, tokens, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    m->prof_phase = 0;
+    PF(PR_EMBED, gdn_cuda_embed_fwd(m->x, m->tokens_d, m->params + m->t->embed, N, D, m->stream));
+    for (int l = 0; l < nL; l++) block_forward(m, l);
+    const float *xf = m->x + (size_t)nL * N * D;
+    PF(PR_NORM, gdn_cuda_rmsnorm_fwd(m->p, m->hf, m->rstdf, xf, m->params + m->t->final_norm, N, D,
+                                     (float)c->norm_eps, m->stream));
+    PF(PR_GEMM, gdn_cuda_linear_fwd(m->blas, m->p, m->p, m->logits, m->hf, wgt(m, m->t->lm_head), N, D, Vv, 0.0f));
+    if (n_valid) *n_valid = 0;
+    if (!targets) {
+        GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+        m->has_logits = 1;
+        return 0.0;
+    }
+    GDN_CUDA_CHECK(cudaMemcpyAsync(m->targets_d, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    if (grad_scale != 0.0f) { /* the embedding backward's plan, while the GPU runs */
+        m->n_seg = gdn_cuda_embed_plan(tokens, N, Vv, m->perm_h, m->seg_start_h, m->seg_token_h);
+        GDN_CUDA_CHECK(cudaMemcpyAsync(m->perm_d, m->perm_h, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+        GDN_CUDA_CHECK(cudaMemcpyAsync(m->seg_start_d, m->seg_start_h, ((size_t)m->n_seg + 1) * sizeof(int),
+                                       cudaMemcpyHostToDevice, m->stream));
+        GDN_CUDA_CHECK(cudaMemcpyAsync(m->seg_token_d, m->seg_token_h, (size_t)m->n_seg * sizeof(int),
+                                       cudaMemcpyHostToDevice, m->stream));
+    }
+    PF(PR_LOSS, gdn_cuda_cross_entropy(m->p, grad_scale != 0.0f ? m->logits : NULL, m->logits, m->targets_d, N, Vv,
+                                       grad_scale, m->loss_d, m->nvalid_d, m->op_ws, m->stream));
+    double loss = 0.0;
+    int nv = 0;
+    GDN_CUDA_CHECK(cudaMemcpyAsync(&loss, m->loss_d, sizeof loss, cudaMemcpyDeviceToHost, m->stream));
+    GDN_CUDA_CHECK(cudaMemcpyAsync(&nv, m->nvalid_d, sizeof nv, cudaMemcpyDeviceToHost, m->stream));
+    GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    if (n_valid) *n_valid = nv;
+    m->has_grad = grad_scale != 0.0f;
+    m->has_logits = !m->has_grad;
+    return loss;
+}
+
+extern "C" void gdn_cuda_model_download_logits(gdn_cuda_model *m, float *logits) {
+    if (!m->has_logits) GDN_CUDA_DIE("gdn_cuda_model_download_logits needs a forward pass run with grad_scale = 0");
+    const size_t n = (size_t)m->N * m->cfg.vocab_size;
+    if (m->p == FP32) {
+        GDN_CUDA_CHECK(cudaMemcpy(logits, m->logits, n * sizeof(float), cudaMemcpyDeviceToHost));
+        return;
+    }
+    /* widen bf16 on the host: a bf16 is the top half of a float */
+    uint16_t *tmp = (uint16_t *)malloc(n * sizeof(uint16_t));
+    if (!tmp) GDN_CUDA_DIE("out of host memory");
+    GDN_CUDA_CHECK(cudaMemcpy(tmp, m->logits, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t u = (uint32_t)tmp[i] << 16;
+        memcpy(&logits[i], &u, sizeof u);
+    }
+    free(tmp);
+}
+

@@ -1,0 +1,177 @@
+/* The GDN language model on one GPU (model_cuda.h), shared by its translation units: the model
+ * struct, the saved activations, the delta-rule plan, the profiler and the helpers used by more
+ * than one pass. model_cuda_setup.cu: layout, create / free, parameter copies and the
+ * sequence-parallel buffers; model_cuda_fwd.cu, model_cuda_bwd.cu: the passes; model_cuda_optim.cu:
+ * AdamW (whole or one ZeRO-1 shard); model_cuda_bench.cu: the step benchmark and its profiler.
+ *
+ * The model is the CPU model (model/cpu/model_cpu.c) block for block, on the CUDA ops
+ * (ops_cuda.h), the CUDA delta rule (delta_cuda.h) and cuBLASLt.
+ *
+ * Block l:  x_mid = x_in + o_proj(gated_norm(delta_rule(q, k, v, g, beta), z))
+ *           x_in[l+1] = x_mid + down(silu(gate(h2)) * up(h2)),  h2 = rmsnorm(x_mid)
+ * with q, k, v = silu(conv4(proj(h1))), q and k L2-normalised per head, h1 = rmsnorm(x_in).
+ *
+ * Types: the residual stream x / x_mid, its gradient dx, norm statistics, gate pre-activations
+ * (ap, bp), gates (g, beta) and their gradients are fp32; every other activation is `act`
+ * (fp32 or bf16 by precision). GEMMs whose output is summed or feeds a norm backward write fp32. */
+#ifndef GDN_MODEL_CUDA_INTERNAL_CUH
+#define GDN_MODEL_CUDA_INTERNAL_CUH
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "model/cuda/cuda_check.h"
+#include "model/cuda/model_cuda.h"
+
+#define FP32 GDN_CUDA_FP32
+
+/* Activations saved by one block for its backward pass (N = B*T rows). What is cheap to
+ * recompute is not saved: the norm outputs h1, h2 (from x and rstd), the convolution outputs
+ * (the convolution backward recomputes them from qp, kp, vp) and silu(gp) * up. */
+typedef struct {
+    float *rstd1;            /* [N] */
+    void *qp, *kp;           /* [N,HK] act, before the convolution */
+    void *vp, *zp;           /* [N,HV] act (zp: output-gate pre-activation) */
+    float *ap, *bp;          /* [N,H] decay and write-strength pre-activations */
+    void *q, *k;             /* [N,HK] act, silu(conv(.)) L2-normalised */
+    float *rq, *rk;          /* [N*H] inverse norms */
+    void *v;                 /* [N,HV] act, silu(conv(vp)) */
+    float *g, *beta;         /* [N,H] */
+    void *o;                 /* [N,HV] act, delta-rule output */
+    float *rstd_o;           /* [N*H] */
+    void *y;                 /* [N,HV] act, gated norm output */
+    float *rstd2;            /* [N] */
+    void *gp, *up;           /* [N,F] act */
+    float *pg, *pbeta;       /* [N,H*S] packed gates (only when the plan packs heads) */
+    /* sequence parallelism (only while hooks are set; in the boundary allocation) */
+    void *halo[3], *tail[3], *dhalo[3], *dtail[3]; /* q, k, v: [B,W-1,HK|HV] act */
+    float *S_in, *S_out, *dS_in;                    /* [n_state] */
+} layer_acts;
+
+/* How the delta rule is called: directly, or on packed heads (ops_cuda.h, head packing). */
+typedef struct {
+    int packed;
+    int S, Kp, Vs, Vp;       /* sub-heads per head, padded K, value columns per sub-head, padded */
+    int v_same;              /* packed values have the layout of the unpacked ones (V = S * Vp) */
+    int qk_shared;           /* the S sub-heads of a head read its q, k in place (shape.qk_heads) */
+    gdn_delta_shape shape;   /* the shape the kernels see */
+} delta_plan;
+
+/* Time per kind of work, for the benchmark's breakdown (events around each launch). */
+enum { PR_GEMM, PR_DELTA, PR_NORM, PR_CONV, PR_ACT, PR_PACK, PR_LOSS, PR_COPY, PR_EMBED, PR_OPT, PR_N };
+#define PROF_MAX 4096
+
+struct gdn_cuda_model {
+    const gdn_param_table *t;
+    gdn_config cfg;
+    int B, T, N;
+    gdn_cuda_precision p;
+    cudaStream_t stream;
+    gdn_cuda_blas *blas;
+
+    /* allocation 1: parameters and optimizer state */
+    char *pbuf;
+    size_t pbytes;
+    float *params, *grads;   /* [padded] (the tail past total stays zero) */
+    float *adam_m, *adam_v;  /* [hi - lo]: the moments of the elements [lo, hi) */
+    size_t lo, hi, padded;   /* ZeRO-1 shard (create_sharded); else 0, total, total */
+    void *wact;              /* [wact_n] bf16 copy of params (BF16 mode), else NULL */
+    uint64_t *run_end;       /* [n_runs] one run per tensor (AdamW) */
+    int *run_decay;          /* [n_runs] */
+    uint64_t *run_act;       /* [n_runs] where each tensor starts in wact */
+    int n_runs;
+    uint64_t *shard_end;     /* [n_shard_runs] the runs cut to [lo, hi), ends relative to lo */
+    int *shard_decay;        /* [n_shard_runs] */
+    int n_shard_runs;
+    uint64_t *act_off_h;     /* host copy of run_act */
+    size_t wact_n;
+
+    /* allocation 2: activations and scratch */
+    char *abuf;
+    size_t abytes;
+    float *x;                /* [n_layers+1][N,D] */
+    float *x_mid;            /* [n_layers][N,D] */
+    layer_acts *L;           /* [n_layers] (host array of device pointers) */
+    void *hs;                /* [N,D] act: the current norm output h1 or h2 (recomputed in the backward) */
+    float *rstdf;            /* [N] */
+    void *hf;                /* [N,D] act */
+    void *logits;            /* [N,vocab] act; dlogits after a forward with grad_scale != 0 */
+    /* backward scratch, reused by every block */
+    float *dx;               /* [N,D] residual gradient */
+    void *dx_act;            /* [N,D] act copy of dx (BF16 mode; NULL in FP32 mode) */
+    float *dh;               /* [N,D] sum of the projections' input gradients */
+    float *dm;               /* [N,F] */
+    void *dgp, *dup;         /* [N,F] act */
+    float *dyo;              /* [N,HV] */
+    void *d_o, *dz;          /* [N,HV] act */
+    void *dqn, *dkn, *dq1, *dk1; /* [N,HK] act (dq1 is also the forward's SiLU scratch) */
+    void *dv, *dvp;          /* [N,HV] act */
+    float *dg, *dbeta;       /* [N,H] */
+    void *dap, *dbp;         /* [N,H] act */
+    /* packed heads for the delta rule (when dp.packed) */
+    delta_plan dp;
+    void *pq, *pk;           /* [N,H*S,Kp] act (unless qk_shared) */
+    void *pv, *po;           /* [N,H*S,Vp] act (po: output, then d_o in the backward; unless v_same) */
+    void *pdq, *pdk;         /* [N,H*S,Kp] act */
+    void *pdv;               /* [N,H*S,Vp] act (unless v_same) */
+    float *pdg, *pdbeta;     /* [N,H*S] */
+    void *delta_ws;
+    void *op_ws;
+    int *tokens_d, *targets_d;        /* [N] */
+    int *perm_d, *seg_start_d, *seg_token_d; /* embedding backward plan */
+    double *loss_d, *gnorm_d;
+    int *nvalid_d;
+
+    /* profiler (benchmark only) */
+    int prof_on, prof_n, prof_phase;
+    cudaEvent_t *prof_ev;    /* [PROF_MAX][2] */
+    unsigned char prof_cat[PROF_MAX], prof_ph[PROF_MAX];
+    int prof_line[PROF_MAX];         /* source line of the launch (the breakdown's per-site table) */
+    const char *prof_file[PROF_MAX]; /* its source file */
+    const char *prof_call[PROF_MAX]; /* the launch's source text (its first call names the site) */
+
+    /* host */
+    int *perm_h, *seg_start_h, *seg_token_h;
+    int n_seg;
+    int has_grad, has_logits;
+    gdn_seq_hooks hooks;
+    int seq;                 /* hooks set: this model runs one segment of longer sequences */
+    char *sbuf;              /* allocation 3 (first set_seq_hooks): the boundary buffers of L */
+    float *dS_out;           /* [n_state] received gradient of the leaving state */
+    size_t n_state, n_halo[3];
+};
+
+/* ---- profiler (model_cuda_bench.cu) ------------------------------------------------------------------ */
+/* Events around one launch while the benchmark profiles a step (else nothing). */
+void gdn_cuda_model_prof_begin(gdn_cuda_model *m, int cat, const char *file, int line, const char *call);
+void gdn_cuda_model_prof_end(gdn_cuda_model *m);
+#define PF(cat, ...)                                                          \
+    do {                                                                      \
+        gdn_cuda_model_prof_begin(m, cat, __FILE__, __LINE__, #__VA_ARGS__); \
+        __VA_ARGS__;                                                          \
+        gdn_cuda_model_prof_end(m);                                           \
+    } while (0)
+
+/* ---- shared helpers ------------------------------------------------------------------------------ */
+/* The bf16 copy of every tensor from the fp32 parameters (BF16 mode), on the model's stream
+ * (model_cuda_setup.cu). */
+void gdn_cuda_model_refresh_act(gdn_cuda_model *m);
+
+/* The GEMM copy of the parameter tensor at offset off (bf16 copy, or the fp32 master). */
+static inline const void *wgt(const gdn_cuda_model *m, size_t off) {
+    if (!m->wact) return m->params + off;
+    int lo = 0, hi = m->t->n - 1; /* tensors are in offset order */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (m->t->p[mid].offset <= off) lo = mid;
+        else hi = mid - 1;
+    }
+    if (m->t->p[lo].offset != off) GDN_CUDA_DIE("model: no parameter tensor starts at offset %zu", off);
+    return (const char *)m->wact + m->act_off_h[lo] * 2;
+}
+
+static inline float beta_scale(const gdn_config *c) { return c->allow_neg_eigval ? 2.0f : 1.0f; }
+
+
+#endif
