@@ -20,7 +20,7 @@ typedef struct {
 /* Sizes are computed in size_t with overflow checks: a setting such as n_heads = 2^31 - 1 must
  * give a clear error, never a wrapped product and a short allocation. */
 static size_t add_tensor(table_builder *b, const char *name, int ndim, size_t d0, size_t d1,
-                         size_t d2, int no_decay) {
+                         size_t d2, int no_decay, gdn_param_init init) {
     gdn_param_table *t = b->t;
     if (b->failed) return 0;
     size_t numel = d0, total;
@@ -58,6 +58,7 @@ static size_t add_tensor(table_builder *b, const char *name, int ndim, size_t d0
     p->numel = numel;
     p->offset = t->total;
     p->no_decay = no_decay;
+    p->init = (int)init;
     t->total = total;
     return p->offset;
 }
@@ -70,10 +71,12 @@ typedef struct {
     const char *name;
     size_t field; /* offsetof(gdn_layer_offsets, ...) */
     int ndim, dim[3], no_decay, needs;
+    gdn_param_init init;
 } layer_tensor;
 
-#define LAYER_ROW(f, name, nd, d0, d1, d2, nodecay, need)                                          \
-    {name, offsetof(gdn_layer_offsets, f), nd, {DIM_##d0, DIM_##d1, DIM_##d2}, nodecay, NEEDS_##need},
+#define LAYER_ROW(f, name, nd, d0, d1, d2, nodecay, need, ini)                                     \
+    {name, offsetof(gdn_layer_offsets, f), nd, {DIM_##d0, DIM_##d1, DIM_##d2}, nodecay, NEEDS_##need, \
+     GDN_INIT_##ini},
 static const layer_tensor layer_tensors[] = {GDN_LAYER_TENSORS(LAYER_ROW)};
 #define N_LAYER_TENSORS (sizeof layer_tensors / sizeof layer_tensors[0])
 
@@ -109,7 +112,7 @@ static int build(gdn_param_table *t, const gdn_config *c, char *err, int err_len
         return -1;
     }
     char name[GDN_PARAM_NAME_MAX];
-    t->embed = add_tensor(&b, "model.embeddings.weight", 2, VOC, D, 0, 0);
+    t->embed = add_tensor(&b, "model.embeddings.weight", 2, VOC, D, 0, 0, GDN_INIT_NORMAL);
     if (b.failed) return -1;
     t->layer = GDN_CALLOC((size_t)c->n_layers, sizeof *t->layer);
     for (int l = 0; l < c->n_layers && !b.failed; l++) {
@@ -130,11 +133,12 @@ static int build(gdn_param_table *t, const gdn_config *c, char *err, int err_len
             }
             snprintf(name, sizeof name, "model.layers.%d.%s", l, r->name);
             *off = add_tensor(&b, name, r->ndim, dims[r->dim[0]], dims[r->dim[1]], dims[r->dim[2]],
-                              r->no_decay);
+                              r->no_decay, r->init);
         }
     }
-    t->final_norm = add_tensor(&b, "model.norm.weight", 1, D, 0, 0, 1);
-    t->lm_head = c->tie_embeddings ? t->embed : add_tensor(&b, "lm_head.weight", 2, VOC, D, 0, 0);
+    t->final_norm = add_tensor(&b, "model.norm.weight", 1, D, 0, 0, 1, GDN_INIT_ONES);
+    t->lm_head = c->tie_embeddings ? t->embed
+                                   : add_tensor(&b, "lm_head.weight", 2, VOC, D, 0, 0, GDN_INIT_NORMAL);
     return b.failed ? -1 : 0;
 }
 
@@ -195,35 +199,37 @@ static double normal(uint64_t *s) {
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static int has_suffix(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 void gdn_params_init(float *params, const gdn_param_table *t, uint64_t seed) {
     const double std = 0.02, resid_std = 0.02 / sqrt(2.0 * t->cfg.n_layers);
     for (int i = 0; i < t->n; i++) {
         const gdn_param *p = &t->p[i];
         float *w = params + p->offset;
         uint64_t s = seed * 0x100000001B3ULL + (uint64_t)i * 0x9E3779B97F4A7C15ULL;
-        if (has_suffix(p->name, "norm.weight")) {
+        switch ((gdn_param_init)p->init) {
+        case GDN_INIT_ONES:
             for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
-        } else if (has_suffix(p->name, "conv1d.weight")) {
+            break;
+        case GDN_INIT_CONV: {
             double bound = 1.0 / sqrt((double)t->cfg.conv_width);
             for (size_t j = 0; j < p->numel; j++) w[j] = (float)(bound * (2.0 * uniform01(&s) - 1.0));
-        } else if (has_suffix(p->name, "A_log")) {
+            break;
+        }
+        case GDN_INIT_A_LOG:
             for (size_t j = 0; j < p->numel; j++) w[j] = (float)log(1.0 + 15.0 * uniform01(&s));
-        } else if (has_suffix(p->name, "dt_bias")) {
+            break;
+        case GDN_INIT_DT_BIAS:
             for (size_t j = 0; j < p->numel; j++) {
                 double dt = exp(log(1e-3) + (log(1e-1) - log(1e-3)) * uniform01(&s));
                 if (dt < 1e-4) dt = 1e-4;
                 w[j] = (float)(dt + log(-expm1(-dt))); /* softplus^-1(dt) */
             }
-        } else {
-            double sd = (has_suffix(p->name, "o_proj.weight") || has_suffix(p->name, "down_proj.weight"))
-                            ? resid_std
-                            : std;
+            break;
+        case GDN_INIT_NORMAL:
+        case GDN_INIT_RESID: {
+            double sd = p->init == GDN_INIT_RESID ? resid_std : std;
             for (size_t j = 0; j < p->numel; j++) w[j] = (float)(sd * normal(&s));
+            break;
+        }
         }
     }
 }

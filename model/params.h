@@ -19,13 +19,26 @@ typedef struct {
     int ndim;
     int shape[3];
     int no_decay;                  /* norms, A_log, dt_bias (and biases) */
+    int init;                      /* gdn_param_init: how gdn_params_init fills it */
 } gdn_param;
+
+/* How a tensor is initialised (gdn_params_init): N(0, 0.02); N(0, 0.02 / sqrt(2 n_layers)) for
+ * outputs into the residual stream; ones (norms); U(-1/sqrt(W), 1/sqrt(W)) (convolutions);
+ * log U(1, 16) (A_log); softplus^-1 of dt ~ logU(1e-3, 1e-1) (dt_bias). */
+typedef enum {
+    GDN_INIT_NORMAL = 0,
+    GDN_INIT_RESID,
+    GDN_INIT_ONES,
+    GDN_INIT_CONV,
+    GDN_INIT_A_LOG,
+    GDN_INIT_DT_BIAS
+} gdn_param_init;
 
 /* Offset of a tensor the layer's mixer does not have (see gdn_layer_offsets). */
 #define GDN_NO_TENSOR ((size_t)-1)
 
 /* The tensors of one block, in the order of the flat buffer: adding a tensor is one line here.
- * X(field, name, ndim, d0, d1, d2, no_decay, needs)
+ * X(field, name, ndim, d0, d1, d2, no_decay, needs, init)
  *   field     its member of gdn_layer_offsets
  *   name      after "model.layers.L." (Hugging Face / flash-linear-attention names)
  *   d0..d2    shape (the first ndim count) in the block's sizes: D d_model, H n_heads,
@@ -34,27 +47,28 @@ typedef struct {
  *   no_decay  1: AdamW applies no weight decay (norms, A_log, dt_bias)
  *   needs     ALL: every mixer has it; DECAY: mixers with a decay (has_decay, model/mixer.h);
  *             BETA: mixers with a write strength (has_beta). A layer whose mixer lacks it
- *             has offset GDN_NO_TENSOR and no entry in the table. */
+ *             has offset GDN_NO_TENSOR and no entry in the table.
+ *   init      how gdn_params_init fills it: GDN_INIT_<init> (gdn_param_init above) */
 /* clang-format off */
 #define GDN_LAYER_TENSORS(X)                                                  \
-    X(attn_norm, "attn_norm.weight",     1, D,  ONE, ONE, 1, ALL)             \
-    X(q_proj,    "attn.q_proj.weight",   2, HK, D,   ONE, 0, ALL)             \
-    X(k_proj,    "attn.k_proj.weight",   2, HK, D,   ONE, 0, ALL)             \
-    X(v_proj,    "attn.v_proj.weight",   2, HV, D,   ONE, 0, ALL)             \
-    X(a_proj,    "attn.a_proj.weight",   2, H,  D,   ONE, 0, DECAY)           \
-    X(b_proj,    "attn.b_proj.weight",   2, H,  D,   ONE, 0, BETA)            \
-    X(g_proj,    "attn.g_proj.weight",   2, HV, D,   ONE, 0, ALL)             \
-    X(q_conv,    "attn.q_conv1d.weight", 3, HK, ONE, W,   0, ALL)             \
-    X(k_conv,    "attn.k_conv1d.weight", 3, HK, ONE, W,   0, ALL)             \
-    X(v_conv,    "attn.v_conv1d.weight", 3, HV, ONE, W,   0, ALL)             \
-    X(A_log,     "attn.A_log",           1, H,  ONE, ONE, 1, DECAY)           \
-    X(dt_bias,   "attn.dt_bias",         1, H,  ONE, ONE, 1, DECAY)           \
-    X(o_norm,    "attn.o_norm.weight",   1, V,  ONE, ONE, 1, ALL)             \
-    X(o_proj,    "attn.o_proj.weight",   2, D,  HV,  ONE, 0, ALL)             \
-    X(mlp_norm,  "mlp_norm.weight",      1, D,  ONE, ONE, 1, ALL)             \
-    X(gate_proj, "mlp.gate_proj.weight", 2, F,  D,   ONE, 0, ALL)             \
-    X(up_proj,   "mlp.up_proj.weight",   2, F,  D,   ONE, 0, ALL)             \
-    X(down_proj, "mlp.down_proj.weight", 2, D,  F,   ONE, 0, ALL)
+    X(attn_norm, "attn_norm.weight",     1, D,  ONE, ONE, 1, ALL, ONES)       \
+    X(q_proj,    "attn.q_proj.weight",   2, HK, D,   ONE, 0, ALL, NORMAL)     \
+    X(k_proj,    "attn.k_proj.weight",   2, HK, D,   ONE, 0, ALL, NORMAL)     \
+    X(v_proj,    "attn.v_proj.weight",   2, HV, D,   ONE, 0, ALL, NORMAL)     \
+    X(a_proj,    "attn.a_proj.weight",   2, H,  D,   ONE, 0, DECAY, NORMAL)   \
+    X(b_proj,    "attn.b_proj.weight",   2, H,  D,   ONE, 0, BETA, NORMAL)    \
+    X(g_proj,    "attn.g_proj.weight",   2, HV, D,   ONE, 0, ALL, NORMAL)     \
+    X(q_conv,    "attn.q_conv1d.weight", 3, HK, ONE, W,   0, ALL, CONV)       \
+    X(k_conv,    "attn.k_conv1d.weight", 3, HK, ONE, W,   0, ALL, CONV)       \
+    X(v_conv,    "attn.v_conv1d.weight", 3, HV, ONE, W,   0, ALL, CONV)       \
+    X(A_log,     "attn.A_log",           1, H,  ONE, ONE, 1, DECAY, A_LOG)    \
+    X(dt_bias,   "attn.dt_bias",         1, H,  ONE, ONE, 1, DECAY, DT_BIAS)  \
+    X(o_norm,    "attn.o_norm.weight",   1, V,  ONE, ONE, 1, ALL, ONES)       \
+    X(o_proj,    "attn.o_proj.weight",   2, D,  HV,  ONE, 0, ALL, RESID)      \
+    X(mlp_norm,  "mlp_norm.weight",      1, D,  ONE, ONE, 1, ALL, ONES)       \
+    X(gate_proj, "mlp.gate_proj.weight", 2, F,  D,   ONE, 0, ALL, NORMAL)     \
+    X(up_proj,   "mlp.up_proj.weight",   2, F,  D,   ONE, 0, ALL, NORMAL)     \
+    X(down_proj, "mlp.down_proj.weight", 2, D,  F,   ONE, 0, ALL, RESID)
 /* clang-format on */
 
 /* Offset of a tensor the layer's mixer does not have. */
@@ -91,10 +105,8 @@ const gdn_param *gdn_param_find(const gdn_param_table *t, const char *name);
 /* Parameters used in matrix products (LM head included, embedding lookup excluded): for MFU. */
 size_t gdn_param_matmul_count(const gdn_param_table *t);
 
-/* Initialise all parameters from a seed (deterministic, independent of threads):
- * embeddings and projections N(0, 0.02), residual outputs (o_proj, down_proj) scaled by
- * 1/sqrt(2 n_layers), norms 1, convs U(-1/sqrt(W), 1/sqrt(W)), A_log = log U(1,16),
- * dt_bias = softplus^-1(dt), dt ~ logU(1e-3, 1e-1) clamped at 1e-4. */
+/* Initialise all parameters from a seed (deterministic, independent of threads), each tensor as
+ * its init says (gdn_param_init; dt is clamped at 1e-4). */
 void gdn_params_init(float *params, const gdn_param_table *t, uint64_t seed);
 
 #endif

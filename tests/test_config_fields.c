@@ -220,6 +220,56 @@ static void test_fields_out_of_range_refused(void **state) {
     }
 }
 
+/* ---- the tensors of a block ------------------------------------------------------------------- */
+
+static uint64_t fnv1a(uint64_t h, const char *s) {
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001B3ULL;
+    return h;
+}
+
+/* The parameter table made from GDN_LAYER_TENSORS is the one checkpoints and every test were
+ * written with: names, offsets, shapes, weight-decay flags and initial values of a model with
+ * all four mixers, as fingerprints of the table that the list replaced. */
+static void test_layer_tensors_unchanged(void **state) {
+    (void)state;
+    gdn_config c = {.vocab_size = 256, .d_model = 48, .n_layers = 5, .n_heads = 3, .head_dim = 8,
+                    .expand_v = 2, .d_ff = 40, .conv_width = 4, .chunk_size = 16, .norm_eps = 1e-6,
+                    .mixers = "GDML"};
+    gdn_param_table t;
+    gdn_param_table_build(&t, &c);
+    assert_int_equal(t.n, 85);
+    assert_int_equal(t.total, 102866);
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < t.n; i++) {
+        const gdn_param *p = &t.p[i];
+        char line[160];
+        snprintf(line, sizeof line, "%s %zu %zu %d %d %d %d %d\n", p->name, p->offset, p->numel, p->ndim,
+                 p->shape[0], p->shape[1], p->shape[2], p->no_decay);
+        h = fnv1a(h, line);
+    }
+    assert_true(h == 0x32e1cbe4d160f341ULL);
+    float *w = malloc(t.total * sizeof *w);
+    gdn_params_init(w, &t, 7);
+    unsigned v = 0;
+    for (size_t i = 0; i < t.total; i++) {
+        unsigned u;
+        memcpy(&u, &w[i], sizeof u);
+        v = v * 31 + u;
+    }
+    assert_int_equal(v, 455217311u);
+    free(w);
+    /* what each mixer has: a_proj, A_log, dt_bias with a decay; b_proj with beta */
+    for (int l = 0; l < c.n_layers; l++) {
+        const gdn_layer_offsets *o = &t.layer[l];
+        int decay = l % 4 == 0 || l % 4 == 2, beta = l % 4 < 2; /* G D M L G */
+        assert_int_equal(o->a_proj != GDN_NO_TENSOR, decay);
+        assert_int_equal(o->A_log != GDN_NO_TENSOR, decay);
+        assert_int_equal(o->dt_bias != GDN_NO_TENSOR, decay);
+        assert_int_equal(o->b_proj != GDN_NO_TENSOR, beta);
+    }
+    gdn_param_table_free(&t);
+}
+
 /* ---- precision -------------------------------------------------------------------------------- */
 
 static void test_precision_names(void **state) {
@@ -315,6 +365,7 @@ int main(void) {
         cmocka_unit_test(test_fields_round_trip_json),
         cmocka_unit_test(test_fields_round_trip_checkpoint),
         cmocka_unit_test(test_fields_out_of_range_refused),
+        cmocka_unit_test(test_layer_tensors_unchanged),
         cmocka_unit_test(test_precision_names),
         cmocka_unit_test(test_precision_setting),
         cmocka_unit_test(test_precision_may_change_on_resume),

@@ -87,9 +87,9 @@ static int print_tensor(const ckpt_tensor_view *t, void *user) {
 static void print_model(const gdn_config *m, int json) {
     for (int i = 0; i < GDN_CONFIG_N_FIELDS; i++) {
         const gdn_config_field *f = &gdn_config_fields[i];
-        char v[GDN_MAX_MIXERS + 32];
-        if (f->type == GDN_FIELD_STR) snprintf(v, sizeof v, "%s", gdn_config_get_str(m, f));
-        else gdn_config_format(m, f, json, v, sizeof v);
+        char num[64];
+        if (f->type != GDN_FIELD_STR) gdn_config_format(m, f, json, num, sizeof num);
+        const char *v = f->type == GDN_FIELD_STR ? gdn_config_get_str(m, f) : num;
         if (!json) {
             printf(" %s=%s", f->name, v);
             continue;
