@@ -11,6 +11,7 @@
  * task walking the query heads of its group in order, so dk and dv are summed in a fixed order
  * without sharing: the results are bitwise the same for any thread count. BLAS is held to one
  * thread inside the tasks, as in the delta rule. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,10 @@ static void attn_check_shape(const gdn_attn_shape *s, const char *who) {
                 s->B, s->T, s->H, s->Hkv, s->D);
     if (s->H % s->Hkv)
         GDN_DIE("%s: %d query heads are not a multiple of %d kv heads", who, s->H, s->Hkv);
+    /* task counts and BLAS leading dimensions are int */
+    if ((long long)s->B * s->H > INT_MAX || (long long)s->H * s->D > INT_MAX || s->T > INT_MAX - ATTN_BLOCK)
+        GDN_DIE("%s: shape B=%d T=%d H=%d D=%d is too large (B*H and H*D must fit an int)", who, s->B,
+                s->T, s->H, s->D);
 }
 
 /* Scores of query rows t0..t0+n-1 against keys 0..t0+n-1: S [n, t0+n] = scale Q K^T. q and k
