@@ -10,9 +10,6 @@
 #include "io/h5util.h"
 #include "model/check.h"
 
-/* Reads dataset `name` into a malloced double array, checking its rank and the dimensions
- * that are known (expect[i] >= 0). Unknown dimensions are returned in dims. Returns NULL when
- * the dataset is absent and optional; any other problem is a fatal error naming the dataset. */
 double *op_read_array(hid_t file, const char *path, const char *name, int rank,
                       const long long *expect, const char *expect_text, long long *dims,
                       int optional) {
@@ -93,8 +90,6 @@ void op_write_f32(hid_t file, const char *path, const char *name, int rank, cons
     io_h5_close(ds);
 }
 
-/* The optional root attribute 'scale': a scalar of any integer or float type (h5py writes a
- * Python int as int64), converted to double, and finite. 0: read or absent; -1: reported. */
 int op_read_scale(hid_t file, const char *path, double *scale) {
     htri_t exists = H5Aexists(file, "scale");
     if (exists == 0) return 0;
@@ -132,8 +127,6 @@ int op_read_scale(hid_t file, const char *path, double *scale) {
     return rc;
 }
 
-/* Whether the two paths name the same file (same device and inode: the same path, another
- * spelling of it, a symbolic or a hard link). Writing the output would truncate the input. */
 int op_same_file(const char *a, const char *b) {
     struct stat sa, sb;
     if (stat(a, &sa) != 0 || stat(b, &sb) != 0) return 0;
