@@ -13,6 +13,8 @@
 #include "model/check.h"
 #include "model/cpu/ops_cpu.h"
 #include "model/mixer.h"
+#include "train/commands.h"
+#include "train/op_io.h"
 #ifdef GDN_HAVE_CUDA
 #include "model/cuda/delta_cuda.h"
 #endif
@@ -33,7 +35,8 @@ static void op_usage(FILE *f) {
             "  linear    S_t = S_{t-1} + k_t v_t^T (neither g nor beta is needed)\n"
             "An input the variant ignores may be absent; when present it is checked like the others\n"
             "and its gradient (dg or dbeta) is written as zeros. The cuda backend runs gdn only.\n"
-            "Precision: cpu computes in fp32 (default) or fp64; cuda in fp32 or bf16 (default).\n");
+            "Precision: cpu computes in fp32 (default) or fp64; cuda in fp32 or bf16 (default).\n"
+            "Softmax attention: gdn op attention --help.\n");
 }
 
 /* The valid --variant words, "gdn, deltanet, gla, linear", from the mixer table. */
@@ -42,93 +45,6 @@ static void variant_names(char *buf, size_t n) {
     buf[0] = 0;
     for (int v = 0; v < GDN_MIXER_COUNT && used < n; v++)
         used += (size_t)snprintf(buf + used, n - used, "%s%s", v ? ", " : "", gdn_mixer_get(v)->name);
-}
-
-/* The largest input dataset read (elements), far above any test shape: an absurd shape in a
- * file is refused instead of attempting the allocation. */
-#define OP_MAX_ELEMS (1ull << 32)
-
-/* Reads dataset `name` into a malloced double array, checking its rank and the dimensions
- * that are known (expect[i] >= 0). Unknown dimensions are returned in dims. Returns NULL when
- * the dataset is absent and optional; any other problem is a fatal error naming the dataset. */
-static double *read_array(hid_t file, const char *path, const char *name, int rank,
-                          const long long *expect, const char *expect_text, long long *dims,
-                          int optional) {
-    char err[512];
-    int exists = io_h5_exists(file, name);
-    if (exists <= 0) {
-        if (optional) return NULL;
-        GDN_DIE("%s: missing dataset '%s' (expected shape %s)", path, name, expect_text);
-    }
-    hid_t ds = H5Dopen2(file, name, H5P_DEFAULT), sp = -1, ty = -1;
-    if (ds < 0) GDN_DIE("%s: cannot open dataset '%s': %s", path, name, io_h5_last_error(err, sizeof err));
-    ty = H5Dget_type(ds);
-    if (H5Tget_class(ty) != H5T_FLOAT)
-        GDN_DIE("%s: dataset '%s' must hold fp32 or fp64 numbers", path, name);
-    sp = H5Dget_space(ds);
-    hsize_t hd[8];
-    size_t idx_tmp[8];
-    int nd = H5Sget_simple_extent_ndims(sp);
-    if (nd != rank) GDN_DIE("%s: dataset '%s' has %d dimensions, expected shape %s", path, name, nd, expect_text);
-    H5Sget_simple_extent_dims(sp, hd, NULL);
-    size_t count = 1;
-    for (int i = 0; i < rank; i++) {
-        if (expect[i] >= 0 && (long long)hd[i] != expect[i]) {
-            char got[128];
-            int n = 0;
-            for (int j = 0; j < rank; j++)
-                n += snprintf(got + n, sizeof got - (size_t)n, "%s%llu", j ? "," : "[", (unsigned long long)hd[j]);
-            snprintf(got + n, sizeof got - (size_t)n, "]");
-            GDN_DIE("%s: dataset '%s' has shape %s, expected %s", path, name, got, expect_text);
-        }
-        if (hd[i] == 0) GDN_DIE("%s: dataset '%s' has an empty dimension", path, name);
-        /* shapes travel as int and the copy is count doubles: refuse what would not fit */
-        if (hd[i] > INT_MAX || __builtin_mul_overflow(count, (size_t)hd[i], &count) ||
-            count > OP_MAX_ELEMS)
-            GDN_DIE("%s: dataset '%s' is too large (dimension %d is %llu; at most %llu elements "
-                    "in all)", path, name, i, (unsigned long long)hd[i], (unsigned long long)OP_MAX_ELEMS);
-        dims[i] = (long long)hd[i];
-    }
-    double *out = GDN_MALLOC(count * sizeof *out);
-    if (H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
-        GDN_DIE("%s: cannot read dataset '%s': %s", path, name, io_h5_last_error(err, sizeof err));
-    /* NaN or Inf in would give non-finite outputs that look like a result */
-    for (size_t i = 0; i < count; i++)
-        if (!isfinite(out[i])) {
-            char at[128];
-            size_t rest = i;
-            int n = 0;
-            for (int d = rank - 1; d >= 0; d--) { /* the multi-index, last dimension fastest */
-                idx_tmp[d] = rest % (size_t)hd[d];
-                rest /= (size_t)hd[d];
-            }
-            for (int d = 0; d < rank; d++)
-                n += snprintf(at + n, sizeof at - (size_t)n, "%s%zu", d ? "," : "[", idx_tmp[d]);
-            snprintf(at + n, sizeof at - (size_t)n, "]");
-            GDN_DIE("%s: dataset '%s' holds %s at element %s (flat index %zu): the inputs must be "
-                    "finite", path, name, isnan(out[i]) ? "NaN" : "an infinity", at, i);
-        }
-    io_h5_close(ty);
-    io_h5_close(sp);
-    io_h5_close(ds);
-    return out;
-}
-
-static float *to_f32(const double *x, size_t n) {
-    if (!x) return NULL;
-    float *y = GDN_MALLOC(n * sizeof *y);
-    for (size_t i = 0; i < n; i++) y[i] = (float)x[i];
-    return y;
-}
-
-static void write_f32(hid_t file, const char *path, const char *name, int rank, const long long *dims,
-                      const float *data) {
-    char err[512];
-    hsize_t hd[4];
-    for (int i = 0; i < rank; i++) hd[i] = (hsize_t)dims[i];
-    hid_t ds = io_h5_write_f32(file, name, rank, hd, data, err, sizeof err);
-    if (ds < 0) GDN_DIE("%s: %s", path, err);
-    io_h5_close(ds);
 }
 
 /* The op's arrays, all fp32 at the interface (outputs are written as fp32). */
@@ -146,8 +62,8 @@ static void run_cpu(op_arrays *a, int fp64, int want_grad) {
     if (fp64) {
         double *o = GDN_MALLOC(nv * sizeof *o), *ht = GDN_MALLOC(nst * sizeof *ht);
         gdn_delta_fwd_f64(s, a->q, a->k, a->v, a->g, a->beta, a->scale, a->h0, o, ht);
-        a->o = to_f32(o, nv);
-        a->ht = to_f32(ht, nst);
+        a->o = op_to_f32(o, nv);
+        a->ht = op_to_f32(ht, nst);
         free(o);
         free(ht);
         if (want_grad) {
@@ -156,19 +72,19 @@ static void run_cpu(op_arrays *a, int fp64, int want_grad) {
             double *db = GDN_MALLOC(ng * sizeof *db), *dh0 = GDN_MALLOC(nst * sizeof *dh0);
             gdn_delta_bwd_f64(s, a->q, a->k, a->v, a->g, a->beta, a->scale, a->h0, a->d_o, a->dht,
                               dq, dk, dv, dg, db, dh0);
-            a->dq = to_f32(dq, nqk); a->dk = to_f32(dk, nqk); a->dv = to_f32(dv, nv);
-            a->dg = to_f32(dg, ng); a->dbeta = to_f32(db, ng); a->dh0 = to_f32(dh0, nst);
+            a->dq = op_to_f32(dq, nqk); a->dk = op_to_f32(dk, nqk); a->dv = op_to_f32(dv, nv);
+            a->dg = op_to_f32(dg, ng); a->dbeta = op_to_f32(db, ng); a->dh0 = op_to_f32(dh0, nst);
             free(dq); free(dk); free(dv); free(dg); free(db); free(dh0);
         }
         return;
     }
-    float *q = to_f32(a->q, nqk), *k = to_f32(a->k, nqk), *v = to_f32(a->v, nv);
-    float *g = to_f32(a->g, ng), *beta = to_f32(a->beta, ng), *h0 = to_f32(a->h0, nst);
+    float *q = op_to_f32(a->q, nqk), *k = op_to_f32(a->k, nqk), *v = op_to_f32(a->v, nv);
+    float *g = op_to_f32(a->g, ng), *beta = op_to_f32(a->beta, ng), *h0 = op_to_f32(a->h0, nst);
     a->o = GDN_MALLOC(nv * sizeof(float));
     a->ht = GDN_MALLOC(nst * sizeof(float));
     gdn_delta_fwd_f32(s, q, k, v, g, beta, (float)a->scale, h0, a->o, a->ht);
     if (want_grad) {
-        float *d_o = to_f32(a->d_o, nv), *dht = to_f32(a->dht, nst);
+        float *d_o = op_to_f32(a->d_o, nv), *dht = op_to_f32(a->dht, nst);
         a->dq = GDN_MALLOC(nqk * sizeof(float)); a->dk = GDN_MALLOC(nqk * sizeof(float));
         a->dv = GDN_MALLOC(nv * sizeof(float)); a->dg = GDN_MALLOC(ng * sizeof(float));
         a->dbeta = GDN_MALLOC(ng * sizeof(float)); a->dh0 = GDN_MALLOC(nst * sizeof(float));
@@ -186,13 +102,13 @@ static void run_cuda(op_arrays *a, gdn_cuda_precision p, int want_grad) {
     const size_t nqk = (size_t)s->B * s->T * s->H * s->K, nv = (size_t)s->B * s->T * s->H * s->V;
     const size_t ng = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
     gdn_cuda_delta_check_shape(s);
-    float *q = to_f32(a->q, nqk), *k = to_f32(a->k, nqk), *v = to_f32(a->v, nv);
-    float *g = to_f32(a->g, ng), *beta = to_f32(a->beta, ng), *h0 = to_f32(a->h0, nst);
+    float *q = op_to_f32(a->q, nqk), *k = op_to_f32(a->k, nqk), *v = op_to_f32(a->v, nv);
+    float *g = op_to_f32(a->g, ng), *beta = op_to_f32(a->beta, ng), *h0 = op_to_f32(a->h0, nst);
     a->o = GDN_MALLOC(nv * sizeof(float));
     a->ht = GDN_MALLOC(nst * sizeof(float));
     gdn_cuda_delta_fwd_host(s, p, q, k, v, g, beta, (float)a->scale, h0, a->o, a->ht);
     if (want_grad) {
-        float *d_o = to_f32(a->d_o, nv), *dht = to_f32(a->dht, nst);
+        float *d_o = op_to_f32(a->d_o, nv), *dht = op_to_f32(a->dht, nst);
         a->dq = GDN_MALLOC(nqk * sizeof(float)); a->dk = GDN_MALLOC(nqk * sizeof(float));
         a->dv = GDN_MALLOC(nv * sizeof(float)); a->dg = GDN_MALLOC(ng * sizeof(float));
         a->dbeta = GDN_MALLOC(ng * sizeof(float)); a->dh0 = GDN_MALLOC(nst * sizeof(float));
@@ -204,53 +120,6 @@ static void run_cuda(op_arrays *a, gdn_cuda_precision p, int want_grad) {
     free(q); free(k); free(v); free(g); free(beta); free(h0);
 }
 #endif
-
-/* The optional root attribute 'scale': a scalar of any integer or float type (h5py writes a
- * Python int as int64), converted to double, and finite. 0: read or absent; -1: reported. */
-static int read_scale(hid_t file, const char *path, double *scale) {
-    htri_t exists = H5Aexists(file, "scale");
-    if (exists == 0) return 0;
-    char err[512];
-    hid_t at = exists > 0 ? H5Aopen(file, "scale", H5P_DEFAULT) : -1;
-    if (at < 0) {
-        fprintf(stderr, "gdn op: %s: cannot read attribute 'scale': %s\n", path, io_h5_last_error(err, sizeof err));
-        return -1;
-    }
-    hid_t ty = H5Aget_type(at), sp = H5Aget_space(at);
-    H5T_class_t cls = ty >= 0 ? H5Tget_class(ty) : H5T_NO_CLASS;
-    H5S_class_t scls = sp >= 0 ? H5Sget_simple_extent_type(sp) : H5S_NO_CLASS;
-    int rc = -1;
-    double v = 0.0;
-    if (cls != H5T_INTEGER && cls != H5T_FLOAT)
-        fprintf(stderr, "gdn op: %s: attribute 'scale' must be a number (an integer or float), not %s\n", path,
-                cls == H5T_STRING ? "a string"
-                : cls == H5T_ENUM ? "an enumeration (h5py stores a bool so)"
-                : cls == H5T_ARRAY ? "an array"
-                                   : "a non-numeric type");
-    else if (scls != H5S_SCALAR)
-        fprintf(stderr, "gdn op: %s: attribute 'scale' must be a single number, not an array\n", path);
-    else if (H5Aread(at, H5T_NATIVE_DOUBLE, &v) < 0)
-        fprintf(stderr, "gdn op: %s: cannot read attribute 'scale': %s\n", path, io_h5_last_error(err, sizeof err));
-    else if (!isfinite(v))
-        fprintf(stderr, "gdn op: %s: attribute 'scale' is %s: it must be a finite number\n", path,
-                isnan(v) ? "NaN" : "infinite");
-    else {
-        *scale = v;
-        rc = 0;
-    }
-    io_h5_close(sp);
-    io_h5_close(ty);
-    io_h5_close(at);
-    return rc;
-}
-
-/* Whether the two paths name the same file (same device and inode: the same path, another
- * spelling of it, a symbolic or a hard link). Writing the output would truncate the input. */
-static int same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    if (stat(a, &sa) != 0 || stat(b, &sb) != 0) return 0;
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
 
 static int cmd_gated_delta(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *backend = "cpu", *precision = NULL, *variant_name = "gdn";
@@ -305,7 +174,7 @@ static int cmd_gated_delta(int argc, char **argv) {
                 precision, backend);
         return 2;
     }
-    if (same_file(in, out)) {
+    if (op_same_file(in, out)) {
         fprintf(stderr, "gdn op: --out %s is the input file %s (the same file): writing it would destroy "
                         "the input; choose another output path\n", out, in);
         return 2;
@@ -318,21 +187,21 @@ static int cmd_gated_delta(int argc, char **argv) {
     op_arrays a;
     memset(&a, 0, sizeof a);
     long long dq[4], dv[4], dg[3], dh[4], any[4] = {-1, -1, -1, -1};
-    a.q = read_array(f, in, "q", 4, any, "[B,T,H,K]", dq, 0);
-    a.k = read_array(f, in, "k", 4, dq, "[B,T,H,K] (same as q)", dv, 0);
+    a.q = op_read_array(f, in, "q", 4, any, "[B,T,H,K]", dq, 0);
+    a.k = op_read_array(f, in, "k", 4, dq, "[B,T,H,K] (same as q)", dv, 0);
     long long ev[4] = {dq[0], dq[1], dq[2], -1};
-    a.v = read_array(f, in, "v", 4, ev, "[B,T,H,V] (B, T, H as q)", dv, 0);
+    a.v = op_read_array(f, in, "v", 4, ev, "[B,T,H,V] (B, T, H as q)", dv, 0);
     long long eg[3] = {dq[0], dq[1], dq[2]};
     /* an input the variant ignores may be absent; present, it is still checked */
-    a.g = read_array(f, in, "g", 3, eg, "[B,T,H] (as q)", dg, !mx->has_decay);
-    a.beta = read_array(f, in, "beta", 3, eg, "[B,T,H] (as q)", dg, !mx->has_beta);
+    a.g = op_read_array(f, in, "g", 3, eg, "[B,T,H] (as q)", dg, !mx->has_decay);
+    a.beta = op_read_array(f, in, "beta", 3, eg, "[B,T,H] (as q)", dg, !mx->has_beta);
     long long es[4] = {dq[0], dq[2], dq[3], dv[3]};
-    a.h0 = read_array(f, in, "h0", 4, es, "[B,H,K,V]", dh, 1);
-    a.d_o = read_array(f, in, "do", 4, dv, "[B,T,H,V] (as v)", dh, 1);
-    a.dht = read_array(f, in, "dht", 4, es, "[B,H,K,V]", dh, 1);
+    a.h0 = op_read_array(f, in, "h0", 4, es, "[B,H,K,V]", dh, 1);
+    a.d_o = op_read_array(f, in, "do", 4, dv, "[B,T,H,V] (as v)", dh, 1);
+    a.dht = op_read_array(f, in, "dht", 4, es, "[B,H,K,V]", dh, 1);
     a.s = (gdn_delta_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dq[3], (int)dv[3], chunk, 0, variant};
     a.scale = 1.0 / sqrt((double)a.s.K);
-    if (read_scale(f, in, &a.scale)) {
+    if (op_read_scale(f, in, &a.scale)) {
         io_h5_close(f);
         double *in_arrays[] = {a.q, a.k, a.v, a.g, a.beta, a.h0, a.d_o, a.dht};
         for (size_t i = 0; i < 8; i++) free(in_arrays[i]);
@@ -362,15 +231,15 @@ static int cmd_gated_delta(int argc, char **argv) {
     if (o < 0) GDN_DIE("cannot create %s: %s", out, io_h5_last_error(err, sizeof err));
     long long shv[4] = {a.s.B, a.s.T, a.s.H, a.s.V}, shk[4] = {a.s.B, a.s.T, a.s.H, a.s.K};
     long long shg[3] = {a.s.B, a.s.T, a.s.H}, shs[4] = {a.s.B, a.s.H, a.s.K, a.s.V};
-    write_f32(o, out, "o", 4, shv, a.o);
-    write_f32(o, out, "ht", 4, shs, a.ht);
+    op_write_f32(o, out, "o", 4, shv, a.o);
+    op_write_f32(o, out, "ht", 4, shs, a.ht);
     if (want_grad) {
-        write_f32(o, out, "dq", 4, shk, a.dq);
-        write_f32(o, out, "dk", 4, shk, a.dk);
-        write_f32(o, out, "dv", 4, shv, a.dv);
-        write_f32(o, out, "dg", 3, shg, a.dg);
-        write_f32(o, out, "dbeta", 3, shg, a.dbeta);
-        write_f32(o, out, "dh0", 4, shs, a.dh0);
+        op_write_f32(o, out, "dq", 4, shk, a.dq);
+        op_write_f32(o, out, "dk", 4, shk, a.dk);
+        op_write_f32(o, out, "dv", 4, shv, a.dv);
+        op_write_f32(o, out, "dg", 3, shg, a.dg);
+        op_write_f32(o, out, "dbeta", 3, shg, a.dbeta);
+        op_write_f32(o, out, "dh0", 4, shs, a.dh0);
     }
     if (H5Fclose(o) < 0) GDN_DIE("cannot close %s: %s", out, io_h5_last_error(err, sizeof err));
     printf("gdn op gated-delta: B=%d T=%d H=%d K=%d V=%d chunk=%d scale=%g variant=%s backend=%s "
@@ -389,6 +258,7 @@ int gdn_cmd_op(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "gated-delta")) return cmd_gated_delta(argc - 1, argv + 1);
-    fprintf(stderr, "gdn op: unknown operator '%s' (available: gated-delta)\n", argv[1]);
+    if (!strcmp(argv[1], "attention")) return gdn_cmd_op_attention(argc - 1, argv + 1);
+    fprintf(stderr, "gdn op: unknown operator '%s' (available: gated-delta, attention)\n", argv[1]);
     return 2;
 }

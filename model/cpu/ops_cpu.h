@@ -18,6 +18,13 @@ typedef struct {
                      rule */
 } gdn_delta_shape;
 
+/* Shape of one causal softmax-attention call (model/cpu/attention.c). */
+typedef struct {
+    int B, T, H; /* batch, sequence length, query heads */
+    int Hkv;     /* key/value heads: H % Hkv == 0, query head h reads kv head h / (H / Hkv) */
+    int D;       /* head dimension of q, k and v */
+} gdn_attn_shape;
+
 #define GDN_OPS_REAL float
 #define GDN_OPS_R(name) name##_f32
 #include "model/cpu/ops_cpu_decl.h"

@@ -49,6 +49,30 @@ void R_(gdn_delta_transition_adjoint)(const gdn_delta_shape *s, const real_ *q, 
                                       const real_ *g, const real_ *beta, real_ scale,
                                       const real_ *d_o, real_ *E);
 
+/* ---- causal softmax attention (model/cpu/attention.c; docs/design.md section 2.7) ---------- */
+/* Per batch b and query head h, with kv head g = h / (H / Hkv) and t' <= t:
+ *   p_tt' = exp(scale q_t . k_t' - lse_t),  lse_t = log sum_{t'<=t} exp(scale q_t . k_t'),
+ *   o_t = sum_{t'<=t} p_tt' v_t'.
+ * q, o: [B,T,H,D]; k, v: [B,T,Hkv,D]; lse: [B,H,T] (what the backward needs; may be NULL).
+ * Any T >= 0. No T x T matrix is stored: each thread holds one block of query rows. */
+void R_(gdn_attn_fwd)(const gdn_attn_shape *s, const real_ *q, const real_ *k, const real_ *v,
+                      real_ scale, real_ *o, real_ *lse);
+/* Backward of gdn_attn_fwd from its inputs, its output o and lse (probabilities recomputed).
+ * d_o: [B,T,H,D]. Writes dq [B,T,H,D], dk, dv [B,T,Hkv,D] (summed over the query heads of a
+ * group). Bitwise the same for any thread count. */
+void R_(gdn_attn_bwd)(const gdn_attn_shape *s, const real_ *q, const real_ *k, const real_ *v,
+                      const real_ *o, const real_ *lse, real_ scale, const real_ *d_o, real_ *dq,
+                      real_ *dk, real_ *dv);
+
+/* ---- rotary position embedding (model/cpu/rope.c) ------------------------------------------- */
+/* Full rotary, half-split pairs (i, i + D/2), i < D/2, at position p = pos0 + t:
+ *   y_i = x_i cos(p w_i) - x_{i+D/2} sin(p w_i),  y_{i+D/2} = x_{i+D/2} cos(p w_i) + x_i sin(p w_i),
+ * w_i = theta^(-2i/D) (angles in double). x, y: [B,T,H,D], D even; y may alias x. */
+void R_(gdn_rope_fwd)(real_ *y, const real_ *x, int B, int T, int H, int D, int pos0, double theta);
+/* dx = the inverse rotation of dy (overwrite; dx may alias dy). */
+void R_(gdn_rope_bwd)(real_ *dx, const real_ *dy, int B, int T, int H, int D, int pos0,
+                      double theta);
+
 /* ---- embedding (model/cpu/embed.c) --------------------------------------------------------- */
 /* out[N,D] = table[tokens[n], :]; table [vocab, D]. */
 void R_(gdn_embed_fwd)(real_ *out, const int *tokens, const real_ *table, int N, int D);
@@ -63,7 +87,8 @@ void R_(gdn_linear_bwd)(real_ *dx, real_ *dW, const real_ *dy, const real_ *x, c
                         int n_in, int n_out);
 
 /* ---- norms (model/cpu/norm.c) ----------------------------------------------------------------- */
-/* RMSNorm over the last dim: y = x * rstd * w, rstd[n] = 1/sqrt(mean(x^2) + eps). x,y [N,D]. */
+/* RMSNorm over the last dim: y = x * rstd * w, rstd[n] = 1/sqrt(mean(x^2) + eps). x,y [N,D].
+ * Also the per-head q/k norm of attention: N = tokens * heads rows of D = head_dim, w [D]. */
 void R_(gdn_rmsnorm_fwd)(real_ *y, real_ *rstd, const real_ *x, const real_ *w, int N, int D, real_ eps);
 void R_(gdn_rmsnorm_bwd)(real_ *dx, real_ *dw, const real_ *dy, const real_ *x, const real_ *w,
                          const real_ *rstd, int N, int D);

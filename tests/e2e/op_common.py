@@ -1,5 +1,5 @@
-"""Helpers of the gdn op gated-delta tests (op_gated_delta.py, op_variants.py): random inputs,
-one run of the op through HDF5 files, relative errors and directional finite differences.
+"""Helpers of the gdn op tests (op_gated_delta.py, op_variants.py, op_attention.py): random inputs,
+one run of an op through HDF5 files, relative errors and directional finite differences.
 The scripts import it from their own folder."""
 import os, subprocess
 import h5py
@@ -17,8 +17,8 @@ def inputs(rng, B, T, H, K, V):
                 do=rng.standard_normal((B, T, H, V)), dht=rng.standard_normal((B, H, K, V)))
 
 
-def run_op(gdn, tmp, arrays, args=(), attrs=None):
-    """Writes arrays (and root attributes attrs) to tmp/in.h5 and runs gdn op gated-delta into
+def run_op(gdn, tmp, arrays, args=(), attrs=None, op="gated-delta"):
+    """Writes arrays (and root attributes attrs) to tmp/in.h5 and runs gdn op OP into
     tmp/out.h5, removed first so that a stale output cannot pass. Returns the finished process
     and, when it exited with 0, the output datasets by name (else None)."""
     path_in, path_out = os.path.join(tmp, "in.h5"), os.path.join(tmp, "out.h5")
@@ -29,7 +29,7 @@ def run_op(gdn, tmp, arrays, args=(), attrs=None):
             f[name] = a
         for name, a in (attrs or {}).items():
             f.attrs[name] = a
-    r = subprocess.run([gdn, "op", "gated-delta", "--in", path_in, "--out", path_out, *args],
+    r = subprocess.run([gdn, "op", op, "--in", path_in, "--out", path_out, *args],
                        capture_output=True, text=True)
     if r.returncode != 0:
         return r, None

@@ -1,0 +1,158 @@
+/* Causal softmax attention with grouped kv heads on the CPU: forward and hand-written backward
+ * (docs/design.md section 2.7).
+ *
+ * Query rows are taken in blocks of ATTN_BLOCK; a block's scores against the keys it may see
+ * are one BLAS gemm straight from the strided [B,T,H,D] layout (no gather), softmaxed in place
+ * and multiplied into V by a second gemm. Only that block of scores is ever held, so memory is
+ * ATTN_BLOCK x T per thread. The forward keeps the log-sum-exp of each row; the backward
+ * recomputes the probabilities from it.
+ *
+ * The forward runs OpenMP over (batch, query head); the backward over (batch, kv head), each
+ * task walking the query heads of its group in order, so dk and dv are summed in a fixed order
+ * without sharing: the results are bitwise the same for any thread count. BLAS is held to one
+ * thread inside the tasks, as in the delta rule. */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/check.h"
+#include "model/cpu/ops_cpu.h"
+#include "model/real.h"
+#include "model/cpu/delta_chunk.h"
+
+#define ATTN_BLOCK 64
+
+static void attn_check_shape(const gdn_attn_shape *s, const char *who) {
+    if (s->B < 1 || s->T < 0 || s->H < 1 || s->Hkv < 1 || s->D < 1)
+        GDN_DIE("%s: bad shape B=%d T=%d H=%d Hkv=%d D=%d (need B, H, Hkv, D >= 1 and T >= 0)", who,
+                s->B, s->T, s->H, s->Hkv, s->D);
+    if (s->H % s->Hkv)
+        GDN_DIE("%s: %d query heads are not a multiple of %d kv heads", who, s->H, s->Hkv);
+    /* task counts and BLAS leading dimensions are int */
+    if ((long long)s->B * s->H > INT_MAX || (long long)s->H * s->D > INT_MAX || s->T > INT_MAX - ATTN_BLOCK)
+        GDN_DIE("%s: shape B=%d T=%d H=%d D=%d is too large (B*H and H*D must fit an int)", who, s->B,
+                s->T, s->H, s->D);
+}
+
+/* Scores of query rows t0..t0+n-1 against keys 0..t0+n-1: S [n, t0+n] = scale Q K^T. q and k
+ * point at row 0 of this (b, head) with row strides qs and ks. */
+static void attn_scores(real *S, const real *q, const real *k, int t0, int n, int D, size_t qs,
+                        size_t ks, real scale) {
+    int m = t0 + n;
+    R(gdn_gemm)(0, 1, n, m, D, scale, q + (size_t)t0 * qs, (int)qs, k, (int)ks, 0, S, m);
+}
+
+/* ---- forward -------------------------------------------------------------------------------- */
+
+static void attn_fwd_pair(const gdn_attn_shape *s, int b, int h, const real *q, const real *k,
+                          const real *v, real scale, real *o, real *lse, real *S) {
+    const int T = s->T, D = s->D, hk = h / (s->H / s->Hkv);
+    const size_t qs = (size_t)s->H * D, ks = (size_t)s->Hkv * D;
+    const real *qb = q + (size_t)b * T * qs + (size_t)h * D;
+    const real *kb = k + (size_t)b * T * ks + (size_t)hk * D;
+    const real *vb = v + (size_t)b * T * ks + (size_t)hk * D;
+    real *ob = o + (size_t)b * T * qs + (size_t)h * D;
+    real *lb = lse ? lse + ((size_t)b * s->H + h) * T : NULL;
+    for (int t0 = 0; t0 < T; t0 += ATTN_BLOCK) {
+        int n = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, m = t0 + n;
+        attn_scores(S, qb, kb, t0, n, D, qs, ks, scale);
+        for (int r = 0; r < n; r++) {
+            real *row = S + (size_t)r * m;
+            int t = t0 + r;
+            real mx = row[0];
+            for (int j = 1; j <= t; j++)
+                if (row[j] > mx) mx = row[j];
+            double sum = 0; /* each term is in (0, 1]: a double sum stays exact enough for any T */
+            for (int j = 0; j <= t; j++) {
+                row[j] = REXP(row[j] - mx);
+                sum += row[j];
+            }
+            real inv = (real)(1.0 / sum);
+            for (int j = 0; j <= t; j++) row[j] *= inv;
+            for (int j = t + 1; j < m; j++) row[j] = 0; /* the future */
+            if (lb) lb[t] = (real)((double)mx + log(sum));
+        }
+        R(gdn_gemm)(0, 0, n, D, m, 1, S, m, vb, (int)ks, 0, ob + (size_t)t0 * qs, (int)qs);
+    }
+}
+
+void R(gdn_attn_fwd)(const gdn_attn_shape *s, const real *q, const real *k, const real *v,
+                     real scale, real *o, real *lse) {
+    attn_check_shape(s, "gdn_attn_fwd");
+    if (s->T == 0) return;
+    const int npairs = s->B * s->H, blas_threads = delta_blas_single_begin();
+#pragma omp parallel
+    {
+        real *S = GDN_MALLOC(sizeof(real) * ATTN_BLOCK * (size_t)s->T);
+#pragma omp for schedule(dynamic, 1)
+        for (int p = 0; p < npairs; p++) attn_fwd_pair(s, p / s->H, p % s->H, q, k, v, scale, o, lse, S);
+        free(S);
+    }
+    delta_blas_single_end(blas_threads);
+}
+
+/* ---- backward ------------------------------------------------------------------------------- */
+
+/* One query head h's contribution: dq of its rows (overwritten), dk and dv of its kv head
+ * (accumulated). With P recomputed from lse and Di = dO_i . O_i:
+ *   dV += P^T dO,  dP = dO V^T,  dS = P o (dP - Di),  dQ = scale dS K,  dK += scale dS^T Q. */
+static void attn_bwd_head(const gdn_attn_shape *s, int b, int h, int hk, const real *q,
+                          const real *k, const real *v, const real *o, const real *lse, real scale,
+                          const real *d_o, real *dq, real *dk, real *dv, real *P, real *dP) {
+    const int T = s->T, D = s->D;
+    const size_t qs = (size_t)s->H * D, ks = (size_t)s->Hkv * D;
+    const size_t qoff = (size_t)b * T * qs + (size_t)h * D, koff = (size_t)b * T * ks + (size_t)hk * D;
+    const real *qb = q + qoff, *ob = o + qoff, *dob = d_o + qoff, *kb = k + koff, *vb = v + koff;
+    const real *lb = lse + ((size_t)b * s->H + h) * T;
+    real *dqb = dq + qoff, *dkb = dk + koff, *dvb = dv + koff;
+    for (int t0 = 0; t0 < T; t0 += ATTN_BLOCK) {
+        int n = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, m = t0 + n;
+        attn_scores(P, qb, kb, t0, n, D, qs, ks, scale);
+        for (int r = 0; r < n; r++) {
+            real *row = P + (size_t)r * m;
+            int t = t0 + r;
+            for (int j = 0; j <= t; j++) row[j] = REXP(row[j] - lb[t]);
+            for (int j = t + 1; j < m; j++) row[j] = 0;
+        }
+        const real *dob_blk = dob + (size_t)t0 * qs;
+        R(gdn_gemm)(1, 0, m, D, n, 1, P, m, dob_blk, (int)qs, 1, dvb, (int)ks);
+        R(gdn_gemm)(0, 1, n, m, D, 1, dob_blk, (int)qs, vb, (int)ks, 0, dP, m);
+        for (int r = 0; r < n; r++) {
+            const real *dor = dob_blk + (size_t)r * qs, *orow = ob + (size_t)(t0 + r) * qs;
+            double di = 0;
+            for (int d = 0; d < D; d++) di += (double)dor[d] * orow[d];
+            real *prow = P + (size_t)r * m, *dprow = dP + (size_t)r * m;
+            for (int j = 0; j < m; j++) dprow[j] = prow[j] * (dprow[j] - (real)di); /* 0 past t */
+        }
+        R(gdn_gemm)(0, 0, n, D, m, scale, dP, m, kb, (int)ks, 0, dqb + (size_t)t0 * qs, (int)qs);
+        R(gdn_gemm)(1, 0, m, D, n, scale, dP, m, qb + (size_t)t0 * qs, (int)qs, 1, dkb, (int)ks);
+    }
+}
+
+void R(gdn_attn_bwd)(const gdn_attn_shape *s, const real *q, const real *k, const real *v,
+                     const real *o, const real *lse, real scale, const real *d_o, real *dq,
+                     real *dk, real *dv) {
+    attn_check_shape(s, "gdn_attn_bwd");
+    if (s->T == 0) return;
+    const int group = s->H / s->Hkv, ntask = s->B * s->Hkv, blas_threads = delta_blas_single_begin();
+    const size_t ks = (size_t)s->Hkv * s->D;
+#pragma omp parallel
+    {
+        real *P = GDN_MALLOC(sizeof(real) * 2 * ATTN_BLOCK * (size_t)s->T);
+#pragma omp for schedule(dynamic, 1)
+        for (int p = 0; p < ntask; p++) {
+            int b = p / s->Hkv, hk = p % s->Hkv;
+            for (int t = 0; t < s->T; t++) { /* this task owns these rows of dk and dv */
+                size_t off = ((size_t)b * s->T + t) * ks + (size_t)hk * s->D;
+                memset(dk + off, 0, sizeof(real) * s->D);
+                memset(dv + off, 0, sizeof(real) * s->D);
+            }
+            for (int h = hk * group; h < (hk + 1) * group; h++)
+                attn_bwd_head(s, b, h, hk, q, k, v, o, lse, scale, d_o, dq, dk, dv, P,
+                              P + ATTN_BLOCK * (size_t)s->T);
+        }
+        free(P);
+    }
+    delta_blas_single_end(blas_threads);
+}
