@@ -15,11 +15,11 @@
 #include "model/cpu/model_cpu.h"
 #include "train/optim.h"
 
-enum { B = 2, T = 9 };
+enum { B = 2, T = 21 }; /* T spans a partial second chunk */
 
 static gdn_config config(void) {
     return (gdn_config){.vocab_size = 40, .d_model = 16, .n_layers = 3, .n_heads = 2, .head_dim = 8,
-                        .expand_v = 1, .d_ff = 32, .conv_width = 4, .chunk_size = 4, .norm_eps = 1e-6};
+                        .expand_v = 1, .d_ff = 32, .conv_width = 4, .chunk_size = 16, .norm_eps = 1e-6};
 }
 
 typedef struct {
