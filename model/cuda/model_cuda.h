@@ -126,14 +126,14 @@ typedef struct {
     /* Forward, before the delta rule: fill S_in with the state entering this segment. Returns
      * NULL when the fill is ordered on the model's stream, or a cudaEvent_t recorded after a
      * fill on another stream: then only the delta rule's state pass waits for it, and the
-     * intra-chunk work that does not need the state runs meanwhile (gdn_cuda_delta_fwd_late).
+     * intra-chunk work that does not need the state runs meanwhile (gdn_cuda_delta_fwd_args.h0_ready).
      * The model waits for the event's current record before the next hook call. */
     void *(*fwd_state_in)(void *user, int layer, float *S_in, size_t n_state);
     /* Forward, after the delta rule: the state leaving this segment. */
     void (*fwd_state_out)(void *user, int layer, const float *S_out, size_t n_state);
     /* Backward, before the delta rule: fill dS_out with the gradient of the leaving state
      * (zeros for the last segment). Returns NULL or an event, as fwd_state_in (only the
-     * reverse state pass waits for it: gdn_cuda_delta_bwd_late). */
+     * reverse state pass waits for it: gdn_cuda_delta_bwd_args.dht_ready). */
     void *(*bwd_state_out)(void *user, int layer, float *dS_out, size_t n_state);
     /* Backward, after the delta rule: the gradient of the entering state. */
     void (*bwd_state_in)(void *user, int layer, const float *dS_in, size_t n_state);
