@@ -464,8 +464,15 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
             r1 = expf(sG[63] - sG[i1]);
         }
         if (!DELTA && cur.pass == 0) {
-            /* no delta term: dv = dVn */
-            tile_store((E *)a.dv + tok_off(a, b, t0, h, V) + cur.vs * 64, ldv, buf, LDP, 64, 64, L);
+            /* no delta term: Vn = V, so dv = dVn (stored as the delta branch stores dv) */
+            E *dvg = (E *)a.dv + tok_off(a, b, t0, h, V) + cur.vs * 64;
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                    const int i = i0 + 8 * p, j = n0 + nt * 8 + frag_c(0);
+                    if (i < L) store2(dvg + (long)i * ldv + j, to_f(buf[i * LDP + j]), to_f(buf[i * LDP + j + 1]));
+                }
         } else if (cur.pass == 0) {
             /* dVb = T^T dVn; dv = beta dVb; dbeta += rowsum(dVb o V); dA -= dVb Vn^T */
             const E *sdVn = buf, *sVn = buf + 64 * LDP, *sV = buf + 2 * 64 * LDP, *sT = buf + 3 * 64 * LDP;
