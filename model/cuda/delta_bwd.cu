@@ -1,5 +1,8 @@
 /* Backward kernels of the gated delta rule (docs/design.md section 3.3, section 3.6), with the forward intermediates
- * (G, T, W, U, h, v_new) in the workspace (recomputed, or saved by the forward):
+ * (G, T, W, U, h, v_new) in the workspace (recomputed, or saved by the forward). Every mixer of
+ * model/mixer.h (section 2.6): without decay G = 0 and dg = 0; without the delta term W = 0 in the
+ * workspace (so the reverse state pass's W^T dv_new term vanishes) and k_grad skips the WY part
+ * (template flag DELTA):
  *   k_dv_local   per (chunk, head): mode 1: dVl = s lower(Q K^T o Gam)^T dO;
  *                mode 2: D^T and the intra-chunk gate term
  *   k_state_bwd  per (V tile, head), chunks in reverse: dh (gradient of the state leaving each
@@ -361,14 +364,19 @@ template <typename E> static size_t grad_smem(int V, int nbuf) {
            tile_bytes<E>(64, V) + 64 * 68 * 4 + (2 + 4 + 3 * 2 + 1) * 64 * 4 + 8 * 4;
 }
 
-/* h: the value head (bh % H), hq: its q/k head. */
-template <typename E>
+/* h: the value head (bh % H), hq: its q/k head. Without the delta term the V pass needs only
+ * dVn (dv = dVn). */
+template <typename E, bool DELTA>
 __device__ __forceinline__ void grad_issue(const gdn_delta_args &a, grad_stage st, E *buf, int bh,
                                            int b, int h, int hq, int c, int L) {
     const int K = a.K, V = a.V, LDP = pad_ld<E>(64), nV = V / 64, t0 = c * GDN_CHUNK;
     if (st.pass == 0) {
         const int v0 = st.vs * 64;
         tile_load_async_t<E, 64, 64, 256>(buf, LDP, (const E *)a.dVn + row_off(a, bh, c, 0, V) + v0, V, 64);
+        if (!DELTA) {
+            cp_async_commit();
+            return;
+        }
         tile_load_async_t<E, 64, 64, 256>(buf + 64 * LDP, LDP, (const E *)a.Vn + row_off(a, bh, c, 0, V) + v0, V, 64);
         tile_load_async_t<E, 64, 64, 256>(buf + 2 * 64 * LDP, LDP, (const E *)a.v + tok_off(a, b, t0, h, V) + v0,
                                           (long)a.H * V, L);
@@ -392,8 +400,11 @@ __device__ __forceinline__ void grad_issue(const gdn_delta_args &a, grad_stage s
 }
 
 /* D: the element type of dq, dk (E, or float for the per-value-head parts that the launcher
- * passes in a.dq, a.dk where q/k heads are shared). */
-template <typename E, typename D>
+ * passes in a.dq, a.dk where q/k heads are shared).
+ * DELTA: the mixer has the delta term. Without it (M, L; docs/design.md section 2.6) Vn = V, so
+ * dv = dVn, and W = 0 does not depend on k or beta: the WY part (dVb, dKbg, dA, M, F) drops out
+ * and dbeta = 0. A mixer without decay (a.g NULL) gets dg = 0. */
+template <typename E, typename D, bool DELTA>
 __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbuf) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int K = a.K, V = a.V, nV = V / 64, nK = K / 64, LDP = pad_ld<E>(64), LDB = pad_ld<E>(V), LDF = 68;
@@ -420,13 +431,13 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
     const long ldk = (long)a.H * K, ldv = (long)a.H * V;
     const int ns = nV + nK * (nV + 1);
 
-    if (tid < 64) sB[tid] = tid < L ? a.beta[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
+    if (tid < 64) sB[tid] = DELTA && tid < L ? a.beta[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
     sCol[tid] = 0.f; /* 4 x 64 = 256 partial column sums, one per thread */
     tile_load_async_t<E, 64, 64, 256>(sD, LDP, (const E *)a.Dm + ((long)bh * a.NT + c) * 64 * 64, 64, 64);
     tile_load_async(sG, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
     cp_async_commit();
     grad_stage cur = {0, 0, 0}, nxt = {0, 0, 0};
-    grad_issue<E>(a, nxt, sStage, bh, b, h, hq, c, L);
+    grad_issue<E, DELTA>(a, nxt, sStage, bh, b, h, hq, c, L);
     nxt = grad_next(nxt, nV);
 
     float A1[1][4][4], A2[1][4][4], A3[1][4][4];
@@ -437,7 +448,7 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
     for (int s = 0; s < ns; ++s) {
         E *buf = sStage + (nbuf == 2 ? (s & 1) : 0) * 4 * 64 * LDP;
         if (nbuf == 2 && s + 1 < ns) {
-            grad_issue<E>(a, nxt, sStage + ((s + 1) & 1) * 4 * 64 * LDP, bh, b, h, hq, c, L);
+            grad_issue<E, DELTA>(a, nxt, sStage + ((s + 1) & 1) * 4 * 64 * LDP, bh, b, h, hq, c, L);
             nxt = grad_next(nxt, nV);
             cp_async_wait<1>();
         } else {
@@ -452,7 +463,17 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
             r0 = expf(sG[63] - sG[i0]);
             r1 = expf(sG[63] - sG[i1]);
         }
-        if (cur.pass == 0) {
+        if (!DELTA && cur.pass == 0) {
+            /* no delta term: Vn = V, so dv = dVn (stored as the delta branch stores dv) */
+            E *dvg = (E *)a.dv + tok_off(a, b, t0, h, V) + cur.vs * 64;
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                    const int i = i0 + 8 * p, j = n0 + nt * 8 + frag_c(0);
+                    if (i < L) store2(dvg + (long)i * ldv + j, to_f(buf[i * LDP + j]), to_f(buf[i * LDP + j + 1]));
+                }
+        } else if (cur.pass == 0) {
             /* dVb = T^T dVn; dv = beta dVb; dbeta += rowsum(dVb o V); dA -= dVb Vn^T */
             const E *sdVn = buf, *sVn = buf + 64 * LDP, *sV = buf + 2 * 64 * LDP, *sT = buf + 3 * 64 * LDP;
             const int v0 = cur.vs * 64;
@@ -500,7 +521,7 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
             const E *sdO = buf, *sVn = buf + 64 * LDP, *sS = buf + 2 * 64 * LDP, *sdS = buf + 3 * 64 * LDP;
             warp_mma<1, 4, OP_MK, OP_NK>(A1, sdO + wm * 16 * LDP, LDP, sS + n0 * LDP, LDP, 64);
             warp_mma<1, 4, OP_MK, OP_NK>(A2, sVn + wm * 16 * LDP, LDP, sdS + n0 * LDP, LDP, 64);
-            warp_mma<1, 4, OP_MK, OP_NK>(A3, sDvb + wm * 16 * LDB + cur.vs * 64, LDB, sS + n0 * LDP, LDP, 64);
+            if (DELTA) warp_mma<1, 4, OP_MK, OP_NK>(A3, sDvb + wm * 16 * LDB + cur.vs * 64, LDB, sS + n0 * LDP, LDP, 64);
             sds += tile_dot<E>(sS, sdS, LDP);
         } else {
             /* epilogue of K tile k0: dq, dk */
@@ -516,7 +537,7 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
                     A1[0][nt][e] *= a.scale * (lo ? gam0 : gam1);       /* dq inter part */
                     const float gq = A1[0][nt][e] * to_f(sQ[i * LDP + j]);
                     const float gk = A2[0][nt][e] * kv;                  /* d_j part */
-                    const float kb = -A3[0][nt][e];                      /* dKbg */
+                    const float kb = DELTA ? -A3[0][nt][e] : 0.f;        /* dKbg */
                     const float tb = kb * kv;
                     if (lo) {
                         dg0 += gq + be0 * gam0 * tb;
@@ -531,8 +552,10 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
                 }
             warp_mma<1, 4, OP_KM, OP_KN>(A1, sD + wm * 16, LDP, sK + n0, LDP, 64);       /* + D K */
             warp_mma<1, 4, OP_MK, OP_KN>(A2, sD + wm * 16 * LDP, LDP, sQ + n0, LDP, 64); /* + D^T Q */
-            warp_mma<1, 4, OP_MK, OP_KN>(A2, sM + wm * 16 * LDP, LDP, sK + n0, LDP, 64); /* + M K */
-            warp_mma<1, 4, OP_KM, OP_KN>(A2, sM + wm * 16, LDP, sK + n0, LDP, 64);       /* + M^T K */
+            if (DELTA) {
+                warp_mma<1, 4, OP_MK, OP_KN>(A2, sM + wm * 16 * LDP, LDP, sK + n0, LDP, 64); /* + M K */
+                warp_mma<1, 4, OP_KM, OP_KN>(A2, sM + wm * 16, LDP, sK + n0, LDP, 64);       /* + M^T K */
+            }
             D *dqg = (D *)a.dq + tok_off(a, b, t0, h, K) + k0;
             D *dkg = (D *)a.dk + tok_off(a, b, t0, h, K) + k0;
 #pragma unroll
@@ -545,43 +568,45 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
                         store2(dkg + (long)i * ldk + j, A2[0][nt][2 * p], A2[0][nt][2 * p + 1]);
                     }
                 }
-            /* F' = dA o K K^T o Gam, one K tile at a time (K K^T summed over the tiles would
-             * hold 16 more registers through the whole pass and spill): dbeta += rowsum(F'),
-             * dG += rowsum(F) - colsum(F); the column sums go to this warp's row of sCol (one
-             * writer per element, tiles added in order) */
-            float KK[1][4][4];
-            acc_zero(KK);
-            warp_mma<1, 4, OP_MK, OP_NK>(KK, sK + wm * 16 * LDP, LDP, sK + n0 * LDP, LDP, 64);
+            if (DELTA) { /* without the delta term there is no A: no F' terms, sCol stays 0 */
+                /* F' = dA o K K^T o Gam, one K tile at a time (K K^T summed over the tiles would
+                 * hold 16 more registers through the whole pass and spill): dbeta += rowsum(F'),
+                 * dG += rowsum(F) - colsum(F); the column sums go to this warp's row of sCol (one
+                 * writer per element, tiles added in order) */
+                float KK[1][4][4];
+                acc_zero(KK);
+                warp_mma<1, 4, OP_MK, OP_NK>(KK, sK + wm * 16 * LDP, LDP, sK + n0 * LDP, LDP, 64);
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                float cs0 = 0.f, cs1 = 0.f;
+                for (int nt = 0; nt < 4; ++nt) {
+                    float cs0 = 0.f, cs1 = 0.f;
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = i0 + (e >> 1) * 8, j = n0 + nt * 8 + frag_c(e);
-                    const float fp = sDa[i * LDF + j] * KK[0][nt][e];
-                    const float f = fp * (e < 2 ? be0 : be1);
-                    if (e < 2) {
-                        db0 += fp;
-                        dg0 += f;
-                    } else {
-                        db1 += fp;
-                        dg1 += f;
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = i0 + (e >> 1) * 8, j = n0 + nt * 8 + frag_c(e);
+                        const float fp = sDa[i * LDF + j] * KK[0][nt][e];
+                        const float f = fp * (e < 2 ? be0 : be1);
+                        if (e < 2) {
+                            db0 += fp;
+                            dg0 += f;
+                        } else {
+                            db1 += fp;
+                            dg1 += f;
+                        }
+                        if (e & 1) cs1 += f;
+                        else cs0 += f;
                     }
-                    if (e & 1) cs1 += f;
-                    else cs0 += f;
-                }
-                cs0 = col_sum8(cs0);
-                cs1 = col_sum8(cs1);
-                if (lane < 4) {
-                    sCol[wm * 64 + n0 + nt * 8 + frag_c(0)] -= cs0;
-                    sCol[wm * 64 + n0 + nt * 8 + frag_c(1)] -= cs1;
+                    cs0 = col_sum8(cs0);
+                    cs1 = col_sum8(cs1);
+                    if (lane < 4) {
+                        sCol[wm * 64 + n0 + nt * 8 + frag_c(0)] -= cs0;
+                        sCol[wm * 64 + n0 + nt * 8 + frag_c(1)] -= cs1;
+                    }
                 }
             }
         }
         __syncthreads();
         cur = grad_next(cur, nV);
         if (nbuf == 1 && s + 1 < ns) {
-            grad_issue<E>(a, nxt, sStage, bh, b, h, hq, c, L);
+            grad_issue<E, DELTA>(a, nxt, sStage, bh, b, h, hq, c, L);
             nxt = grad_next(nxt, nV);
         }
     }
@@ -621,14 +646,16 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
         for (int w = 0; w < 8; ++w) sds_all += sSds[w];
         const float chunk_term = expf(sG[63]) * sds_all + dd_all;
         const float col = (sCol[tid] + sCol[64 + tid]) + (sCol[128 + tid] + sCol[192 + tid]);
-        if (tid < L) a.dbeta[((long)b * a.T + t0 + tid) * a.H + h] = sRowB[tid] + sRowB[64 + tid];
+        if (a.dbeta && tid < L) /* beta is not an input without the delta term: dbeta = 0 */
+            a.dbeta[((long)b * a.T + t0 + tid) * a.H + h] = DELTA ? sRowB[tid] + sRowB[64 + tid] : 0.f;
         sdG[tid] = dG1[tid] + (sRowG[tid] + sRowG[64 + tid]) - (sRowD[tid] + sRowD[64 + tid]) + col +
                    (tid == L - 1 ? chunk_term : 0.f);
     }
     __syncthreads();
-    if (tid < L) {
-        float sum = 0.f;
-        for (int j = tid; j < L; ++j) sum += sdG[j];
+    if (a.dg && tid < L) {
+        float sum = 0.f; /* g is not an input without decay (a.g NULL): dg = 0 */
+        if (a.g)
+            for (int j = tid; j < L; ++j) sum += sdG[j];
         a.dg[((long)b * a.T + t0 + tid) * a.H + h] = sum;
     }
 }
@@ -686,26 +713,30 @@ template <typename E> static void launch_group_sum_t(const gdn_delta_args *a, cu
     GDN_CUDA_CHECK_LAUNCH();
 }
 
+template <typename E, typename D, bool DELTA>
+static void launch_grad_kernel(const gdn_delta_args *a, size_t sm, int nbuf, cudaStream_t st) {
+    gdn_cuda_set_smem((const void *)k_grad<E, D, DELTA>, sm, "k_grad");
+    k_grad<E, D, DELTA><<<dim3(a->NT, a->B * a->H), 256, sm, st>>>(*a, nbuf);
+    GDN_CUDA_CHECK_LAUNCH();
+}
+
 template <typename E> static void launch_grad_t(const gdn_delta_args *a, cudaStream_t st) {
     /* double-buffered stages only where two blocks still fit on a multiprocessor (measured at
      * B4 T4096 H16 D128: one double-buffered block per multiprocessor 0.69 ms, two
      * single-buffered ones 0.57 ms) */
     const int nbuf = grad_smem<E>(a->V, 2) <= 113 * 1024 ? 2 : 1;
     const size_t sm = grad_smem<E>(a->V, nbuf);
-    const dim3 grid(a->NT, a->B * a->H);
     if (a->group == 1) {
-        gdn_cuda_set_smem((const void *)k_grad<E, E>, sm, "k_grad");
-        k_grad<E, E><<<grid, 256, sm, st>>>(*a, nbuf);
-        GDN_CUDA_CHECK_LAUNCH();
+        if (a->delta) launch_grad_kernel<E, E, true>(a, sm, nbuf, st);
+        else launch_grad_kernel<E, E, false>(a, sm, nbuf, st);
         return;
     }
     /* shared q/k heads: each value head's dq, dk in fp32 to the workspace, then the group sum */
     gdn_delta_args parts = *a;
     parts.dq = a->dq_part;
     parts.dk = a->dk_part;
-    gdn_cuda_set_smem((const void *)k_grad<E, float>, sm, "k_grad");
-    k_grad<E, float><<<grid, 256, sm, st>>>(parts, nbuf);
-    GDN_CUDA_CHECK_LAUNCH();
+    if (a->delta) launch_grad_kernel<E, float, true>(&parts, sm, nbuf, st);
+    else launch_grad_kernel<E, float, false>(&parts, sm, nbuf, st);
     launch_group_sum_t<E>(a, st);
 }
 

@@ -28,10 +28,14 @@ typedef struct {
     int B, T, H, K, V, NT; /* NT = number of chunks per sequence */
     int Hq, group;         /* q/k heads, value heads per q/k head */
     int c0, c1;            /* chunk range of a forward launch (the forward runs in two halves) */
+    int delta;             /* the mixer has the delta term (has_delta of model/mixer.h); without it
+                              k_intra writes W = 0, U = V and no T, and k_grad skips the WY part
+                              (docs/design.md section 2.6). A mixer without decay has g = NULL,
+                              which every kernel reads as g = 0 (G = 0, gates of 1). */
     float scale;
     const void *q, *k;      /* [B,T,Hq,K] */
     const void *v;          /* [B,T,H,V] */
-    const float *g, *beta;  /* [B,T,H] */
+    const float *g, *beta;  /* [B,T,H]; g NULL without decay, beta NULL without the delta term */
     const float *h0;        /* [B,H,K,V] or NULL */
     void *o;                /* [B,T,H,V] */
     float *ht;              /* [B,H,K,V] or NULL */
@@ -39,7 +43,7 @@ typedef struct {
     const float *dht;       /* [B,H,K,V] or NULL */
     void *dq, *dk;          /* [B,T,Hq,K] */
     void *dv;               /* [B,T,H,V] */
-    float *dg, *dbeta;      /* [B,T,H] */
+    float *dg, *dbeta;      /* [B,T,H] or NULL; zeros where the mixer does not read g / beta */
     float *dh0;             /* [B,H,K,V] or NULL */
     /* workspace; "rows" tensors are chunk-padded: [B*H, NT*64, D] */
     float *G;        /* [B*H, NT*64] in-chunk cumulative log decay */
@@ -393,14 +397,15 @@ __device__ __forceinline__ long row_off(const gdn_delta_args &a, int bh, int c, 
 
 /* ---- the in-chunk cumulative log decay ------------------------------------------------------ */
 /* sG[0..63] = inclusive cumulative sum of g over the chunk's rows (rows past L have g = 0, so
- * G stays flat there). The whole block calls it (one barrier inside); threads 0..63 write sG, and
- * the caller syncs before reading it. k_intra and the backward's dVl kernel both call this one
+ * G stays flat there; a mixer without decay has a.g NULL and G = 0 throughout, docs/design.md
+ * section 2.6). The whole block calls it (one barrier inside); threads 0..63 write sG, and the
+ * caller syncs before reading it. k_intra and the backward's dVl kernel both call this one
  * routine, so the G they compute agree to the bit. */
 __device__ __forceinline__ void chunk_log_decay(const gdn_delta_args &a, int b, int h, int t0, int L,
                                                 float *sG) {
     const int tid = threadIdx.x, lane = tid & 31;
     if (tid < 64) {
-        float gv = tid < L ? a.g[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
+        float gv = tid < L && a.g ? a.g[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
             const float y = __shfl_up_sync(0xffffffffu, gv, o);
@@ -469,7 +474,7 @@ int gdn_delta_state_fwd_shares(const gdn_delta_args *a, gdn_cuda_precision p);
         }                                                                                         \
     } while (0)
 
-/* Fills the argument block's shape and workspace pointers. */
+/* Fills the argument block's shape, mixer (delta) and workspace pointers. */
 void gdn_delta_args_init(gdn_delta_args *a, const gdn_delta_shape *s, gdn_cuda_precision p,
                          float scale, void *workspace);
 

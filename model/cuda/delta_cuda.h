@@ -1,4 +1,5 @@
-/* The gated delta rule on NVIDIA GPUs (sm_90): chunked forward and backward (docs/design.md section 3.6, section 4.2).
+/* The gated delta rule on NVIDIA GPUs (sm_90): chunked forward and backward (docs/design.md section 3.6, section 4.2),
+ * for every mixer of the family (section 2.6, shape.variant).
  *
  * Same math, layouts and NULL conventions as gdn_delta_fwd_f32 / gdn_delta_bwd_f32 in
  * model/cpu/ops_cpu_decl.h, with Hq = s->qk_heads (or H where it is 0):
@@ -49,85 +50,77 @@ void gdn_cuda_delta_check_shape(const gdn_delta_shape *s);
  * grouped value heads 8*B*T*H*K bytes more: the backward's fp32 per-value-head dq, dk). */
 size_t gdn_cuda_delta_workspace_bytes(const gdn_delta_shape *s, gdn_cuda_precision p);
 
-/* ---- device-pointer launchers (asynchronous on `stream`, a cudaStream_t or NULL) ------------
- * q, k, v, o, d_o, dq, dk, dv point to float (FP32) or __nv_bfloat16 (BF16) device arrays.
- * workspace: gdn_cuda_delta_workspace_bytes() bytes of device memory, not shared between
- * concurrent calls. Outputs are overwritten; h0, ht, dht, dh0 may be NULL.
+/* ---- the arguments of a call ----------------------------------------------------------------
+ * shape.variant picks the mixer (model/mixer.h; docs/design.md section 2.6): G the gated delta
+ * rule, D without decay, M without the delta term (S_t = exp(g_t) S_{t-1} + k_t v_t^T), L with
+ * neither. An input the variant ignores (g for D and L, beta for M and L) is not read and may be
+ * NULL; an input it reads must not be NULL. */
+typedef struct {
+    gdn_delta_shape shape;
+    gdn_cuda_precision prec;
+    const void *q;    /* [B,T,Hq,K] */
+    const void *k;    /* [B,T,Hq,K] */
+    const void *v;    /* [B,T,H,V] */
+    const float *g;   /* [B,T,H] log decay (G, M) */
+    const float *beta; /* [B,T,H] write strength (G, D) */
+    float scale;
+    const float *h0;  /* [B,H,K,V] entering state, or NULL (zero) */
+    void *workspace;  /* gdn_cuda_delta_workspace_bytes(&shape, prec) bytes; unused by _host */
+    void *stream;     /* cudaStream_t or NULL; unused by _host */
+} gdn_cuda_delta_in;
+
+typedef struct {
+    gdn_cuda_delta_in in;
+    void *h0_ready; /* cudaEvent_t or NULL, see below; unused by _host */
+    void *o;        /* [B,T,H,V] */
+    float *ht;      /* [B,H,K,V] leaving state, or NULL */
+} gdn_cuda_delta_fwd_args;
+
+typedef struct {
+    gdn_cuda_delta_in in; /* the forward's inputs */
+    const void *d_o;      /* [B,T,H,V] */
+    const float *dht;     /* [B,H,K,V] gradient of ht, or NULL (zero) */
+    void *dht_ready;      /* cudaEvent_t or NULL, see below; unused by _host */
+    void *dq, *dk;        /* [B,T,Hq,K] */
+    void *dv;             /* [B,T,H,V] */
+    float *dg, *dbeta;    /* [B,T,H] or NULL; zeros where the variant ignores g / beta */
+    float *dh0;           /* [B,H,K,V] or NULL */
+} gdn_cuda_delta_bwd_args;
+
+/* ---- device-pointer launchers (asynchronous on in.stream) ------------------------------------
+ * q, k, v, o, d_o, dq, dk, dv point to float (FP32) or __nv_bfloat16 (BF16) device arrays; the
+ * rest are float device arrays. The workspace is not shared between concurrent calls. Outputs
+ * are overwritten.
  * Internally the calls fork part of their work onto a second (high-priority) stream of the
- * current device and join it back into `stream` before returning, so ordering against other
- * work on `stream` is as for a single kernel; calls for one device should come from one host
- * thread at a time. */
-void gdn_cuda_delta_fwd(const gdn_delta_shape *s, gdn_cuda_precision p,
-                        const void *q,       /* [B,T,Hq,K] */
-                        const void *k,       /* [B,T,Hq,K] */
-                        const void *v,       /* [B,T,H,V] */
-                        const float *g,      /* [B,T,H] */
-                        const float *beta,   /* [B,T,H] */
-                        float scale,
-                        const float *h0,     /* [B,H,K,V] or NULL */
-                        void *o,             /* [B,T,H,V] */
-                        float *ht,           /* [B,H,K,V] or NULL */
-                        void *workspace, void *stream);
+ * current device and join it back into the stream before returning, so ordering against other
+ * work on the stream is as for a single kernel; calls for one device should come from one host
+ * thread at a time.
+ * A late state: where h0 (forward) or dht (backward) is filled by work outside the stream,
+ * h0_ready / dht_ready is a cudaEvent_t recorded after that fill (NULL: the fill is ordered on
+ * the stream). Only the state pass that reads it waits, so the kernels that do not need it run
+ * while it arrives (forward: the intra-chunk kernels of every chunk; backward: the recomputed
+ * intra-chunk kernels, the local dv_new, the recomputed forward state pass and the D^T kernel).
+ * For sequence parallelism: the state that crosses a segment boundary from another GPU overlaps
+ * this work. The event is waited for before the call returns (its current record counts; it may
+ * be recorded again afterwards). */
+void gdn_cuda_delta_fwd(const gdn_cuda_delta_fwd_args *a);
 
 /* Backward of gdn_cuda_delta_fwd; recomputes the forward intermediates it needs. */
-void gdn_cuda_delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p,
-                        const void *q,       /* [B,T,Hq,K] */
-                        const void *k,       /* [B,T,Hq,K] */
-                        const void *v,       /* [B,T,H,V] */
-                        const float *g,      /* [B,T,H] */
-                        const float *beta,   /* [B,T,H] */
-                        float scale,
-                        const float *h0,     /* [B,H,K,V] or NULL */
-                        const void *d_o,     /* [B,T,H,V] */
-                        const float *dht,    /* [B,H,K,V] or NULL */
-                        void *dq,            /* [B,T,Hq,K] */
-                        void *dk,            /* [B,T,Hq,K] */
-                        void *dv,            /* [B,T,H,V] */
-                        float *dg,           /* [B,T,H] */
-                        float *dbeta,        /* [B,T,H] */
-                        float *dh0,          /* [B,H,K,V] or NULL */
-                        void *workspace, void *stream);
+void gdn_cuda_delta_bwd(const gdn_cuda_delta_bwd_args *a);
 
-/* The same backward when `workspace` still holds the intermediates of a gdn_cuda_delta_fwd call
+/* The same backward when the workspace still holds the intermediates of a gdn_cuda_delta_fwd call
  * on the same shape, precision and inputs (q, k, v, g, beta, h0), made since with this
  * workspace: it skips recomputing them (about a third of the backward's time) at the price of
  * keeping the workspace alive between the two calls. */
-void gdn_cuda_delta_bwd_saved(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
-                              const void *k, const void *v, const float *g, const float *beta,
-                              float scale, const float *h0, const void *d_o, const float *dht,
-                              void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
-                              void *workspace, void *stream);
-
-/* The same forward and backward (with recomputation) where the entering state h0 (forward) or
- * the leaving state's gradient dht (backward) is filled by work outside `stream`: h0_ready /
- * dht_ready (a cudaEvent_t recorded after that fill, or NULL: the fill is ordered on `stream`)
- * is waited for only by the state pass that reads it, so the kernels that do not need it run
- * while it arrives (forward: the intra-chunk kernels of every chunk; backward: the recomputed
- * intra-chunk kernels, the local dv_new, the recomputed forward state pass and the D^T kernel).
- * For sequence parallelism: the state that crosses a segment boundary from another GPU
- * overlaps this work. The event is waited for before the call returns (its current record
- * counts; it may be recorded again afterwards). */
-void gdn_cuda_delta_fwd_late(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
-                             const void *k, const void *v, const float *g, const float *beta,
-                             float scale, const float *h0, void *h0_ready, void *o, float *ht,
-                             void *workspace, void *stream);
-void gdn_cuda_delta_bwd_late(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
-                             const void *k, const void *v, const float *g, const float *beta,
-                             float scale, const float *h0, const void *d_o, const float *dht,
-                             void *dht_ready, void *dq, void *dk, void *dv, float *dg,
-                             float *dbeta, float *dh0, void *workspace, void *stream);
+void gdn_cuda_delta_bwd_saved(const gdn_cuda_delta_bwd_args *a);
 
 /* ---- host convenience: HOST float arrays in and out, exactly the CPU semantics --------------
- * Copies the inputs to the device (rounding q, k, v, d_o to bf16 in BF16 mode), runs, copies the
- * results back (widening bf16 to float). Synchronous. For tests and the `gdn op` command.
- * Layouts as above (q, k, dq, dk with Hq heads). */
-void gdn_cuda_delta_fwd_host(const gdn_delta_shape *s, gdn_cuda_precision p, const float *q,
-                             const float *k, const float *v, const float *g, const float *beta,
-                             float scale, const float *h0, float *o, float *ht);
-void gdn_cuda_delta_bwd_host(const gdn_delta_shape *s, gdn_cuda_precision p, const float *q,
-                             const float *k, const float *v, const float *g, const float *beta,
-                             float scale, const float *h0, const float *d_o, const float *dht,
-                             float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dh0);
+ * Every pointer of the arguments is a host float array (q, k, dq, dk with Hq heads); workspace,
+ * stream and the ready events are not used. Copies the inputs to the device (rounding q, k, v,
+ * d_o to bf16 in BF16 mode), runs, copies the results back (widening bf16 to float).
+ * Synchronous. For tests and the `gdn op` command. */
+void gdn_cuda_delta_fwd_host(const gdn_cuda_delta_fwd_args *a);
+void gdn_cuda_delta_bwd_host(const gdn_cuda_delta_bwd_args *a);
 
 /* ---- timing ---------------------------------------------------------------------------------
  * Times forward and forward+backward at shape s on random inputs (with h0 and dht), with CUDA

@@ -1,4 +1,7 @@
-/* Forward kernels of the chunked gated delta rule (docs/design.md section 3.2, section 3.6):
+/* Forward kernels of the chunked gated delta rule (docs/design.md section 3.2, section 3.6), for
+ * every mixer of model/mixer.h (section 2.6): without decay g is NULL and G = 0; without the
+ * delta term k_intra writes U = V, W = 0 (template flag DELTA) and the other kernels run as they
+ * are:
  *   k_intra     per (chunk, head): gate cumsum G, A, T = (I+A)^-1, W, U
  *   k_state_fwd per (V tile, head), sequential over chunks: h (state entering each chunk), v_new
  *   k_output    per (chunk, head): o = s [diag(gamma) Q S + (Q K^T o Gam, lower) v_new]
@@ -163,8 +166,12 @@ template <typename E> static size_t intra_smem(int K, int V) {
 }
 
 /* MINB: blocks per multiprocessor the register budget is cut for (3 where the tiles let three
- * fit; where they do not, 2, so that the kernel does not spill for nothing) */
-template <typename E, int MINB> __global__ void __launch_bounds__(256, MINB) k_intra(const gdn_delta_args a) {
+ * fit; where they do not, 2, so that the kernel does not spill for nothing).
+ * DELTA: the mixer has the delta term (G, D). Without it (M, L; docs/design.md section 2.6) the
+ * chunk writes its values as they are: there is no A, T or beta, so the kernel writes only G,
+ * U = V and W = 0, and the state pass's v_new = U - W S is then V exactly. */
+template <typename E, int MINB, bool DELTA>
+__global__ void __launch_bounds__(256, MINB) k_intra(const gdn_delta_args a) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int K = a.K, V = a.V;
     const int LDK = pad_ld<E>(K), LDV = pad_ld<E>(V), LDT = pad_ld<E>(64), LDA = 68;
@@ -182,21 +189,32 @@ template <typename E, int MINB> __global__ void __launch_bounds__(256, MINB) k_i
     const int t0 = c * GDN_CHUNK, L = min(GDN_CHUNK, a.T - t0);
     const int tid = threadIdx.x, warp = tid >> 5, wm = warp & 3, n0 = (warp >> 2) * 32;
 
-    tile_load_async(sK, LDK, (const E *)a.k + qk_off(a, b, t0, hq), qk_ld(a), 64, K, L);
+    if (DELTA) tile_load_async(sK, LDK, (const E *)a.k + qk_off(a, b, t0, hq), qk_ld(a), 64, K, L);
     tile_load_async(sV, LDV, (const E *)a.v + tok_off(a, b, t0, h, V), (long)a.H * V, 64, V, L);
     cp_async_commit();
 
     /* G: inclusive cumsum of g inside the chunk (rows past the end have g = 0, beta = 0) */
-    if (tid < 64) sB[tid] = tid < L ? a.beta[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
+    if (DELTA && tid < 64) sB[tid] = tid < L ? a.beta[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
     chunk_log_decay(a, b, h, t0, L, sG);
     __syncthreads();
     if (tid < 64) {
         a.G[((long)bh * a.NT + c) * GDN_CHUNK + tid] = sG[tid];
-        sFb[tid] = sB[tid];
-        sFbg[tid] = sB[tid] * expf(sG[tid]);
+        if (DELTA) {
+            sFb[tid] = sB[tid];
+            sFbg[tid] = sB[tid] * expf(sG[tid]);
+        }
     }
     cp_async_wait<0>();
     __syncthreads();
+
+    if constexpr (!DELTA) {
+        /* U = V (the padded rows were zero-filled by the load), W = 0; T is not needed */
+        tile_store((E *)a.U + row_off(a, bh, c, 0, V), V, sV, LDV, 64, V, 64);
+        uint4 *Wz = reinterpret_cast<uint4 *>((E *)a.W + row_off(a, bh, c, 0, K));
+        for (int idx = tid; idx < 64 * K * (int)sizeof(E) / 16; idx += blockDim.x)
+            Wz[idx] = make_uint4(0u, 0u, 0u, 0u);
+        return;
+    }
 
     /* A = strictly_lower(diag(beta) K K^T o Gam); exp only of G_i - G_j with i > j */
     {
@@ -490,17 +508,23 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_output(const g
 }
 
 /* ====================================== launchers =========================================== */
+template <typename E, bool DELTA>
+static void launch_intra_kernel(const gdn_delta_args *a, size_t sm, dim3 grid, cudaStream_t st) {
+    if (3 * (sm + 1024) <= 228 * 1024) {
+        gdn_cuda_set_smem((const void *)k_intra<E, 3, DELTA>, sm, "k_intra");
+        k_intra<E, 3, DELTA><<<grid, 256, sm, st>>>(*a);
+    } else {
+        gdn_cuda_set_smem((const void *)k_intra<E, 2, DELTA>, sm, "k_intra");
+        k_intra<E, 2, DELTA><<<grid, 256, sm, st>>>(*a);
+    }
+    GDN_CUDA_CHECK_LAUNCH();
+}
+
 template <typename E> static void launch_intra_t(const gdn_delta_args *a, cudaStream_t st) {
     const size_t sm = intra_smem<E>(a->K, a->V);
     const dim3 grid(a->c1 - a->c0, a->B * a->H);
-    if (3 * (sm + 1024) <= 228 * 1024) {
-        gdn_cuda_set_smem((const void *)k_intra<E, 3>, sm, "k_intra");
-        k_intra<E, 3><<<grid, 256, sm, st>>>(*a);
-    } else {
-        gdn_cuda_set_smem((const void *)k_intra<E, 2>, sm, "k_intra");
-        k_intra<E, 2><<<grid, 256, sm, st>>>(*a);
-    }
-    GDN_CUDA_CHECK_LAUNCH();
+    if (a->delta) launch_intra_kernel<E, true>(a, sm, grid, st);
+    else launch_intra_kernel<E, false>(a, sm, grid, st);
 }
 
 #define STATE_FWD_SLOTS 6 /* deepest ring of the forward state pass */

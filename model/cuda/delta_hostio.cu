@@ -65,56 +65,72 @@ void gdn_delta_free_all(void **ptrs, int n) {
         if (ptrs[i]) GDN_CUDA_CHECK(cudaFree(ptrs[i]));
 }
 
-void gdn_cuda_delta_fwd_host(const gdn_delta_shape *s, gdn_cuda_precision p, const float *q,
-                             const float *k, const float *v, const float *g, const float *beta,
-                             float scale, const float *h0, float *o, float *ht) {
+void gdn_cuda_delta_fwd_host(const gdn_cuda_delta_fwd_args *fa) {
+    const gdn_cuda_delta_in *in = &fa->in;
+    const gdn_delta_shape *s = &in->shape;
+    const gdn_cuda_precision p = in->prec;
     gdn_cuda_delta_check_shape(s);
     const size_t ntok = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
     const size_t nqk = ntok / gdn_delta_group(s) * s->K; /* q, k: [B,T,qk_heads,K] */
     const size_t es = gdn_delta_elem_size(p);
-    void *dq = upload(q, nqk, p), *dk = upload(k, nqk, p), *dv = upload(v, ntok * s->V, p);
-    void *dg = upload(g, ntok, GDN_CUDA_FP32), *db = upload(beta, ntok, GDN_CUDA_FP32);
-    void *dh0 = upload(h0, nst, GDN_CUDA_FP32);
-    void *dout = gdn_delta_alloc_poisoned(ntok * s->V, es);
-    void *dht = ht ? gdn_delta_alloc_poisoned(nst, 4) : NULL;
-    void *ws = alloc_workspace(s, p);
-    gdn_cuda_delta_fwd(s, p, dq, dk, dv, (const float *)dg, (const float *)db, scale,
-                       (const float *)dh0, dout, (float *)dht, ws, NULL);
+    gdn_cuda_delta_fwd_args d = {};
+    d.in = *in;
+    d.in.q = upload((const float *)in->q, nqk, p);
+    d.in.k = upload((const float *)in->k, nqk, p);
+    d.in.v = upload((const float *)in->v, ntok * s->V, p);
+    d.in.g = (const float *)upload(in->g, ntok, GDN_CUDA_FP32);
+    d.in.beta = (const float *)upload(in->beta, ntok, GDN_CUDA_FP32);
+    d.in.h0 = (const float *)upload(in->h0, nst, GDN_CUDA_FP32);
+    d.in.workspace = alloc_workspace(s, p);
+    d.in.stream = NULL;
+    d.o = gdn_delta_alloc_poisoned(ntok * s->V, es);
+    d.ht = fa->ht ? (float *)gdn_delta_alloc_poisoned(nst, 4) : NULL;
+    gdn_cuda_delta_fwd(&d);
     GDN_CUDA_CHECK(cudaDeviceSynchronize());
-    download(o, dout, ntok * s->V, p);
-    download(ht, dht, nst, GDN_CUDA_FP32);
-    void *all[] = {dq, dk, dv, dg, db, dh0, dout, dht, ws};
+    download((float *)fa->o, d.o, ntok * s->V, p);
+    download(fa->ht, d.ht, nst, GDN_CUDA_FP32);
+    void *all[] = {(void *)d.in.q, (void *)d.in.k, (void *)d.in.v, (void *)d.in.g,
+                   (void *)d.in.beta, (void *)d.in.h0, d.o, d.ht, d.in.workspace};
     gdn_delta_free_all(all, (int)(sizeof(all) / sizeof(all[0])));
 }
 
-void gdn_cuda_delta_bwd_host(const gdn_delta_shape *s, gdn_cuda_precision p, const float *q,
-                             const float *k, const float *v, const float *g, const float *beta,
-                             float scale, const float *h0, const float *d_o, const float *dht,
-                             float *dq, float *dk, float *dv, float *dg, float *dbeta, float *dh0) {
+void gdn_cuda_delta_bwd_host(const gdn_cuda_delta_bwd_args *ba) {
+    const gdn_cuda_delta_in *in = &ba->in;
+    const gdn_delta_shape *s = &in->shape;
+    const gdn_cuda_precision p = in->prec;
     gdn_cuda_delta_check_shape(s);
     const size_t ntok = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
     const size_t nqk = ntok / gdn_delta_group(s) * s->K; /* q, k, dq, dk: [B,T,qk_heads,K] */
     const size_t es = gdn_delta_elem_size(p);
-    void *q_d = upload(q, nqk, p), *k_d = upload(k, nqk, p), *v_d = upload(v, ntok * s->V, p);
-    void *g_d = upload(g, ntok, GDN_CUDA_FP32), *b_d = upload(beta, ntok, GDN_CUDA_FP32);
-    void *h0_d = upload(h0, nst, GDN_CUDA_FP32);
-    void *do_d = upload(d_o, ntok * s->V, p);
-    void *dht_d = upload(dht, nst, GDN_CUDA_FP32);
-    void *dq_d = gdn_delta_alloc_poisoned(nqk, es), *dk_d = gdn_delta_alloc_poisoned(nqk, es);
-    void *dv_d = gdn_delta_alloc_poisoned(ntok * s->V, es);
-    void *dg_d = gdn_delta_alloc_poisoned(ntok, 4), *db_d = gdn_delta_alloc_poisoned(ntok, 4);
-    void *dh0_d = dh0 ? gdn_delta_alloc_poisoned(nst, 4) : NULL;
-    void *ws = alloc_workspace(s, p);
-    gdn_cuda_delta_bwd(s, p, q_d, k_d, v_d, (const float *)g_d, (const float *)b_d, scale,
-                       (const float *)h0_d, do_d, (const float *)dht_d, dq_d, dk_d, dv_d,
-                       (float *)dg_d, (float *)db_d, (float *)dh0_d, ws, NULL);
+    gdn_cuda_delta_bwd_args d = {};
+    d.in = *in;
+    d.in.q = upload((const float *)in->q, nqk, p);
+    d.in.k = upload((const float *)in->k, nqk, p);
+    d.in.v = upload((const float *)in->v, ntok * s->V, p);
+    d.in.g = (const float *)upload(in->g, ntok, GDN_CUDA_FP32);
+    d.in.beta = (const float *)upload(in->beta, ntok, GDN_CUDA_FP32);
+    d.in.h0 = (const float *)upload(in->h0, nst, GDN_CUDA_FP32);
+    d.in.workspace = alloc_workspace(s, p);
+    d.in.stream = NULL;
+    d.d_o = upload((const float *)ba->d_o, ntok * s->V, p);
+    d.dht = (const float *)upload(ba->dht, nst, GDN_CUDA_FP32);
+    d.dq = gdn_delta_alloc_poisoned(nqk, es);
+    d.dk = gdn_delta_alloc_poisoned(nqk, es);
+    d.dv = gdn_delta_alloc_poisoned(ntok * s->V, es);
+    /* dg, dbeta, dh0 only where asked for: the launcher writes the ones it is given */
+    d.dg = ba->dg ? (float *)gdn_delta_alloc_poisoned(ntok, 4) : NULL;
+    d.dbeta = ba->dbeta ? (float *)gdn_delta_alloc_poisoned(ntok, 4) : NULL;
+    d.dh0 = ba->dh0 ? (float *)gdn_delta_alloc_poisoned(nst, 4) : NULL;
+    gdn_cuda_delta_bwd(&d);
     GDN_CUDA_CHECK(cudaDeviceSynchronize());
-    download(dq, dq_d, nqk, p);
-    download(dk, dk_d, nqk, p);
-    download(dv, dv_d, ntok * s->V, p);
-    download(dg, dg_d, ntok, GDN_CUDA_FP32);
-    download(dbeta, db_d, ntok, GDN_CUDA_FP32);
-    download(dh0, dh0_d, nst, GDN_CUDA_FP32);
-    void *all[] = {q_d, k_d, v_d, g_d, b_d, h0_d, do_d, dht_d, dq_d, dk_d, dv_d, dg_d, db_d, dh0_d, ws};
+    download((float *)ba->dq, d.dq, nqk, p);
+    download((float *)ba->dk, d.dk, nqk, p);
+    download((float *)ba->dv, d.dv, ntok * s->V, p);
+    download(ba->dg, d.dg, ntok, GDN_CUDA_FP32);
+    download(ba->dbeta, d.dbeta, ntok, GDN_CUDA_FP32);
+    download(ba->dh0, d.dh0, nst, GDN_CUDA_FP32);
+    void *all[] = {(void *)d.in.q, (void *)d.in.k, (void *)d.in.v, (void *)d.in.g,
+                   (void *)d.in.beta, (void *)d.in.h0, d.in.workspace, (void *)d.d_o,
+                   (void *)d.dht, d.dq, d.dk, d.dv, d.dg, d.dbeta, d.dh0};
     gdn_delta_free_all(all, (int)(sizeof(all) / sizeof(all[0])));
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "model/cuda/delta_common.cuh"
+#include "model/mixer.h"
 
 /* ---- small utilities ------------------------------------------------------------------------ */
 int gdn_cuda_device_count(void) {
@@ -115,9 +116,13 @@ void gdn_cuda_delta_check_shape(const gdn_delta_shape *s) {
     if (s->qk_heads < 0 || (s->qk_heads > 0 && s->H % s->qk_heads != 0))
         GDN_CUDA_DIE("gated delta rule (cuda): qk_heads=%d is neither 0 (q, k with one head per "
                      "value head) nor a divisor of the value heads H=%d", s->qk_heads, s->H);
-    if (s->variant != 0)
-        GDN_CUDA_DIE("gated delta rule (cuda): mixer variant %d is not implemented on the GPU yet "
-                     "(only the gated delta rule, variant 0); use --backend cpu", s->variant);
+    const gdn_mixer_info *mx = gdn_mixer_get(s->variant);
+    if (!mx)
+        GDN_CUDA_DIE("gated delta rule (cuda): unknown mixer variant %d (use a gdn_mixer value from "
+                     "model/mixer.h, 0..%d)", s->variant, GDN_MIXER_COUNT - 1);
+    if (mx->has_beta != mx->has_delta)
+        GDN_CUDA_DIE("gated delta rule (cuda): mixer '%s' has beta without the delta term (or the "
+                     "reverse), which the kernels do not implement", mx->name);
     if ((long)s->B * s->H > 65535)
         GDN_CUDA_DIE("gated delta rule (cuda): B*H=%ld exceeds the grid limit 65535; split the batch",
                      (long)s->B * s->H);
@@ -143,6 +148,7 @@ void gdn_delta_args_init(gdn_delta_args *a, const gdn_delta_shape *s, gdn_cuda_p
     a->NT = (s->T + GDN_CHUNK - 1) / GDN_CHUNK;
     a->c0 = 0;
     a->c1 = a->NT;
+    a->delta = gdn_mixer_get(s->variant)->has_delta;
     a->scale = scale;
     const gdn_delta_ws w = gdn_delta_ws_layout(s, gdn_delta_elem_size(p));
     unsigned char *base = (unsigned char *)workspace;
@@ -189,19 +195,25 @@ static void side_stream(cudaStream_t *aux, cudaEvent_t *ev /* [4] */) {
     for (int i = 0; i < 4; ++i) ev[i] = events[dev][i];
 }
 
-/* The argument block of a call: shape, workspace and the forward inputs. */
-static gdn_delta_args delta_args(const gdn_delta_shape *s, gdn_cuda_precision p, float scale,
-                                 void *workspace, const void *q, const void *k, const void *v,
-                                 const float *g, const float *beta, const float *h0) {
+/* The argument block of a call: shape, workspace and the forward inputs. The inputs the mixer
+ * ignores are not passed on (g NULL: no decay; beta is not read without the delta term). */
+static gdn_delta_args delta_args(const gdn_cuda_delta_in *in, const char *who) {
+    const gdn_delta_shape *s = &in->shape;
     gdn_cuda_delta_check_shape(s);
+    const gdn_mixer_info *mx = gdn_mixer_get(s->variant);
+    if (mx->has_decay && !in->g)
+        GDN_CUDA_DIE("%s: mixer '%s' reads the log decay g, which is NULL", who, mx->name);
+    if (mx->has_beta && !in->beta)
+        GDN_CUDA_DIE("%s: mixer '%s' reads the write strength beta, which is NULL", who, mx->name);
+    if (!in->workspace && s->T > 0) GDN_CUDA_DIE("%s: workspace is NULL", who);
     gdn_delta_args a;
-    gdn_delta_args_init(&a, s, p, scale, workspace);
-    a.q = q;
-    a.k = k;
-    a.v = v;
-    a.g = g;
-    a.beta = beta;
-    a.h0 = h0;
+    gdn_delta_args_init(&a, s, in->prec, in->scale, in->workspace);
+    a.q = in->q;
+    a.k = in->k;
+    a.v = in->v;
+    a.g = mx->has_decay ? in->g : NULL;
+    a.beta = mx->has_beta ? in->beta : NULL;
+    a.h0 = in->h0;
     return a;
 }
 
@@ -217,14 +229,16 @@ static void wait_ready(cudaStream_t st, void *ready) {
     if (ready) GDN_CUDA_CHECK(cudaStreamWaitEvent(st, (cudaEvent_t)ready, 0));
 }
 
-void gdn_cuda_delta_fwd_late(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
-                             const void *k, const void *v, const float *g, const float *beta,
-                             float scale, const float *h0, void *h0_ready, void *o, float *ht,
-                             void *workspace, void *stream) {
-    gdn_delta_args a = delta_args(s, p, scale, workspace, q, k, v, g, beta, h0);
-    a.o = o;
+void gdn_cuda_delta_fwd(const gdn_cuda_delta_fwd_args *fa) {
+    gdn_delta_args a = delta_args(&fa->in, "gdn_cuda_delta_fwd");
+    const gdn_delta_shape *s = &fa->in.shape;
+    const gdn_cuda_precision p = fa->in.prec;
+    const float *h0 = fa->in.h0;
+    void *h0_ready = fa->h0_ready;
+    float *ht = fa->ht;
+    a.o = fa->o;
     a.ht = ht;
-    cudaStream_t st = (cudaStream_t)stream;
+    cudaStream_t st = (cudaStream_t)fa->in.stream;
     if (s->T == 0) {
         wait_ready(st, h0_ready);
         state_passthrough(ht, h0, s, st);
@@ -264,28 +278,22 @@ void gdn_cuda_delta_fwd_late(const gdn_delta_shape *s, gdn_cuda_precision p, con
     gdn_delta_launch_output(&hi, p, st);
 }
 
-void gdn_cuda_delta_fwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
-                        const void *k, const void *v, const float *g, const float *beta,
-                        float scale, const float *h0, void *o, float *ht, void *workspace,
-                        void *stream) {
-    gdn_cuda_delta_fwd_late(s, p, q, k, v, g, beta, scale, h0, NULL, o, ht, workspace, stream);
-}
-
-static void delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
-                      const void *k, const void *v, const float *g, const float *beta, float scale,
-                      const float *h0, const void *d_o, const float *dht, void *dht_ready,
-                      void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
-                      void *workspace, void *stream, int recompute) {
-    gdn_delta_args a = delta_args(s, p, scale, workspace, q, k, v, g, beta, h0);
-    a.d_o = d_o;
+static void delta_bwd(const gdn_cuda_delta_bwd_args *ba, int recompute) {
+    gdn_delta_args a = delta_args(&ba->in, recompute ? "gdn_cuda_delta_bwd" : "gdn_cuda_delta_bwd_saved");
+    const gdn_delta_shape *s = &ba->in.shape;
+    const gdn_cuda_precision p = ba->in.prec;
+    const float *dht = ba->dht;
+    float *dh0 = ba->dh0;
+    void *dht_ready = ba->dht_ready;
+    a.d_o = ba->d_o;
     a.dht = dht;
-    a.dq = dq;
-    a.dk = dk;
-    a.dv = dv;
-    a.dg = dg;
-    a.dbeta = dbeta;
+    a.dq = ba->dq;
+    a.dk = ba->dk;
+    a.dv = ba->dv;
+    a.dg = ba->dg;
+    a.dbeta = ba->dbeta;
     a.dh0 = dh0;
-    cudaStream_t st = (cudaStream_t)stream;
+    cudaStream_t st = (cudaStream_t)ba->in.stream;
     if (s->T == 0) {
         wait_ready(st, dht_ready);
         state_passthrough(dh0, dht, s, st);
@@ -319,29 +327,6 @@ static void delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void
     gdn_delta_launch_grad(&a, p, st);
 }
 
-void gdn_cuda_delta_bwd(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
-                        const void *k, const void *v, const float *g, const float *beta,
-                        float scale, const float *h0, const void *d_o, const float *dht,
-                        void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
-                        void *workspace, void *stream) {
-    delta_bwd(s, p, q, k, v, g, beta, scale, h0, d_o, dht, NULL, dq, dk, dv, dg, dbeta, dh0,
-              workspace, stream, 1);
-}
+void gdn_cuda_delta_bwd(const gdn_cuda_delta_bwd_args *a) { delta_bwd(a, 1); }
 
-void gdn_cuda_delta_bwd_late(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
-                             const void *k, const void *v, const float *g, const float *beta,
-                             float scale, const float *h0, const void *d_o, const float *dht,
-                             void *dht_ready, void *dq, void *dk, void *dv, float *dg,
-                             float *dbeta, float *dh0, void *workspace, void *stream) {
-    delta_bwd(s, p, q, k, v, g, beta, scale, h0, d_o, dht, dht_ready, dq, dk, dv, dg, dbeta, dh0,
-              workspace, stream, 1);
-}
-
-void gdn_cuda_delta_bwd_saved(const gdn_delta_shape *s, gdn_cuda_precision p, const void *q,
-                              const void *k, const void *v, const float *g, const float *beta,
-                              float scale, const float *h0, const void *d_o, const float *dht,
-                              void *dq, void *dk, void *dv, float *dg, float *dbeta, float *dh0,
-                              void *workspace, void *stream) {
-    delta_bwd(s, p, q, k, v, g, beta, scale, h0, d_o, dht, NULL, dq, dk, dv, dg, dbeta, dh0,
-              workspace, stream, 0);
-}
+void gdn_cuda_delta_bwd_saved(const gdn_cuda_delta_bwd_args *a) { delta_bwd(a, 0); }

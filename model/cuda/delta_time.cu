@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "model/cuda/delta_common.cuh"
+#include "model/mixer.h"
 
 /* ---- timing ------------------------------------------------------------------------------------ */
 static const char *const phase_names[GDN_CUDA_PHASES] = {
@@ -70,11 +71,10 @@ static int cmp_float(const void *x, const void *y) {
 }
 
 typedef struct {
-    const gdn_delta_shape *s;
     gdn_cuda_precision p;
-    gdn_delta_args a;
-    float scale;
-    void *ws;
+    gdn_delta_args a;            /* the kernels' argument block (each phase alone) */
+    gdn_cuda_delta_fwd_args fwd; /* the same tensors through the launchers */
+    gdn_cuda_delta_bwd_args bwd;
 } bench_ctx;
 
 /* what: 0 = forward, 1 = forward + backward, 2 + phase = that kernel alone,
@@ -82,15 +82,9 @@ typedef struct {
 static void bench_run(bench_ctx *c, int what) {
     gdn_delta_args *a = &c->a;
     if (what <= 1) {
-        gdn_cuda_delta_fwd(c->s, c->p, a->q, a->k, a->v, a->g, a->beta, c->scale, a->h0, a->o,
-                           a->ht, c->ws, NULL);
-        if (what == 1)
-            gdn_cuda_delta_bwd(c->s, c->p, a->q, a->k, a->v, a->g, a->beta, c->scale, a->h0, a->d_o,
-                               a->dht, a->dq, a->dk, a->dv, a->dg, a->dbeta, a->dh0, c->ws, NULL);
-        else if (what == -1)
-            gdn_cuda_delta_bwd_saved(c->s, c->p, a->q, a->k, a->v, a->g, a->beta, c->scale, a->h0,
-                                     a->d_o, a->dht, a->dq, a->dk, a->dv, a->dg, a->dbeta, a->dh0,
-                                     c->ws, NULL);
+        gdn_cuda_delta_fwd(&c->fwd);
+        if (what == 1) gdn_cuda_delta_bwd(&c->bwd);
+        else if (what == -1) gdn_cuda_delta_bwd_saved(&c->bwd);
         return;
     }
     switch (what - 2) {
@@ -132,18 +126,20 @@ void gdn_cuda_delta_time(const gdn_delta_shape *s, gdn_cuda_precision p, int war
     const size_t ntok = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
     const size_t nqk = ntok / gdn_delta_group(s) * s->K; /* q, k, dq, dk: [B,T,qk_heads,K] */
     const size_t es = gdn_delta_elem_size(p);
+    const gdn_mixer_info *mx = gdn_mixer_get(s->variant); /* checked above */
     bench_ctx c;
-    c.s = s;
     c.p = p;
-    c.scale = 1.f / sqrtf((float)s->K);
-    GDN_CUDA_CHECK(cudaMalloc(&c.ws, gdn_cuda_delta_workspace_bytes(s, p)));
-    gdn_delta_args_init(&c.a, s, p, c.scale, c.ws);
+    const float scale = 1.f / sqrtf((float)s->K);
+    void *ws = NULL;
+    GDN_CUDA_CHECK(cudaMalloc(&ws, gdn_cuda_delta_workspace_bytes(s, p)));
+    gdn_delta_args_init(&c.a, s, p, scale, ws);
     gdn_delta_args *a = &c.a;
     a->q = random_tensor(nqk, 1, 0, 1.f, s->K, p);
     a->k = random_tensor(nqk, 2, 0, 1.f, s->K, p);
     a->v = random_tensor(ntok * s->V, 3, 0, 1.f, 0, p);
-    a->g = (const float *)random_tensor(ntok, 4, 1, 0.1f, 0, GDN_CUDA_FP32);
-    a->beta = (const float *)random_tensor(ntok, 5, 2, 1.f, 0, GDN_CUDA_FP32);
+    /* the gates only where the mixer reads them (the launchers pass on what it reads) */
+    a->g = mx->has_decay ? (const float *)random_tensor(ntok, 4, 1, 0.1f, 0, GDN_CUDA_FP32) : NULL;
+    a->beta = mx->has_beta ? (const float *)random_tensor(ntok, 5, 2, 1.f, 0, GDN_CUDA_FP32) : NULL;
     a->h0 = (const float *)random_tensor(nst, 6, 0, 0.1f, 0, GDN_CUDA_FP32);
     a->d_o = random_tensor(ntok * s->V, 7, 0, 1.f, 0, p);
     a->dht = (const float *)random_tensor(nst, 8, 0, 0.1f, 0, GDN_CUDA_FP32);
@@ -155,6 +151,9 @@ void gdn_cuda_delta_time(const gdn_delta_shape *s, gdn_cuda_precision p, int war
     a->dg = (float *)gdn_delta_alloc_poisoned(ntok, 4);
     a->dbeta = (float *)gdn_delta_alloc_poisoned(ntok, 4);
     a->dh0 = (float *)gdn_delta_alloc_poisoned(nst, 4);
+    const gdn_cuda_delta_in in = {*s, p, a->q, a->k, a->v, a->g, a->beta, scale, a->h0, ws, NULL};
+    c.fwd = gdn_cuda_delta_fwd_args{in, NULL, a->o, a->ht};
+    c.bwd = gdn_cuda_delta_bwd_args{in, a->d_o, a->dht, NULL, a->dq, a->dk, a->dv, a->dg, a->dbeta, a->dh0};
 
     out->fwd_ms = bench_median(&c, 0, warmup, repeats);
     out->fwdbwd_ms = bench_median(&c, 1, warmup, repeats);
@@ -164,6 +163,6 @@ void gdn_cuda_delta_time(const gdn_delta_shape *s, gdn_cuda_precision p, int war
 
     void *all[] = {(void *)a->q, (void *)a->k, (void *)a->v, (void *)a->g, (void *)a->beta,
                    (void *)a->h0, (void *)a->d_o, (void *)a->dht, a->o, a->ht, a->dq, a->dk,
-                   a->dv, a->dg, a->dbeta, a->dh0, c.ws};
+                   a->dv, a->dg, a->dbeta, a->dh0, ws};
     gdn_delta_free_all(all, (int)(sizeof(all) / sizeof(all[0])));
 }

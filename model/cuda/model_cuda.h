@@ -114,7 +114,7 @@ void gdn_cuda_model_memory(const gdn_cuda_model *m, size_t *param_bytes, size_t 
  * (gdn_cuda_model_stream): a fill is enqueued so that the stream's next work sees it (e.g.
  * cudaMemsetAsync on the stream, or a receive on another stream followed by cudaStreamWaitEvent);
  * fwd_state_in / bwd_state_out may instead return a cudaEvent_t recorded after the fill, and then
- * only the delta rule's state pass waits for it (gdn_cuda_delta_fwd_late / _bwd_late): the
+ * only the delta rule's state pass waits for it (gdn_cuda_delta_fwd_args.h0_ready / gdn_cuda_delta_bwd_args.dht_ready): the
  * intra-chunk work runs while the state crosses. dS_out is one buffer shared by the layers,
  * written in stream order. */
 void gdn_cuda_model_set_seq_hooks(gdn_cuda_model *m, const gdn_seq_hooks *hooks);

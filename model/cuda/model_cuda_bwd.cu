@@ -37,9 +37,18 @@ static void delta_backward(gdn_cuda_model *m, const layer_acts *L, int l) {
         dbeta = m->pdbeta;
     }
     void *dS_out_ready = m->seq ? m->hooks.bwd_state_out(m->hooks.user, l, NULL, m->dS_out, m->n_state) : NULL;
-    PF(PR_DELTA, gdn_cuda_delta_bwd_late(&d->shape, m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL,
-                                         d_o, m->seq ? m->dS_out : NULL, dS_out_ready, dq, dk, dv, dg, dbeta,
-                                         m->seq ? L->dS_in : NULL, m->delta_ws, m->stream));
+    gdn_cuda_delta_bwd_args da = {};
+    da.in = gdn_cuda_delta_in{d->shape, m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL, m->delta_ws, m->stream};
+    da.d_o = d_o;
+    da.dht = m->seq ? m->dS_out : NULL;
+    da.dht_ready = dS_out_ready;
+    da.dq = dq;
+    da.dk = dk;
+    da.dv = dv;
+    da.dg = dg;
+    da.dbeta = dbeta;
+    da.dh0 = m->seq ? L->dS_in : NULL;
+    PF(PR_DELTA, gdn_cuda_delta_bwd(&da));
     if (m->seq) m->hooks.bwd_state_in(m->hooks.user, l, L->dS_in, m->n_state);
     if (!d->packed) return;
     PF(PR_PACK, if (!d->qk_shared) {

@@ -34,8 +34,12 @@ static void delta_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
         beta = L->pbeta;
     }
     void *S_in_ready = m->seq ? m->hooks.fwd_state_in(m->hooks.user, l, NULL, L->S_in, m->n_state) : NULL;
-    PF(PR_DELTA, gdn_cuda_delta_fwd_late(&d->shape, m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL,
-                                         S_in_ready, o, m->seq ? L->S_out : NULL, m->delta_ws, m->stream));
+    gdn_cuda_delta_fwd_args da = {};
+    da.in = gdn_cuda_delta_in{d->shape, m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL, m->delta_ws, m->stream};
+    da.h0_ready = S_in_ready;
+    da.o = o;
+    da.ht = m->seq ? L->S_out : NULL;
+    PF(PR_DELTA, gdn_cuda_delta_fwd(&da));
     if (m->seq) m->hooks.fwd_state_out(m->hooks.user, l, L->S_out, m->n_state);
     if (d->packed && !d->v_same)
         PF(PR_PACK, gdn_cuda_heads_unpack(m->p, L->o, m->po, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream));

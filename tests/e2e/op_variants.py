@@ -4,9 +4,13 @@ independent NumPy float64 implementation of each recurrence, token by token, and
 backpropagation through time (itself checked by directional finite differences). Inputs a variant
 ignores (g for deltanet and linear, beta for gla and linear) may be absent; present, they change
 nothing, are still checked (finite, shape), and their gradients are written as exact zeros.
-Also: the default variant is gdn, an unknown variant and the cuda backend with a variant other
-than gdn are refused with exit status 2 before any input is read.
-Usage: op_variants.py PATH/TO/gdn"""
+Also: the default variant is gdn, an unknown variant is refused with exit status 2 before any
+input is read, and --backend cuda accepts every variant.
+With --backend cuda (ctest op_variants_cuda, label gpu): each variant on the GPU in fp32 and bf16
+against the same reference instead (T not a multiple of the GPU's chunk of 64, h0 and dht, the
+ignored inputs absent and present); exit 77 (skip) where the build has no CUDA backend or there
+is no GPU.
+Usage: op_variants.py PATH/TO/gdn [--backend cuda]"""
 import os, subprocess, sys, tempfile
 import numpy as np
 
@@ -14,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from op_common import directional_derivative, inputs as draw_inputs, rel, run_op  # noqa: E402
 
 gdn = sys.argv[1]
+cuda_mode = sys.argv[2:] == ["--backend", "cuda"]
 tmp = tempfile.mkdtemp()
 rng = np.random.default_rng(14)
 failures = []
@@ -97,6 +102,76 @@ def run(arrays, args=(), attrs=None):
 
 GRAD = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "beta": "dbeta", "h0": "dh0"}
 
+
+def compare(var, out, o, ht, d, ignored, tol, what):
+    """The op's outputs against the reference; the gradients of ignored inputs exact zeros."""
+    check(sorted(out) == sorted(["o", "ht"] + list(GRAD.values())), f"{var}: datasets {sorted(out)}")
+    errs = {"o": rel(out["o"], o), "ht": rel(out["ht"], ht)}
+    for n, dn in GRAD.items():
+        if n in ignored:
+            check(out[dn].shape == d[n].shape and not np.any(out[dn]),
+                  f"{var} {what}: {dn} of an ignored input is not all zeros")
+        else:
+            errs[dn] = rel(out[dn].astype(np.float64), d[n])
+    worst = max(errs, key=errs.get)
+    print(f"{var:8s} {what}: worst {worst} {errs[worst]:.2e}")
+    check(all(e < tol for e in errs.values()), f"{var} {what}: {errs}")
+
+
+def bf16_round(a):
+    """float64 -> the nearest bfloat16 (ties to even), as float64."""
+    u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def check_cuda():
+    """Every variant through --backend cuda (K = V = 64, the GPU's smallest head), fp32 and bf16,
+    against the float64 BPTT reference, with the relative tolerances of tests/gpu/test_gpu_delta.c;
+    an ignored input changes nothing, bit for bit. Returns 77 when there is no GPU to run on."""
+    probe = run(inputs(1, 5, 1, 64, 64), ["--backend", "cuda", "--precision", "fp32"])
+    if not isinstance(probe, dict):
+        if "no CUDA device" in probe.stderr or "no CUDA backend" in probe.stderr:
+            print("SKIP: " + probe.stderr.strip())
+            return 77
+        check(False, f"--backend cuda probe: exit {probe.returncode}: {probe.stderr}")
+    for var, m in VARIANTS.items():
+        ignored = ([] if m["decay"] else ["g"]) + ([] if m["beta"] else ["beta"])
+        x0 = inputs(2, 100, 2, 64, 64)
+        scale = 0.125
+        for prec, tol in (("fp32", 1e-4), ("bf16", 1e-2)):
+            # bf16: q, k, v, do rounded here as the GPU rounds them, so that the reference sees
+            # the same values (the tolerance is for the kernels' own rounding)
+            x = dict(x0, **{n: bf16_round(x0[n]) for n in ["q", "k", "v", "do"]}) if prec == "bf16" else x0
+            o, ht, d = backward(var, x, scale)
+            outs = {}
+            for present in ([True, False] if ignored else [True]):
+                arrays = {n: a for n, a in x.items() if present or n not in ignored}
+                out = run(arrays, ["--backend", "cuda", "--precision", prec, "--variant", var],
+                          {"scale": scale})
+                what = f"cuda {prec} ignored inputs {'present' if present else 'absent'}"
+                if not isinstance(out, dict):
+                    check(False, f"{var} {what}: exit {out.returncode}: {out.stderr}")
+                    continue
+                outs[present] = out
+                compare(var, out, o, ht, d, ignored, tol, what)
+            if len(outs) == 2:
+                for n in outs[True]:
+                    check(np.array_equal(outs[True][n], outs[False][n]),
+                          f"{var} cuda {prec}: {n} differs with the ignored inputs present")
+    return 0
+
+
+if cuda_mode:
+    code = check_cuda()
+    if code == 77:
+        sys.exit(77)
+    if failures:
+        print(f"op_variants --backend cuda: {len(failures)} failures", file=sys.stderr)
+        sys.exit(1)
+    print("op_variants --backend cuda: ok")
+    sys.exit(0)
+
 # ---- the reference BPTT against finite differences of the reference forward -------------------
 for var, m in VARIANTS.items():
     x = inputs(2, 9, 2, 4, 3)
@@ -129,18 +204,8 @@ for var, m in VARIANTS.items():
                 check(False, f"{var} B{B} {prec} ignored present={present}: exit {out.returncode}: {out.stderr}")
                 continue
             outs[present] = out
-            check(sorted(out) == sorted(["o", "ht"] + list(GRAD.values())), f"{var}: datasets {sorted(out)}")
-            errs = {"o": rel(out["o"], o), "ht": rel(out["ht"], ht)}
-            for n, dn in GRAD.items():
-                if n in ignored:
-                    check(out[dn].shape == x[n].shape and not np.any(out[dn]),
-                          f"{var} B{B} {prec}: {dn} of an ignored input is not all zeros")
-                else:
-                    errs[dn] = rel(out[dn].astype(np.float64), d[n])
-            worst = max(errs, key=errs.get)
-            print(f"{var:8s} B{B} {prec} ignored inputs {'present' if present else 'absent '}: "
-                  f"worst {worst} {errs[worst]:.2e}")
-            check(all(e < tol for e in errs.values()), f"{var} B{B} {prec} present={present}: {errs}")
+            compare(var, out, o, ht, d, ignored, tol,
+                    f"B{B} {prec} ignored inputs {'present' if present else 'absent '}")
         if len(outs) == 2:  # an ignored input changes nothing, bit for bit
             for n in outs[True]:
                 check(np.array_equal(outs[True][n], outs[False][n]),
@@ -190,11 +255,12 @@ for bad in ["GDN", "mamba", "", "G", "gdn "]:
     check(not isinstance(r, dict) and r.returncode == 2 and "gdn, deltanet, gla, linear" in r.stderr,
           f"--variant {bad!r}: {getattr(r, 'stderr', 'accepted')}")
 for var in ["deltanet", "gla", "linear"]:
-    # refused before the input is opened: the same answer with or without a GPU in the build
+    # --backend cuda takes every variant: it goes on to read the input (absent here), with or
+    # without a GPU in the build
     r = subprocess.run([gdn, "op", "gated-delta", "--in", os.path.join(tmp, "absent.h5"), "--out",
                         os.path.join(tmp, "o.h5"), "--backend", "cuda", "--variant", var],
                        capture_output=True, text=True)
-    check(r.returncode == 2 and "--variant gdn" in r.stderr and "absent.h5" not in r.stderr,
+    check(r.returncode != 0 and "absent.h5" in r.stderr and "--variant gdn" not in r.stderr,
           f"--backend cuda --variant {var}: {r.returncode} {r.stderr}")
 r = subprocess.run([gdn, "op", "gated-delta", "--help"], capture_output=True, text=True)
 check(r.returncode == 0 and "--variant gdn|deltanet|gla|linear" in r.stdout, "--help lacks --variant")

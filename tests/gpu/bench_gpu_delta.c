@@ -3,8 +3,8 @@
  * medians of repeats with CUDA events after warm-up, and each kernel phase alone. Prints one
  * table. Also the 512M model's delta layer (6 heads of K 256, V 512, each split into 2 value
  * heads of 256 columns) twice: with its own q/k per value head (the packed copies) and with the
- * 2 value heads of a head sharing one q/k head (qk_heads 6, no copies). Exit 77 without a CUDA
- * device.
+ * 2 value heads of a head sharing one q/k head (qk_heads 6, no copies). Then each mixer kind
+ * (model/mixer.h, docs/design.md section 2.6) at the first shape. Exit 77 without a CUDA device.
  * Usage: bench_gpu_delta [repeats [B T H D [warmup [qk_heads]]]]  (one shape; warmup 0 for
  * profilers) */
 #include <stdio.h>
@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "model/cuda/delta_cuda.h"
+#include "model/mixer.h"
 
 int main(int argc, char **argv) {
     if (gdn_cuda_device_count() == 0) {
@@ -59,6 +60,20 @@ int main(int argc, char **argv) {
         printf("%-28s %9.3f %9.3f %9.3f", name, tm[i].fwd_ms, tm[i].fwdbwd_ms, tm[i].fwdbwd_saved_ms);
         for (int p = 0; p < GDN_CUDA_PHASES; p++) printf(" %9.3f", tm[i].phase_ms[p]);
         printf("\n");
+    }
+    if (n == NSHAPES) {
+        const gdn_delta_shape *s0 = &shapes[0];
+        printf("\nmixer kinds at B%d T%d H%d D%d (CUDA bf16, median of %d)\n", s0->B, s0->T, s0->H,
+               s0->K, repeats);
+        printf("%-28s %9s %9s %9s\n", "kind", "fwd ms", "f+b ms", "f+b saved");
+        for (int v = 0; v < GDN_MIXER_COUNT; v++) {
+            gdn_delta_shape s = *s0;
+            s.variant = v;
+            gdn_cuda_delta_timing t;
+            gdn_cuda_delta_time(&s, GDN_CUDA_BF16, warmup, repeats, &t);
+            printf("%c %-26s %9.3f %9.3f %9.3f\n", gdn_mixer_get(v)->kind, gdn_mixer_get(v)->name,
+                   t.fwd_ms, t.fwdbwd_ms, t.fwdbwd_saved_ms);
+        }
     }
     return 0;
 }

@@ -22,9 +22,17 @@
  * (the training is required to repeat bit for bit; an order-dependent float reduction, such as
  * float atomics, breaks this).
  *
+ * Every check runs for each mixer of the family (model/mixer.h, docs/design.md section 2.6): G, D
+ * (no decay), M (no delta term), L (neither), the CPU op of the same variant being the reference.
+ * The host wrappers get NULL for the inputs a variant ignores (g for D and L, beta for M and L),
+ * the device path gets them present; either way their gradients must come back as exact zeros
+ * (the reference is zero, so the relative error of anything else is huge, and the outputs start
+ * as NaN). The CUDA shape check refuses an unknown variant, and the launchers a NULL input that
+ * the variant reads.
+ *
  * Plain C (the GPU machine has no CMocka). Exit 0: pass, 1: fail, 77: no CUDA device (skip).
- * `--small` runs one small case per precision (for compute-sanitizer); `--repeat` runs only the
- * repeatability checks. */
+ * `--small` runs small cases per precision and variant (for compute-sanitizer); `--repeat` runs
+ * only the repeatability checks. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +45,7 @@
 #include <cuda_runtime.h>
 
 #include "model/cpu/ops_cpu.h"
+#include "model/mixer.h"
 #include "model/cuda/delta_cuda.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/ref/fd.h"
@@ -254,7 +263,8 @@ static void free_inputs(case_inputs *in) {
     free(in->qf); free(in->kf); free(in->vf); free(in->gf); free(in->bef); free(in->dof); free(in->h0f); free(in->dhtf);
 }
 
-/* Forward then gdn_cuda_delta_bwd_saved through the device-pointer launchers on a stream. */
+/* Forward then gdn_cuda_delta_bwd_saved through the device-pointer launchers on a stream (g and
+ * beta uploaded as given, NULL or not). */
 static void gpu_device_path(const gdn_delta_shape *s, gdn_cuda_precision p, const float *q,
                             const float *k, const float *v, const float *g, const float *beta,
                             float scale, const float *h0, const float *d_o, const float *dht,
@@ -275,9 +285,13 @@ static void gpu_device_path(const gdn_delta_shape *s, gdn_cuda_precision p, cons
     CK(cudaMalloc(&ws, gdn_cuda_delta_workspace_bytes(s, p)));
     cudaStream_t st;
     CK(cudaStreamCreate(&st));
-    gdn_cuda_delta_fwd(s, p, q_d, k_d, v_d, g_d, b_d, scale, h0_d, o_d, ht_d, ws, st);
-    gdn_cuda_delta_bwd_saved(s, p, q_d, k_d, v_d, g_d, b_d, scale, h0_d, do_d, dht_d, dq_d, dk_d,
-                             dv_d, dg_d, db_d, dh0_d, ws, st);
+    const gdn_cuda_delta_in in = {.shape = *s, .prec = p, .q = q_d, .k = k_d, .v = v_d, .g = g_d,
+                                  .beta = b_d, .scale = scale, .h0 = h0_d, .workspace = ws,
+                                  .stream = st};
+    gdn_cuda_delta_fwd(&(gdn_cuda_delta_fwd_args){.in = in, .o = o_d, .ht = ht_d});
+    gdn_cuda_delta_bwd_saved(&(gdn_cuda_delta_bwd_args){.in = in, .d_o = do_d, .dht = dht_d,
+                                                        .dq = dq_d, .dk = dk_d, .dv = dv_d,
+                                                        .dg = dg_d, .dbeta = db_d, .dh0 = dh0_d});
     CK(cudaStreamSynchronize(st));
     CK(cudaStreamDestroy(st));
     dev_download(o, o_d, nv, bf);
@@ -293,19 +307,41 @@ static void gpu_device_path(const gdn_delta_shape *s, gdn_cuda_precision p, cons
         if (all[i]) CK(cudaFree(all[i]));
 }
 
-/* The start of a case's log line. */
-static void print_case(const gpu_case *c, int bf, int device_path, const char *what) {
-    printf("%-4s%s B%d T%-4d H%d qk%d K%-3d V%-3d h0=%d dht=%d %-34s", bf ? "bf16" : "fp32",
-           device_path ? "*" : " ", c->B, c->T, c->H, case_qk_heads(c), c->K, c->V, c->with_h0,
-           c->with_dht, what);
+/* Forward then backward (recomputing) through the host-array wrappers. */
+static void gpu_host_path(const gdn_delta_shape *s, gdn_cuda_precision p, const float *q,
+                          const float *k, const float *v, const float *g, const float *beta,
+                          float scale, const float *h0, const float *d_o, const float *dht,
+                          float *o, float *ht, float *dq, float *dk, float *dv, float *dg,
+                          float *db, float *dh0) {
+    const gdn_cuda_delta_in in = {.shape = *s, .prec = p, .q = q, .k = k, .v = v, .g = g,
+                                  .beta = beta, .scale = scale, .h0 = h0};
+    gdn_cuda_delta_fwd_host(&(gdn_cuda_delta_fwd_args){.in = in, .o = o, .ht = ht});
+    gdn_cuda_delta_bwd_host(&(gdn_cuda_delta_bwd_args){.in = in, .d_o = d_o, .dht = dht, .dq = dq,
+                                                       .dk = dk, .dv = dv, .dg = dg, .dbeta = db,
+                                                       .dh0 = dh0});
 }
 
-/* Runs one case in one precision (device_path: device launchers with the saved-intermediates
- * backward instead of the host wrappers); returns the number of failed comparisons. */
-static int run_case(const gpu_case *c, gdn_cuda_precision p, unsigned long long seed, int device_path) {
+/* g and beta as the host path passes them: NULL where the variant ignores them. */
+static const float *gate_or_null(const float *x, int variant, int is_beta) {
+    const gdn_mixer_info *mx = gdn_mixer_get(variant);
+    return (is_beta ? mx->has_beta : mx->has_decay) ? x : NULL;
+}
+
+/* The start of a case's log line. */
+static void print_case(const gpu_case *c, int variant, int bf, int device_path, const char *what) {
+    printf("%c %-4s%s B%d T%-4d H%d qk%d K%-3d V%-3d h0=%d dht=%d %-34s", gdn_mixer_get(variant)->kind,
+           bf ? "bf16" : "fp32", device_path ? "*" : " ", c->B, c->T, c->H, case_qk_heads(c), c->K,
+           c->V, c->with_h0, c->with_dht, what);
+}
+
+/* Runs one case of one variant in one precision (device_path: device launchers with the
+ * saved-intermediates backward, every input present, instead of the host wrappers with NULL for
+ * the ignored inputs); returns the number of failed comparisons. */
+static int run_case(const gpu_case *c, int variant, gdn_cuda_precision p, unsigned long long seed,
+                    int device_path) {
     const int bf = p == GDN_CUDA_BF16;
     const double tol = bf ? 1e-2 : 1e-4;
-    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads, GDN_MIXER_G};
+    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads, variant};
     gdn_delta_shape sx = s; /* the CPU op: q, k expanded to one head per value head */
     sx.qk_heads = c->H;     /* (the CPU accepts qk_heads == H) */
     const int Hq = case_qk_heads(c), grp = c->H / Hq;
@@ -334,14 +370,12 @@ static int run_case(const gpu_case *c, gdn_cuda_precision p, unsigned long long 
     float *o_g = nan_f32(nv), *ht_g = nan_f32(nst);
     float *dq_g = nan_f32(nqk), *dk_g = nan_f32(nqk), *dv_g = nan_f32(nv), *dg_g = nan_f32(ntok);
     float *db_g = nan_f32(ntok), *dh0_g = nan_f32(nst);
-    if (device_path) {
+    if (device_path)
         gpu_device_path(&s, p, qf, kf, vf, gf, bef, (float)scale, h0f, dof, dhtf, o_g, ht_g, dq_g,
                         dk_g, dv_g, dg_g, db_g, dh0_g);
-    } else {
-        gdn_cuda_delta_fwd_host(&s, p, qf, kf, vf, gf, bef, (float)scale, h0f, o_g, ht_g);
-        gdn_cuda_delta_bwd_host(&s, p, qf, kf, vf, gf, bef, (float)scale, h0f, dof, dhtf, dq_g,
-                                dk_g, dv_g, dg_g, db_g, dh0_g);
-    }
+    else
+        gpu_host_path(&s, p, qf, kf, vf, gate_or_null(gf, variant, 0), gate_or_null(bef, variant, 1),
+                      (float)scale, h0f, dof, dhtf, o_g, ht_g, dq_g, dk_g, dv_g, dg_g, db_g, dh0_g);
 
     struct { const char *name; const float *x; const double *ref; size_t n; } cmp[] = {
         {"o", o_g, o, nv},     {"ht", ht_g, ht, nst},   {"dq", dq_g, dq, nqk},
@@ -350,7 +384,7 @@ static int run_case(const gpu_case *c, gdn_cuda_precision p, unsigned long long 
     };
     int fails = 0;
     double worst = 0;
-    print_case(c, bf, device_path, c->what);
+    print_case(c, variant, bf, device_path, c->what);
     for (size_t i = 0; i < sizeof(cmp) / sizeof(cmp[0]); i++) {
         const double e = fd_rel_err_f32(cmp[i].x, cmp[i].ref, cmp[i].n);
         printf(" %s %.1e", cmp[i].name, e);
@@ -391,9 +425,10 @@ static int bits_differ(const char *name, const float *x, const float *y, size_t 
 /* Runs the forward and the backward of one case twice on the same inputs, through the host
  * wrappers (backward recomputing the intermediates) or the device launchers (saved backward);
  * every output must be bitwise identical. Returns the number of outputs that differ. */
-static int repeat_case(const gpu_case *c, gdn_cuda_precision p, unsigned long long seed, int device_path) {
+static int repeat_case(const gpu_case *c, int variant, gdn_cuda_precision p, unsigned long long seed,
+                       int device_path) {
     const int bf = p == GDN_CUDA_BF16;
-    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads, GDN_MIXER_G};
+    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads, variant};
     const size_t ntok = (size_t)c->B * c->T * c->H, nv = ntok * c->V;
     const size_t nqk = (size_t)c->B * c->T * case_qk_heads(c) * c->K;
     const size_t nst = (size_t)c->B * c->H * c->K * c->V;
@@ -410,16 +445,14 @@ static int repeat_case(const gpu_case *c, gdn_cuda_precision p, unsigned long lo
     for (int r = 0; r < 2; r++) {
         for (int i = 0; i < 8; i++) out[r][i] = nan_f32(n[i]);
         float **x = out[r];
-        if (device_path) {
+        if (device_path)
             gpu_device_path(&s, p, qf, kf, vf, gf, bef, scale, h0f, dof, dhtf, x[0], x[1], x[2], x[3],
                             x[4], x[5], x[6], x[7]);
-        } else {
-            gdn_cuda_delta_fwd_host(&s, p, qf, kf, vf, gf, bef, scale, h0f, x[0], x[1]);
-            gdn_cuda_delta_bwd_host(&s, p, qf, kf, vf, gf, bef, scale, h0f, dof, dhtf, x[2], x[3],
-                                    x[4], x[5], x[6], x[7]);
-        }
+        else
+            gpu_host_path(&s, p, qf, kf, vf, gate_or_null(gf, variant, 0), gate_or_null(bef, variant, 1),
+                          scale, h0f, dof, dhtf, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]);
     }
-    print_case(c, bf, device_path, "twice: bitwise equal?");
+    print_case(c, variant, bf, device_path, "twice: bitwise equal?");
     int fails = 0;
     for (int i = 0; i < 8; i++) {
         fails += bits_differ(name[i], out[0][i], out[1][i], n[i]);
@@ -436,9 +469,9 @@ static int repeat_case(const gpu_case *c, gdn_cuda_precision p, unsigned long lo
  * dv, dg, dbeta, dh0 must be the same bits; dq and dk must be the fp32 sum, in head order, of
  * the expanded run's per-head dq, dk, which is exactly comparable where those are the fp32
  * parts (fp32 mode) or where a group has one head. Returns the number of outputs that differ. */
-static int equiv_case(const gpu_case *c, gdn_cuda_precision p, unsigned long long seed) {
+static int equiv_case(const gpu_case *c, int variant, gdn_cuda_precision p, unsigned long long seed) {
     const int bf = p == GDN_CUDA_BF16;
-    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads, GDN_MIXER_G};
+    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads, variant};
     gdn_delta_shape sx = s;
     sx.qk_heads = 0;
     const int Hq = case_qk_heads(c), grp = c->H / Hq;
@@ -460,14 +493,14 @@ static int equiv_case(const gpu_case *c, gdn_cuda_precision p, unsigned long lon
         float **x = out[r];
         const gdn_delta_shape *sr = r ? &sx : &s;
         const float *q = r ? qx : in.qf, *k = r ? kx : in.kf;
-        gdn_cuda_delta_fwd_host(sr, p, q, k, in.vf, in.gf, in.bef, scale, in.h0f, x[0], x[1]);
-        gdn_cuda_delta_bwd_host(sr, p, q, k, in.vf, in.gf, in.bef, scale, in.h0f, in.dof, in.dhtf,
-                                x[2], x[3], x[4], x[5], x[6], x[7]);
+        gpu_host_path(sr, p, q, k, in.vf, gate_or_null(in.gf, variant, 0),
+                      gate_or_null(in.bef, variant, 1), scale, in.h0f, in.dof, in.dhtf, x[0], x[1],
+                      x[2], x[3], x[4], x[5], x[6], x[7]);
     }
     const int sums_exact = !bf || grp == 1;
     float *dq_sum = sum_groups_f(out[1][2], nbt, Hq, grp, c->K);
     float *dk_sum = sum_groups_f(out[1][3], nbt, Hq, grp, c->K);
-    print_case(c, bf, 0, "same bits as expanded q, k?");
+    print_case(c, variant, bf, 0, "same bits as expanded q, k?");
     int fails = 0;
     for (int i = 0; i < 8; i++) {
         if ((i == 2 || i == 3) && !sums_exact) {
@@ -490,6 +523,19 @@ static int equiv_case(const gpu_case *c, gdn_cuda_precision p, unsigned long lon
 
 /* ---- qk_heads validation (host only: runs before any CUDA call, in child processes) ---------- */
 static void cuda_check_call(const gdn_delta_shape *s) { gdn_cuda_delta_check_shape(s); }
+
+/* The launchers with g NULL, or beta NULL (dummy pointers elsewhere: the launcher must stop
+ * before it uses them, naming the missing input, when the variant reads it). */
+static void cuda_fwd_null_gate(const gdn_delta_shape *s, int null_beta) {
+    static float dummy[16];
+    gdn_cuda_delta_fwd(&(gdn_cuda_delta_fwd_args){
+        .in = {.shape = *s, .prec = GDN_CUDA_FP32, .q = dummy, .k = dummy, .v = dummy,
+               .g = null_beta ? dummy : NULL, .beta = null_beta ? NULL : dummy, .scale = 1.f,
+               .workspace = dummy},
+        .o = dummy});
+}
+static void cuda_fwd_null_g(const gdn_delta_shape *s) { cuda_fwd_null_gate(s, 0); }
+static void cuda_fwd_null_beta(const gdn_delta_shape *s) { cuda_fwd_null_gate(s, 1); }
 
 /* gdn_delta_fwd_f64 / gdn_delta_bwd_f64 on zero inputs of shape s with q, k of H heads (the
  * backward only where the shape must be rejected: its outputs share buffers) */
@@ -566,6 +612,26 @@ static int shape_checks(void) {
     f += child_outcome("cpu fwd: H=2 qk_heads=1 rejected", cpu_fwd_call, &cpu, "qk_heads=1");
     f += child_outcome("cpu bwd: H=2 qk_heads=1 rejected", cpu_bwd_call, &cpu, "qk_heads=1");
     f += child_outcome("cpu fwd: H=2 qk_heads=2 accepted", cpu_fwd_call, &cpu_h, NULL);
+    /* mixer variants (model/mixer.h): every one accepted, anything else refused by number */
+    gdn_delta_shape var = zero;
+    for (int v = 0; v < GDN_MIXER_COUNT; v++) {
+        char what[64];
+        var.variant = v;
+        snprintf(what, sizeof what, "cuda: variant %d (%s) accepted", v, gdn_mixer_get(v)->name);
+        f += child_outcome(what, cuda_check_call, &var, NULL);
+    }
+    var.variant = GDN_MIXER_COUNT;
+    f += child_outcome("cuda: variant 4 rejected", cuda_check_call, &var, "mixer variant 4");
+    var.variant = -1;
+    f += child_outcome("cuda: variant -1 rejected", cuda_check_call, &var, "mixer variant -1");
+    /* a NULL input that the variant reads stops the launcher (G and M read g, G and D beta) */
+    var.variant = GDN_MIXER_G;
+    f += child_outcome("cuda fwd: gdn with g NULL rejected", cuda_fwd_null_g, &var, "log decay g");
+    f += child_outcome("cuda fwd: gdn with beta NULL rejected", cuda_fwd_null_beta, &var, "beta");
+    var.variant = GDN_MIXER_M;
+    f += child_outcome("cuda fwd: gla with g NULL rejected", cuda_fwd_null_g, &var, "log decay g");
+    var.variant = GDN_MIXER_D;
+    f += child_outcome("cuda fwd: deltanet with beta NULL rejected", cuda_fwd_null_beta, &var, "beta");
     return f;
 }
 
@@ -578,28 +644,33 @@ int main(int argc, char **argv) {
         printf("SKIP: no CUDA device%s\n", fails ? " (but a shape check FAILED)" : "");
         return fails ? 1 : 77;
     }
-    for (int pi = 0; pi < 2; pi++) {
-        const gdn_cuda_precision p = pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32;
-        if (small) {
-            fails += run_case(&small_case, p, 1000, 0);
-            fails += run_case(&small_case, p, 1001, 1);
-            fails += repeat_case(&small_case, p, 1002, 0);
-            fails += repeat_case(&small_case, p, 1003, 1);
-            fails += run_case(&small_gva_case, p, 1004, 0);
-            fails += run_case(&small_gva_case, p, 1005, 1);
-            continue;
+    for (int v = 0; v < GDN_MIXER_COUNT; v++)
+        for (int pi = 0; pi < 2; pi++) {
+            const gdn_cuda_precision p = pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32;
+            if (small) {
+                /* under the sanitizers: every kernel instance of every variant once (host and
+                 * device paths, grouped heads); the repeat runs only for G (they add no kernel) */
+                fails += run_case(&small_case, v, p, 1000, 0);
+                fails += run_case(&small_case, v, p, 1001, 1);
+                fails += run_case(&small_gva_case, v, p, 1004, 0);
+                if (v != GDN_MIXER_G) continue;
+                fails += repeat_case(&small_case, v, p, 1002, 0);
+                fails += repeat_case(&small_case, v, p, 1003, 1);
+                fails += run_case(&small_gva_case, v, p, 1005, 1);
+                continue;
+            }
+            for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) && !repeat_only; i++)
+                fails += run_case(&cases[i], v, p, 100 * (i + 1), 0);
+            for (size_t i = 0; i < sizeof(gva_cases) / sizeof(gva_cases[0]) && !repeat_only; i++) {
+                fails += run_case(&gva_cases[i], v, p, 7000 + 100 * i, 0);
+                fails += equiv_case(&gva_cases[i], v, p, 7000 + 100 * i);
+            }
+            for (size_t i = 0; i < sizeof(device_cases) / sizeof(device_cases[0]) && !repeat_only; i++)
+                fails += run_case(&device_cases[i], v, p, 5000 + 100 * i, 1);
+            for (size_t i = 0; i < sizeof(repeat_cases) / sizeof(repeat_cases[0]); i++)
+                for (int dev = 0; dev < 2; dev++)
+                    fails += repeat_case(&repeat_cases[i], v, p, 9000 + 100 * i, dev);
         }
-        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) && !repeat_only; i++)
-            fails += run_case(&cases[i], p, 100 * (i + 1), 0);
-        for (size_t i = 0; i < sizeof(gva_cases) / sizeof(gva_cases[0]) && !repeat_only; i++) {
-            fails += run_case(&gva_cases[i], p, 7000 + 100 * i, 0);
-            fails += equiv_case(&gva_cases[i], p, 7000 + 100 * i);
-        }
-        for (size_t i = 0; i < sizeof(device_cases) / sizeof(device_cases[0]) && !repeat_only; i++)
-            fails += run_case(&device_cases[i], p, 5000 + 100 * i, 1);
-        for (size_t i = 0; i < sizeof(repeat_cases) / sizeof(repeat_cases[0]); i++)
-            for (int dev = 0; dev < 2; dev++) fails += repeat_case(&repeat_cases[i], p, 9000 + 100 * i, dev);
-    }
     printf("%s: %d failed comparisons\n", fails ? "FAIL" : "PASS", fails);
     return fails ? 1 : 0;
 }

@@ -81,8 +81,9 @@ static int delta_bwd_repeatable(gdn_cuda_precision p) {
     for (int run = 0; run < 2; run++) {
         float *o = run ? o2 : o1;
         memset(o, 0, 5 * nqk * sizeof(float));
-        gdn_cuda_delta_bwd_host(&s, p, q, k, v, g, beta, 0.125f, NULL, d_o, NULL, o, o + nqk, o + 2 * nqk, o + 3 * nqk,
-                                o + 4 * nqk, NULL);
+        gdn_cuda_delta_bwd_host(&(gdn_cuda_delta_bwd_args){
+            .in = {.shape = s, .prec = p, .q = q, .k = k, .v = v, .g = g, .beta = beta, .scale = 0.125f},
+            .d_o = d_o, .dq = o, .dk = o + nqk, .dv = o + 2 * nqk, .dg = o + 3 * nqk, .dbeta = o + 4 * nqk});
     }
     const int same = memcmp(o1, o2, 5 * nqk * sizeof(float)) == 0;
     free(r); free(in); free(o1); free(o2);
