@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "model/cuda/attention_cuda.h"
 #include "model/cuda/cuda_check.h"
@@ -93,8 +94,10 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<unsigned *>(&h);
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    unsigned r;
+    memcpy(&r, &h, 4);
+    return r;
 }
 
 template <int NT> __device__ __forceinline__ void zero(float (&acc)[NT][4]) {

@@ -28,8 +28,10 @@ extern "C" void gdn_cuda_attention_check(const gdn_cuda_attention_args *a, int b
         ATTN_DIE("scale=%g must be finite and >= 0 (0 means 1/sqrt(D))", (double)a->scale);
     if (a->precision != GDN_CUDA_BF16 && a->precision != GDN_CUDA_FP32)
         ATTN_DIE("precision %d is neither GDN_CUDA_FP32 nor GDN_CUDA_BF16", (int)a->precision);
-    if ((double)a->B * a->T * a->H * a->D > 4e18) ATTN_DIE("shape too large");
-    if ((double)a->B * a->H * a->Hkv > 65535.0 * 65535.0 || a->H > 65535 || a->B > 65535)
+    /* the fp32 kernels launch one warp per row, 4 rows per block, on grid x (< 2^31 blocks) */
+    if ((double)a->B * a->T * a->H > 4.0 * 2147483647.0)
+        ATTN_DIE("B*T*H=%.0f rows is over the launch limit", (double)a->B * a->T * a->H);
+    if (a->H > 65535 || a->B > 65535)
         ATTN_DIE("H=%d / B=%d over the grid limit of 65535", a->H, a->B);
     check_ptr(a->q, "q");
     check_ptr(a->k, "k");
