@@ -1,20 +1,22 @@
 /* Causal attention backward (see attention_cuda.h), FlashAttention-2's split:
  *
  *   1. delta_kernel: Delta[b,h,t] = sum_d d_o * o (fp32), one warp per row.
- *   2. dkdv (bf16): one block of 4 warps per 64-row key tile of one (b, kv head); each warp owns
- *      16 keys and keeps their fp32 dK, dV accumulators in registers. The block loops over the
- *      G query heads of the group and, for each, over the query tiles on or after the diagonal;
+ *   2. dkdv (bf16): one block of W warps (4 or 8, attention_cuda.h) per 16W-row key tile of one
+ *      (b, kv head); each warp owns 16 keys and keeps their fp32 dK, dV accumulators in
+ *      registers. The block loops over the G query heads of the group and, for each, over the
+ *      query tiles on or after the diagonal;
  *      Q and dO tiles stream through shared memory (cp.async, double buffered). Per tile, with
  *      scores transposed (keys as rows): P^T = exp(S^T - lse), dV += P^T dO,
  *      dP^T = V dO^T, dS^T = P^T (dP^T - Delta), dK += dS^T Q. No atomics: each block owns its
  *      rows of dk and dv.
- *   3. dq (bf16): one block of 4 warps per 64-row query tile of one (b, h); key/value tiles
- *      stream through shared memory: S = Q K^T, P = exp(S - lse), dP = dO V^T,
+ *   3. dq (bf16): one block of W warps per 16W-row query tile of one (b, h); key/value tiles
+ *      of 64 rows stream through shared memory: S = Q K^T, P = exp(S - lse), dP = dO V^T,
  *      dS = P (dP - Delta), dQ += dS K.
  * P and dS are rounded to bf16 only as operands of the next product. Query tiles of 32 rows
  * (D 128) / 64 rows (D 64) in dkdv and key tiles of 64 in dq keep the register footprint
  * (accumulators 2 x 16 x D + scores and their gradients) under 255 registers without spills.
- * Shared memory (D 128): dkdv K, V + 2 x (Q, dO) tiles = 68 KB; dq Q, dO + 2 x (K, V) = 102 KB.
+ * Shared memory (D 128, W 4 / 8): dkdv K, V + 2 x (Q, dO) tiles = 68 / 104 KB; dq Q, dO +
+ * 2 x (K, V) = 102 / 139 KB (rows of D+8 bf16).
  *
  * fp32: the same three steps as simple kernels, one warp per row (dq: per query row over its
  * keys; dkdv: per key row over the group's query heads and the queries after it). */
@@ -22,16 +24,15 @@
 
 namespace attn {
 
-constexpr int BWD_WARPS = 4, BWD_NTH = BWD_WARPS * 32;
-constexpr int KV_BN = 64;                                 /* dkdv: key rows per block */
+/* W warps per block (4 or 8): dkdv takes 16 W key rows per block, dq 16 W query rows */
 template <int D> constexpr int kv_bq() { return D == 128 ? 32 : 64; } /* dkdv: query tile */
-constexpr int DQ_BM = 64, DQ_BN = 64;                     /* dq: query rows, key tile */
+constexpr int DQ_BN = 64;                                             /* dq: key tile */
 
-template <int D> constexpr size_t dkdv_smem_bytes() {
-    return (size_t)(2 * KV_BN + 4 * kv_bq<D>()) * (D + 8) * sizeof(bf16);
+template <int D, int W> constexpr size_t dkdv_smem_bytes() {
+    return (size_t)(2 * 16 * W + 4 * kv_bq<D>()) * (D + 8) * sizeof(bf16);
 }
-template <int D> constexpr size_t dq_smem_bytes() {
-    return (size_t)(2 * DQ_BM + 4 * DQ_BN) * (D + 8) * sizeof(bf16);
+template <int D, int W> constexpr size_t dq_smem_bytes() {
+    return (size_t)(2 * 16 * W + 4 * DQ_BN) * (D + 8) * sizeof(bf16);
 }
 
 /* ---- Delta = rowsum(d_o * o) -------------------------------------------------------------- */
@@ -61,8 +62,9 @@ __global__ void __launch_bounds__(128) delta_kernel(const Params p) {
 }
 
 /* ---- dK, dV (bf16) ---------------------------------------------------------------------------- */
-template <int D>
-__global__ void __launch_bounds__(BWD_NTH) dkdv_bf16_kernel(const Params p) {
+template <int D, int W>
+__global__ void __launch_bounds__(W * 32) dkdv_bf16_kernel(const Params p) {
+    constexpr int KV_BN = 16 * W, BWD_NTH = 32 * W;
     constexpr int BQ = kv_bq<D>(), LDS = D + 8, NS = BQ / 8, NO = D / 8, KT = D / 16;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sK = reinterpret_cast<bf16 *>(smem_raw);
@@ -163,8 +165,9 @@ __global__ void __launch_bounds__(BWD_NTH) dkdv_bf16_kernel(const Params p) {
 }
 
 /* ---- dQ (bf16) ------------------------------------------------------------------------------- */
-template <int D>
-__global__ void __launch_bounds__(BWD_NTH) dq_bf16_kernel(const Params p) {
+template <int D, int W>
+__global__ void __launch_bounds__(W * 32) dq_bf16_kernel(const Params p) {
+    constexpr int DQ_BM = 16 * W, BWD_NTH = 32 * W;
     constexpr int LDS = D + 8, NS = DQ_BN / 8, NO = D / 8, KT = D / 16;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw);
@@ -327,20 +330,20 @@ template <typename K> static void raise_smem(K kernel, size_t bytes) {
     GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-template <int D> static void bwd_launch(const Params &p, gdn_cuda_precision prec, cudaStream_t st) {
+template <int D, int W> static void bwd_launch(const Params &p, gdn_cuda_precision prec, cudaStream_t st) {
     const long rows = (long)p.B * p.T * p.H, kv_rows = (long)p.B * p.T * p.Hkv;
     if (prec == GDN_CUDA_BF16) {
         delta_kernel<bf16, D><<<(unsigned)((rows + 3) / 4), 128, 0, st>>>(p);
         GDN_CUDA_CHECK_LAUNCH();
-        static_assert(dkdv_smem_bytes<D>() <= 227 * 1024 && dq_smem_bytes<D>() <= 227 * 1024,
+        static_assert(dkdv_smem_bytes<D, W>() <= 227 * 1024 && dq_smem_bytes<D, W>() <= 227 * 1024,
                       "shared memory over the sm_90 limit");
-        raise_smem(dkdv_bf16_kernel<D>, dkdv_smem_bytes<D>());
-        raise_smem(dq_bf16_kernel<D>, dq_smem_bytes<D>());
-        const dim3 gkv((p.T + KV_BN - 1) / KV_BN, p.Hkv, p.B);
-        dkdv_bf16_kernel<D><<<gkv, BWD_NTH, dkdv_smem_bytes<D>(), st>>>(p);
+        raise_smem(dkdv_bf16_kernel<D, W>, dkdv_smem_bytes<D, W>());
+        raise_smem(dq_bf16_kernel<D, W>, dq_smem_bytes<D, W>());
+        const dim3 gkv((p.T + 16 * W - 1) / (16 * W), p.Hkv, p.B);
+        dkdv_bf16_kernel<D, W><<<gkv, W * 32, dkdv_smem_bytes<D, W>(), st>>>(p);
         GDN_CUDA_CHECK_LAUNCH();
-        const dim3 gq((p.T + DQ_BM - 1) / DQ_BM, p.H, p.B);
-        dq_bf16_kernel<D><<<gq, BWD_NTH, dq_smem_bytes<D>(), st>>>(p);
+        const dim3 gq((p.T + 16 * W - 1) / (16 * W), p.H, p.B);
+        dq_bf16_kernel<D, W><<<gq, W * 32, dq_smem_bytes<D, W>(), st>>>(p);
         GDN_CUDA_CHECK_LAUNCH();
     } else {
         delta_kernel<float, D><<<(unsigned)((rows + 3) / 4), 128, 0, st>>>(p);
@@ -358,6 +361,7 @@ extern "C" void gdn_cuda_attention_bwd(const gdn_cuda_attention_args *a) {
     gdn_cuda_attention_check(a, 1);
     const attn::Params p = attn::make_params(a);
     cudaStream_t st = (cudaStream_t)a->stream;
-    if (a->D == 64) attn::bwd_launch<64>(p, a->precision, st);
-    else attn::bwd_launch<128>(p, a->precision, st);
+    const int w = a->precision == GDN_CUDA_BF16 ? attn::block_warps(a) : 4; /* fp32 ignores it */
+    if (a->D == 64) w == 8 ? attn::bwd_launch<64, 8>(p, a->precision, st) : attn::bwd_launch<64, 4>(p, a->precision, st);
+    else w == 8 ? attn::bwd_launch<128, 8>(p, a->precision, st) : attn::bwd_launch<128, 4>(p, a->precision, st);
 }

@@ -38,6 +38,9 @@ struct Params {
 
 Params make_params(const gdn_cuda_attention_args *a);
 
+/* Warps per block of the bf16 kernels (gdn_cuda_attention_args.warps, 0: the default). */
+inline int block_warps(const gdn_cuda_attention_args *a) { return a->warps ? a->warps : 4; }
+
 /* Row t of head h in a [B,T,heads,D] tensor: base + ((b*T + t)*heads + h)*D. */
 __device__ __forceinline__ long tok_off(int b, int t, int h, int T, int heads, int D) {
     return (((long)b * T + t) * heads + h) * D;

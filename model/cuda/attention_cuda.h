@@ -52,6 +52,9 @@ typedef struct {
     void *dv;                     /* [B,T,Hkv,D] backward: out */
     void *workspace;              /* backward: gdn_cuda_attention_workspace_bytes() bytes */
     void *stream;
+    int warps;                    /* bf16 kernels: warps per block, 4 or 8 (16 rows each), or 0
+                                     for the default (4); a tuning knob, same results up to the
+                                     order of fp32 sums (each choice is bitwise repeatable) */
 } gdn_cuda_attention_args;
 
 /* Dies with a message naming the field when the shape or a pointer of `a` is unusable

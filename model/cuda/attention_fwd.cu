@@ -1,12 +1,14 @@
 /* Causal attention forward (see attention_cuda.h).
  *
- * bf16: one block of 4 warps per 64-row query tile of one (b, h); each warp owns 16 query rows
+ * bf16: one block of W warps (4 or 8, attention_cuda.h) per 16W-row query tile of one (b, h);
+ * each warp owns 16 query rows
  * and keeps their Q fragments, the fp32 output accumulator and the running max / sum in
  * registers. Key/value tiles of 64 rows stream through shared memory (cp.async, double
  * buffered); per tile S = Q K^T (fp32), the causal / length mask on the tiles that need it,
  * the online-softmax update in base 2, then O += P V with P rounded to bf16. Query tiles are
- * launched longest first (the diagonal makes later tiles longer). Shared memory: Q + 2 K + 2 V
- * tiles of 64 x (D+8) bf16 = 45 KB (D 64) / 85 KB (D 128).
+ * launched longest first (the diagonal makes later tiles longer). Shared memory: a 16W-row Q tile
+ * and 2 K + 2 V tiles of 64 rows, (D+8) bf16 each: 45 / 55 KB (D 64, W 4 / 8), 85 / 104 KB
+ * (D 128).
  *
  * fp32: one warp per query row, keys one at a time with the same online softmax (simple and
  * exact; for tests, not speed). */
@@ -14,14 +16,16 @@
 
 namespace attn {
 
-constexpr int FWD_BM = 64, FWD_BN = 64, FWD_WARPS = 4, FWD_NTH = FWD_WARPS * 32;
+/* W warps per block: 16 W query rows per block, key/value tiles of 64 rows */
+constexpr int FWD_BN = 64;
 
-template <int D> constexpr size_t fwd_smem_bytes() {
-    return (size_t)(FWD_BM + 4 * FWD_BN) * (D + 8) * sizeof(bf16);
+template <int D, int W> constexpr size_t fwd_smem_bytes() {
+    return (size_t)(16 * W + 4 * FWD_BN) * (D + 8) * sizeof(bf16);
 }
 
-template <int D>
-__global__ void __launch_bounds__(FWD_NTH) fwd_bf16_kernel(const Params p) {
+template <int D, int W>
+__global__ void __launch_bounds__(W * 32) fwd_bf16_kernel(const Params p) {
+    constexpr int FWD_BM = 16 * W, FWD_NTH = 32 * W;
     constexpr int LDS = D + 8, KT = D / 16, NS = FWD_BN / 8, NO = D / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw);
@@ -175,13 +179,13 @@ __global__ void __launch_bounds__(128) fwd_f32_kernel(const Params p) {
     if (lane == 0) p.lse[((long)b * p.H + h) * p.T + t] = m + logf(l);
 }
 
-template <int D> static void fwd_bf16_launch(const Params &p, cudaStream_t st) {
-    const size_t smem = fwd_smem_bytes<D>();
-    static_assert(fwd_smem_bytes<D>() <= 227 * 1024, "shared memory over the sm_90 limit");
-    GDN_CUDA_CHECK(cudaFuncSetAttribute(fwd_bf16_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+template <int D, int W> static void fwd_bf16_launch(const Params &p, cudaStream_t st) {
+    const size_t smem = fwd_smem_bytes<D, W>();
+    static_assert(fwd_smem_bytes<D, W>() <= 227 * 1024, "shared memory over the sm_90 limit");
+    GDN_CUDA_CHECK(cudaFuncSetAttribute(fwd_bf16_kernel<D, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));
-    const dim3 grid((p.T + FWD_BM - 1) / FWD_BM, p.H, p.B);
-    fwd_bf16_kernel<D><<<grid, FWD_NTH, smem, st>>>(p);
+    const dim3 grid((p.T + 16 * W - 1) / (16 * W), p.H, p.B);
+    fwd_bf16_kernel<D, W><<<grid, W * 32, smem, st>>>(p);
     GDN_CUDA_CHECK_LAUNCH();
 }
 
@@ -198,8 +202,9 @@ extern "C" void gdn_cuda_attention_fwd(const gdn_cuda_attention_args *a) {
     const attn::Params p = attn::make_params(a);
     cudaStream_t st = (cudaStream_t)a->stream;
     if (a->precision == GDN_CUDA_BF16) {
-        if (a->D == 64) attn::fwd_bf16_launch<64>(p, st);
-        else attn::fwd_bf16_launch<128>(p, st);
+        const int w = attn::block_warps(a);
+        if (a->D == 64) w == 8 ? attn::fwd_bf16_launch<64, 8>(p, st) : attn::fwd_bf16_launch<64, 4>(p, st);
+        else w == 8 ? attn::fwd_bf16_launch<128, 8>(p, st) : attn::fwd_bf16_launch<128, 4>(p, st);
     } else {
         if (a->D == 64) attn::fwd_f32_launch<64>(p, st);
         else attn::fwd_f32_launch<128>(p, st);

@@ -26,6 +26,8 @@ extern "C" void gdn_cuda_attention_check(const gdn_cuda_attention_args *a, int b
     if (a->D != 64 && a->D != 128) ATTN_DIE("head dim D=%d is not supported; use 64 or 128", a->D);
     if (!(a->scale >= 0.0f) || a->scale > 1e30f)
         ATTN_DIE("scale=%g must be finite and >= 0 (0 means 1/sqrt(D))", (double)a->scale);
+    if (a->warps != 0 && a->warps != 4 && a->warps != 8)
+        ATTN_DIE("warps=%d: use 4 or 8 warps per block, or 0 for the default", a->warps);
     if (a->precision != GDN_CUDA_BF16 && a->precision != GDN_CUDA_FP32)
         ATTN_DIE("precision %d is neither GDN_CUDA_FP32 nor GDN_CUDA_BF16", (int)a->precision);
     /* the fp32 kernels launch one warp per row, 4 rows per block, on grid x (< 2^31 blocks) */

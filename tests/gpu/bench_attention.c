@@ -1,7 +1,8 @@
 /* Timing of the CUDA causal attention (bf16): forward, backward and forward+backward, medians of
  * repeats with CUDA events after warm-up, at the issue's shapes (B4 T4096 H16 D128 and
  * B2 T16384 H16 D128) and a few neighbours (grouped-query heads, head dim 64). The rate counts
- * the causal half of the products: forward 4*B*H*T*T*D/2 flops, backward 2.5 times that.
+ * the causal half of the products: forward 4*B*H*T*T*D/2 flops, backward 2.5 times that. Each
+ * shape runs with both block shapes of the bf16 kernels (4 and 8 warps per block; column w).
  * Exit 77 without a CUDA device.
  * Usage: bench_attention [repeats [B T H Hkv D [warmup]]]  (one shape; warmup 0 for profilers) */
 #include <stdio.h>
@@ -48,27 +49,29 @@ int main(int argc, char **argv) {
     }
     printf("causal attention, CUDA bf16, %s (%d SMs), median of %d after %d warm-up\n", prop.name,
            prop.multiProcessorCount, repeats, warmup);
-    printf("%-26s %9s %9s %9s %9s %9s %12s %12s\n", "shape", "fwd ms", "bwd ms", "f+b ms", "fwd TF/s",
+    printf("%-26s %2s %9s %9s %9s %9s %9s %12s %12s\n", "shape", "w", "fwd ms", "bwd ms", "f+b ms", "fwd TF/s",
            "f+b TF/s", "SDPA fwd", "SDPA f+b");
-    for (int i = 0; i < n; i++) {
-        const bench_shape *s = &shapes[i];
-        gdn_cuda_attention_args a;
-        memset(&a, 0, sizeof a);
-        a.B = s->B;
-        a.T = s->T;
-        a.H = s->H;
-        a.Hkv = s->Hkv;
-        a.D = s->D;
-        a.precision = GDN_CUDA_BF16;
-        gdn_cuda_attention_timing tm;
-        gdn_cuda_attention_time(&a, warmup, repeats, &tm);
-        const double fl = 2.0 * s->B * s->H * (double)s->T * s->T * s->D; /* causal forward */
-        char name[64], sf[16] = "-", sfb[16] = "-";
-        snprintf(name, sizeof name, "B%d T%d H%d Hkv%d D%d", s->B, s->T, s->H, s->Hkv, s->D);
-        if (s->sdpa_fwd_ms > 0) snprintf(sf, sizeof sf, "%.2f", s->sdpa_fwd_ms);
-        if (s->sdpa_fwdbwd_ms > 0) snprintf(sfb, sizeof sfb, "%.2f", s->sdpa_fwdbwd_ms);
-        printf("%-26s %9.3f %9.3f %9.3f %9.1f %9.1f %12s %12s\n", name, tm.fwd_ms, tm.bwd_ms, tm.fwdbwd_ms,
-               fl / (tm.fwd_ms * 1e9), 3.5 * fl / (tm.fwdbwd_ms * 1e9), sf, sfb);
-    }
+    for (int i = 0; i < n; i++)
+        for (int w = 4; w <= 8; w += 4) {
+            const bench_shape *s = &shapes[i];
+            gdn_cuda_attention_args a;
+            memset(&a, 0, sizeof a);
+            a.B = s->B;
+            a.T = s->T;
+            a.H = s->H;
+            a.Hkv = s->Hkv;
+            a.D = s->D;
+            a.precision = GDN_CUDA_BF16;
+            a.warps = w;
+            gdn_cuda_attention_timing tm;
+            gdn_cuda_attention_time(&a, warmup, repeats, &tm);
+            const double fl = 2.0 * s->B * s->H * (double)s->T * s->T * s->D; /* causal forward */
+            char name[64], sf[16] = "-", sfb[16] = "-";
+            snprintf(name, sizeof name, "B%d T%d H%d Hkv%d D%d", s->B, s->T, s->H, s->Hkv, s->D);
+            if (s->sdpa_fwd_ms > 0) snprintf(sf, sizeof sf, "%.2f", s->sdpa_fwd_ms);
+            if (s->sdpa_fwdbwd_ms > 0) snprintf(sfb, sizeof sfb, "%.2f", s->sdpa_fwdbwd_ms);
+            printf("%-26s %2d %9.3f %9.3f %9.3f %9.1f %9.1f %12s %12s\n", name, w, tm.fwd_ms, tm.bwd_ms,
+                   tm.fwdbwd_ms, fl / (tm.fwd_ms * 1e9), 3.5 * fl / (tm.fwdbwd_ms * 1e9), sf, sfb);
+        }
     return 0;
 }

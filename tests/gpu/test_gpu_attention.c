@@ -1,7 +1,7 @@
 /* The CUDA causal attention (model/cuda/attention_cuda.h) against a naive fp64 reference written
- * here: forward o and lse, backward dq, dk, dv, both precisions, head dims 64 and 128, T in
- * {1, 17, 64, 129, 1000} (tiles of 64 and 32 rows: T below a tile, exactly one tile, one past a
- * tile, a ragged multi-tile length), one head per kv head and grouped-query heads (4:1 on every
+ * here: forward o and lse, backward dq, dk, dv, both precisions (bf16 with both block shapes:
+ * 4 and 8 warps per block), head dims 64 and 128, T in {1, 17, 64, 129, 1000} (tiles of 32, 64
+ * and 128 rows: T below a tile, exactly one tile, one past a tile, a ragged multi-tile length), one head per kv head and grouped-query heads (4:1 on every
  * shape, 2:1 on some), the default scale and an explicit larger one (sharper softmax).
  *
  * Inputs are drawn fresh per case and rounded to bf16 for both precisions, so the reference
@@ -179,7 +179,7 @@ typedef struct {
 } att_out;
 
 /* Forward then backward on the GPU (outputs poisoned first); host float results. */
-static void run_gpu(const att_case *c, gdn_cuda_precision p, const float *q, const float *k,
+static void run_gpu(const att_case *c, gdn_cuda_precision p, int warps, const float *q, const float *k,
                     const float *v, const float *d_o, att_out *out) {
     const size_t nq = (size_t)c->B * c->T * c->H * c->D, nk = (size_t)c->B * c->T * c->Hkv * c->D;
     const size_t nl = (size_t)c->B * c->H * c->T, es = esize(p);
@@ -192,6 +192,7 @@ static void run_gpu(const att_case *c, gdn_cuda_precision p, const float *q, con
     a.D = c->D;
     a.scale = c->scale;
     a.precision = p;
+    a.warps = warps;
     a.q = dev_upload(q, nq, p);
     a.k = dev_upload(k, nk, p);
     a.v = dev_upload(v, nk, p);
@@ -253,19 +254,21 @@ static void check_case(const att_case *c) {
     float *q = rand_bf(nq, 2.0), *k = rand_bf(nk, 1.5), *v = rand_bf(nk, 1.0), *d_o = rand_bf(nq, 1.0);
     att_ref r;
     reference(c, scale, q, k, v, d_o, &r);
-    for (int pi = 0; pi < 2; pi++) {
+    /* fp32; bf16 with the default block shape (4 warps); bf16 with 8 warps per block */
+    for (int pi = 0; pi < 3; pi++) {
         const gdn_cuda_precision p = pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32;
+        const int warps = pi == 2 ? 8 : 0;
         const double tol = p == GDN_CUDA_BF16 ? 1e-2 : 1e-4, tol_lse = p == GDN_CUDA_BF16 ? 1e-3 : 1e-4;
         att_out g;
-        run_gpu(c, p, q, k, v, d_o, &g);
+        run_gpu(c, p, warps, q, k, v, d_o, &g);
         double mo, ml, mq, mk, mv;
         const double eo = rel_err(g.o, r.o, nq, &mo), el = rel_err(g.lse, r.lse, nl, &ml);
         const double eq = rel_err(g.dq, r.dq, nq, &mq), ek = rel_err(g.dk, r.dk, nk, &mk);
         const double ev = rel_err(g.dv, r.dv, nk, &mv);
         const int ok = eo < tol && ml < tol_lse && eq < tol && ek < tol && ev < tol;
-        printf("%-4s D%-3d T%-4d B%d H%d Hkv%d scale %-7s | rel (max abs): o %.1e (%.1e) lse %.1e (%.1e)"
+        printf("%-7s D%-3d T%-4d B%d H%d Hkv%d scale %-7s | rel (max abs): o %.1e (%.1e) lse %.1e (%.1e)"
                " dq %.1e (%.1e) dk %.1e (%.1e) dv %.1e (%.1e) | %s\n",
-               p == GDN_CUDA_BF16 ? "bf16" : "fp32", c->D, c->T, c->B, c->H, c->Hkv,
+               pi == 0 ? "fp32" : pi == 1 ? "bf16" : "bf16 w8", c->D, c->T, c->B, c->H, c->Hkv,
                c->scale > 0 ? "given" : "default", eo, mo, el, ml, eq, mq, ek, mk, ev, mv,
                ok ? "ok" : "FAIL");
         if (!ok) failures++;
@@ -279,17 +282,17 @@ static void check_case(const att_case *c) {
 }
 
 /* Two runs on the same inputs: every output bitwise equal. */
-static void check_repeat(const att_case *c, gdn_cuda_precision p) {
+static void check_repeat(const att_case *c, gdn_cuda_precision p, int warps) {
     const size_t nq = (size_t)c->B * c->T * c->H * c->D, nk = (size_t)c->B * c->T * c->Hkv * c->D;
     const size_t nl = (size_t)c->B * c->H * c->T;
     float *q = rand_bf(nq, 2.0), *k = rand_bf(nk, 1.5), *v = rand_bf(nk, 1.0), *d_o = rand_bf(nq, 1.0);
     att_out a, b;
-    run_gpu(c, p, q, k, v, d_o, &a);
-    run_gpu(c, p, q, k, v, d_o, &b);
+    run_gpu(c, p, warps, q, k, v, d_o, &a);
+    run_gpu(c, p, warps, q, k, v, d_o, &b);
     const int same = !memcmp(a.o, b.o, nq * 4) && !memcmp(a.lse, b.lse, nl * 4) &&
                      !memcmp(a.dq, b.dq, nq * 4) && !memcmp(a.dk, b.dk, nk * 4) &&
                      !memcmp(a.dv, b.dv, nk * 4);
-    printf("%-4s D%-3d T%-4d B%d H%d Hkv%d repeat: %s\n", p == GDN_CUDA_BF16 ? "bf16" : "fp32", c->D,
+    printf("%-4s w%d D%-3d T%-4d B%d H%d Hkv%d repeat: %s\n", p == GDN_CUDA_BF16 ? "bf16" : "fp32", warps, c->D,
            c->T, c->B, c->H, c->Hkv, same ? "bitwise equal ok" : "outputs differ between runs FAIL");
     if (!same) failures++;
     out_free(&a);
@@ -375,8 +378,9 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) check_case(&extra[i]);
         const att_case rep[] = {{2, 777, 8, 2, 128, 0}, {2, 515, 4, 4, 64, 0}};
         for (int i = 0; i < 2; i++) {
-            check_repeat(&rep[i], GDN_CUDA_BF16);
-            check_repeat(&rep[i], GDN_CUDA_FP32);
+            check_repeat(&rep[i], GDN_CUDA_BF16, 0);
+            check_repeat(&rep[i], GDN_CUDA_BF16, 8);
+            check_repeat(&rep[i], GDN_CUDA_FP32, 0);
         }
     }
     printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);

@@ -22,9 +22,47 @@ h = replace_fn(h, 'mma_bf16', '__device__ __forceinline__ void mma_bf16(float (&
 assert 'asm' not in h, 'inline PTX left in the header: emulate it in gen.py'
 os.makedirs(out + '/model/cuda', exist_ok=True)
 open(out + '/model/cuda/attention_common.cuh', 'w').write(h)
+
+def split_top(args):
+    """Split at commas outside (), <> and []."""
+    out, depth, cur = [], 0, ''
+    for ch in args:
+        if ch in '(<[': depth += 1
+        elif ch in ')>]': depth -= 1
+        if ch == ',' and depth == 0:
+            out.append(cur.strip()); cur = ''
+        else:
+            cur += ch
+    out.append(cur.strip())
+    return out
+
+def rewrite_launches(s):
+    """name<...><<<grid, block, smem, stream>>>(args); -> emu_run_grid(...)"""
+    while '<<<' in s:
+        i = s.index('<<<')
+        j = i  # walk back over the template argument list and the name
+        if s[j - 1] == '>':
+            depth = 0
+            while True:
+                j -= 1
+                if s[j] == '>': depth += 1
+                elif s[j] == '<':
+                    depth -= 1
+                    if depth == 0: break
+        while s[j - 1].isalnum() or s[j - 1] == '_': j -= 1
+        name = s[j:i]
+        k = s.index('>>>', i)
+        cfg = split_top(s[i + 3:k])
+        assert len(cfg) == 4, cfg
+        assert s[k + 3] == '('
+        e = s.index(');', k)
+        call = s[k + 3:e + 1]
+        s = s[:j] + 'emu_run_grid(dim3(%s), dim3(%s), %s, [&]() { %s%s; })' % (cfg[0], cfg[1], cfg[2], name, call) + s[e + 1:]
+    return s
+
 for f in ['attention_fwd.cu', 'attention_bwd.cu', 'attention_host.cu']:
     s = open(repo + '/model/cuda/' + f).read()
     s = s.replace('extern __shared__ __align__(16) unsigned char smem_raw[];', 'unsigned char *smem_raw = emu_smem();')
-    s = re.sub(r'(\w+<[^<>]*>)<<<([^,]+), ([^,]+), ([^,]+), (\w+)>>>\((\w+)\);', r'emu_run_grid(dim3(\2), dim3(\3), \4, [&]() { \1(\6); });', s)
+    s = rewrite_launches(s)
     assert '<<<' not in s, f
     open(out + '/model/cuda/' + f.replace('.cu', '.cpp'), 'w').write(s)

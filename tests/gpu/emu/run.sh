@@ -13,7 +13,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 "$here/gen.py" "$root" "$work/gen"
 printf '#include "model/cuda/attention_fwd.cpp"\n#include "model/cuda/attention_bwd.cpp"\n#include "model/cuda/attention_host.cpp"\n' > "$work/kernels.cpp"
-g++ -std=c++17 -O2 -Wall -Wno-unused-function -I"$here" -I"$work/gen" -I"$root" -c "$work/kernels.cpp" -o "$work/kernels.o"
+g++ -std=c++17 -O2 -Wall -Wno-unused-function -Wno-unknown-pragmas -I"$here" -I"$work/gen" -I"$root" -c "$work/kernels.cpp" -o "$work/kernels.o"
 g++ -std=c++17 -O2 -Wall -I"$here" -c "$here/emu_rt.cpp" -o "$work/emu_rt.o"
 gcc -std=gnu11 -O2 -Wall -I"$here" -I"$root" -c "$here/emu_test.c" -o "$work/emu_test.o"
 g++ "$work/emu_test.o" "$work/kernels.o" "$work/emu_rt.o" -o "$work/emu_test" -lm
