@@ -135,7 +135,7 @@ static size_t esize(gdn_cuda_precision p) { return p == GDN_CUDA_BF16 ? 2 : 4; }
 
 static void *dev_upload(const float *x, size_t n, gdn_cuda_precision p) {
     void *d;
-    CK(cudaMalloc(&d, n * esize(p) + 16));
+    CK(cudaMalloc(&d, n * esize(p)));
     if (p == GDN_CUDA_FP32) {
         CK(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
     } else {
@@ -154,8 +154,8 @@ static void *dev_upload(const float *x, size_t n, gdn_cuda_precision p) {
 /* a device buffer of n elements, every bit set (NaN in bf16 and fp32) */
 static void *dev_poisoned(size_t n, size_t es) {
     void *d;
-    CK(cudaMalloc(&d, n * es + 16));
-    CK(cudaMemset(d, 0xFF, n * es + 16));
+    CK(cudaMalloc(&d, n * es));
+    CK(cudaMemset(d, 0xFF, n * es));
     return d;
 }
 static float *dev_download(const void *d, size_t n, gdn_cuda_precision p) {

@@ -139,7 +139,8 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, std::function<void()> fn) 
 }
 
 extern "C" {
-cudaError_t cudaMalloc(void **p, size_t n) { *p = aligned_alloc(256, (n + 255) / 256 * 256); return cudaSuccess; }
+/* exact sizes, so an address sanitizer build sees any access past a buffer's end */
+cudaError_t cudaMalloc(void **p, size_t n) { return posix_memalign(p, 256, n ? n : 1) ? cudaErrorUnknown : cudaSuccess; }
 cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind) { memcpy(d, s, n); return cudaSuccess; }
 cudaError_t cudaMemset(void *d, int v, size_t n) { memset(d, v, n); return cudaSuccess; }
