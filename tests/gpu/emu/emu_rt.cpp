@@ -4,8 +4,9 @@
  * from every lane's inputs exactly as the PTX manual lays out ldmatrix (plain and .trans) and
  * mma.sync.m16n8k16.row.col bf16 fragments. Blocks run one after another; shared memory starts
  * filled with 0xFF (bf16 NaN) so a read of an unwritten element shows; cp.async copies at once
- * (so asynchronous-copy races are not seen here: compute-sanitizer racecheck covers those on the
- * GPU). The CUDA runtime calls the attention code and its test use are plain host memory. */
+ * and counts as a write at issue; shared-memory accesses are checked for races between warps
+ * (shadow_access). The CUDA runtime calls the attention code and its test use are plain host
+ * memory. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,35 @@ static void bar_wait(Bar &b, int n) {
 }
 static int nthreads_block;
 void __syncthreads() { bar_wait(block_bar, nthreads_block); }
+
+/* Shared-memory hazard check (what racecheck does on the GPU): per 2-byte element the barrier
+ * epoch and warp of the last write and the warps that read it in the current epoch. Another
+ * warp's access to an element between the same two barriers is a race: read after write, write
+ * after read, write after write. A cp.async counts as written when issued (its data may be read
+ * only after a wait and a barrier). */
+struct Shadow { int w_epoch = -1, w_warp = -1, r_epoch = -1; unsigned r_warps = 0; };
+static std::vector<Shadow> shadow;
+static size_t smem_lo_;
+static void hazard(const char *what, size_t a) {
+    fprintf(stderr, "EMU: shared-memory race (%s) at byte %zu, block (%u,%u,%u), warp %u\n", what,
+            a - smem_lo_, blockIdx.x, blockIdx.y, blockIdx.z, emu_cur->tid.x / 32);
+    abort();
+}
+static void shadow_access(const void *p, int bytes, bool write) {
+    const int epoch = block_bar.gen, w = emu_cur->tid.x / 32;
+    for (size_t a = (size_t)p; a < (size_t)p + bytes; a += 2) {
+        Shadow &s = shadow[(a - smem_lo_) / 2];
+        if (s.w_epoch == epoch && s.w_warp != w) hazard(write ? "write after write" : "read after write", a);
+        if (write) {
+            if (s.r_epoch == epoch && (s.r_warps & ~(1u << w))) hazard("write after read", a);
+            s.w_epoch = epoch;
+            s.w_warp = w;
+        } else {
+            if (s.r_epoch != epoch) { s.r_epoch = epoch; s.r_warps = 0; }
+            s.r_warps |= 1u << w;
+        }
+    }
+}
 static void warp_sync() { bar_wait(warp_bar[emu_cur->tid.x / 32], 32); }
 
 static float wf[32][32];
@@ -60,6 +90,7 @@ static void check_smem(const void *p, int bytes) {
 void emu_ldsm(unsigned (&r)[4], const void *p, bool trans) {
     int w = emu_cur->tid.x / 32, l = emu_cur->tid.x % 32;
     check_smem(p, 16);
+    shadow_access(p, 16, false);
     wp[w][l] = p; warp_sync();
     for (int m = 0; m < 4; m++) {
         uint16_t lo, hi;
@@ -91,6 +122,7 @@ void emu_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
 void emu_cp16(void *s, const void *g, bool valid) {
     size_t a = (size_t)s;
     if (a < smem_lo || a + 16 > smem_hi || (a & 15) || ((size_t)g & 15)) { fprintf(stderr, "EMU: bad cp.async\n"); abort(); }
+    shadow_access(s, 16, true);
     if (valid) memcpy(s, g, 16); else memset(s, 0, 16);
 }
 unsigned char *emu_smem() { return smem_buf.data(); }
@@ -111,6 +143,8 @@ void emu_run_grid(dim3 grid, dim3 block, size_t smem, std::function<void()> fn) 
                 blockIdx = {x, y, z};
                 smem_buf.assign(smem + 16, 0xFF); /* NaN bf16 pattern: unwritten reads show */
                 smem_lo = (size_t)smem_buf.data(); smem_hi = smem_lo + smem;
+                smem_lo_ = smem_lo;
+                shadow.assign(smem / 2 + 8, Shadow());
                 block_bar = Bar(); for (auto &b : warp_bar) b = Bar();
                 for (unsigned i = 0; i < block.x; i++) {
                     EmuThread &t = threads[i];
