@@ -72,12 +72,14 @@ void gdn_cuda_attention_bwd(const gdn_cuda_attention_args *a);
 
 /* ---- host convenience: HOST float arrays, same layouts. Copies in (rounding to bf16 in BF16
  * mode), runs, copies out (widening bf16 to float). Synchronous. For tests and `gdn op`.
- * `a` supplies the shape, scale and precision; its pointers are ignored. lse may be NULL.
- * The backward runs the forward first (o, lse are not inputs). */
+ * `a` supplies the shape, scale, precision and warps; its pointers are ignored. The backward
+ * runs the forward first (o, lse are not inputs) and also returns them where o / lse are not
+ * NULL; lse may be NULL in the forward too. */
 void gdn_cuda_attention_fwd_host(const gdn_cuda_attention_args *a, const float *q, const float *k,
                                  const float *v, float *o, float *lse);
 void gdn_cuda_attention_bwd_host(const gdn_cuda_attention_args *a, const float *q, const float *k,
-                                 const float *v, const float *d_o, float *dq, float *dk, float *dv);
+                                 const float *v, const float *d_o, float *o, float *lse, float *dq,
+                                 float *dk, float *dv);
 
 /* ---- timing: forward and forward+backward on random inputs (bf16 or fp32), CUDA events,
  * `warmup` untimed runs then the median of `repeats`. */

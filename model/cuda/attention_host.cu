@@ -143,7 +143,7 @@ extern "C" void gdn_cuda_attention_fwd_host(const gdn_cuda_attention_args *a, co
 
 extern "C" void gdn_cuda_attention_bwd_host(const gdn_cuda_attention_args *a, const float *q,
                                             const float *k, const float *v, const float *d_o,
-                                            float *dq, float *dk, float *dv) {
+                                            float *o, float *lse, float *dq, float *dk, float *dv) {
     gdn_cuda_attention_args d = *a;
     const size_t es = elem_bytes(a->precision);
     const size_t nq = (size_t)a->B * a->T * a->H * a->D, nk = (size_t)a->B * a->T * a->Hkv * a->D;
@@ -174,6 +174,8 @@ extern "C" void gdn_cuda_attention_bwd_host(const gdn_cuda_attention_args *a, co
     gdn_cuda_attention_fwd(&d);
     gdn_cuda_attention_bwd(&d);
     GDN_CUDA_CHECK(cudaDeviceSynchronize());
+    if (o) download(o, bo.p, nq, a->precision);
+    if (lse) GDN_CUDA_CHECK(cudaMemcpy(lse, bl.p, nl * 4, cudaMemcpyDeviceToHost));
     download(dq, bdq.p, nq, a->precision);
     download(dk, bdk.p, nk, a->precision);
     download(dv, bdv.p, nk, a->precision);

@@ -18,6 +18,7 @@
  * kernels skip fails the comparison (NaN never passes).
  * Repeatability: a larger bf16 and fp32 case runs twice; every output must be bitwise equal (no
  * atomics, fixed-order sums).
+ * The host-array wrappers must give the same bits as the device launchers.
  * Bad arguments (D 96, H not a multiple of Hkv, NULL pointer) must stop the launcher with a
  * message (checked in a child process).
  *
@@ -303,6 +304,48 @@ static void check_repeat(const att_case *c, gdn_cuda_precision p, int warps) {
     free(d_o);
 }
 
+/* The host-array wrappers (gdn op's way in) give the same bits as the device launchers. */
+static void check_host_wrappers(const att_case *c, gdn_cuda_precision p) {
+    const size_t nq = (size_t)c->B * c->T * c->H * c->D, nk = (size_t)c->B * c->T * c->Hkv * c->D;
+    const size_t nl = (size_t)c->B * c->H * c->T;
+    float *q = rand_bf(nq, 2.0), *k = rand_bf(nk, 1.5), *v = rand_bf(nk, 1.0), *d_o = rand_bf(nq, 1.0);
+    att_out a, h, f;
+    run_gpu(c, p, 0, q, k, v, d_o, &a);
+    h.o = xmalloc(nq * 4);
+    h.lse = xmalloc(nl * 4);
+    h.dq = xmalloc(nq * 4);
+    h.dk = xmalloc(nk * 4);
+    h.dv = xmalloc(nk * 4);
+    f.o = xmalloc(nq * 4);
+    f.lse = xmalloc(nl * 4);
+    f.dq = f.dk = f.dv = NULL;
+    gdn_cuda_attention_args s;
+    memset(&s, 0, sizeof s);
+    s.B = c->B;
+    s.T = c->T;
+    s.H = c->H;
+    s.Hkv = c->Hkv;
+    s.D = c->D;
+    s.scale = c->scale;
+    s.precision = p;
+    gdn_cuda_attention_fwd_host(&s, q, k, v, f.o, f.lse);
+    gdn_cuda_attention_bwd_host(&s, q, k, v, d_o, h.o, h.lse, h.dq, h.dk, h.dv);
+    const int same = !memcmp(a.o, h.o, nq * 4) && !memcmp(a.lse, h.lse, nl * 4) &&
+                     !memcmp(a.o, f.o, nq * 4) && !memcmp(a.lse, f.lse, nl * 4) &&
+                     !memcmp(a.dq, h.dq, nq * 4) && !memcmp(a.dk, h.dk, nk * 4) &&
+                     !memcmp(a.dv, h.dv, nk * 4);
+    printf("%-4s D%-3d T%-4d B%d H%d Hkv%d host wrappers: %s\n", p == GDN_CUDA_BF16 ? "bf16" : "fp32",
+           c->D, c->T, c->B, c->H, c->Hkv, same ? "same bits as the launchers ok" : "differ from the launchers FAIL");
+    if (!same) failures++;
+    out_free(&a);
+    out_free(&h);
+    out_free(&f);
+    free(q);
+    free(k);
+    free(v);
+    free(d_o);
+}
+
 /* The launcher must refuse a bad argument block with a message naming the problem, not run.
  * Runs before any CUDA call (fork). */
 static void check_refusal(const char *what, int D, int H, int Hkv, int null_q, const char *want) {
@@ -382,6 +425,9 @@ int main(int argc, char **argv) {
             check_repeat(&rep[i], GDN_CUDA_BF16, 8);
             check_repeat(&rep[i], GDN_CUDA_FP32, 0);
         }
+        const att_case hw = {2, 150, 4, 2, 64, 0};
+        check_host_wrappers(&hw, GDN_CUDA_BF16);
+        check_host_wrappers(&hw, GDN_CUDA_FP32);
     }
     printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;

@@ -14,6 +14,10 @@ int main(int argc, char **argv) {
     };
     int i0 = argc > 1 ? atoi(argv[1]) : 0, n = argc > 2 ? atoi(argv[2]) : (int)(sizeof cs / sizeof cs[0]);
     for (int i = i0; i < n; i++) check_case(&cs[i]);
+    if (argc <= 1) {
+        const att_case hw = {1, 70, 4, 2, 64, 0};
+        check_host_wrappers(&hw, GDN_CUDA_BF16);
+    }
     printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
     return failures != 0;
 }
