@@ -1,8 +1,9 @@
 /* The CUDA causal attention (model/cuda/attention_cuda.h) against a naive fp64 reference written
  * here: forward o and lse, backward dq, dk, dv, both precisions (bf16 with both block shapes:
  * 4 and 8 warps per block), head dims 64 and 128, T in {1, 17, 64, 129, 1000} (tiles of 32, 64
- * and 128 rows: T below a tile, exactly one tile, one past a tile, a ragged multi-tile length), one head per kv head and grouped-query heads (4:1 on every
- * shape, 2:1 on some), the default scale and an explicit larger one (sharper softmax).
+ * and 128 rows: T below a tile, exactly one tile, one past a tile, a ragged multi-tile length),
+ * one head per kv head and grouped-query heads (4:1 on every shape, 2:1 and 8:1 on some), the
+ * default scale and an explicit larger one (sharper softmax).
  *
  * Inputs are drawn fresh per case and rounded to bf16 for both precisions, so the reference
  * sees exactly the values the GPU sees and only the kernels' own rounding is measured.
@@ -16,12 +17,14 @@
  *         products either way, so lse is fp32-accurate even in bf16 mode.
  * Every device output is poisoned with NaN (all bits set) before the calls, so an element the
  * kernels skip fails the comparison (NaN never passes).
- * Repeatability: a larger bf16 and fp32 case runs twice; every output must be bitwise equal (no
- * atomics, fixed-order sums).
+ * Repeatability: two larger cases run twice (fp32, bf16 with 4 and 8 warps); every output must
+ * be bitwise equal (no atomics, fixed-order sums).
  * The host-array wrappers must give the same bits as the device launchers.
  * Bad arguments (D 96, H not a multiple of Hkv, NULL pointer) must stop the launcher with a
  * message (checked in a child process).
  *
+ * Without a GPU, tests/gpu/emu/run.sh runs these checks on small shapes in a CPU emulation of
+ * the kernels (warp collectives, barriers and a shared-memory race check).
  * Plain C (the GPU machine has no CMocka). Exit 0: pass, 1: fail, 77: no CUDA device (skip).
  * `--small` runs one small case per precision and head dim (for compute-sanitizer). */
 #include <math.h>
