@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GPU check, in one call on the GPU machine: build with CUDA for sm_90, run the GPU tests
-# (ctest -L gpu: delta rule, compute-sanitizer memcheck/racecheck, model ops, whole model and
-# loss curves vs the CPU), the trainer and op command on the GPU (train_gpu.sh), the benchmarks
-# (gdn bench --backend cuda), and print a short table last. Logs and JSON go to $OUT (or
-# build-gpu/out). Exit status 0 when everything passed. QUICK=1: the op and model-gradient checks
-# and the benchmarks only, for kernel iteration; BUILD_ONLY=1: configure and build, nothing else.
+# (ctest -L gpu: delta rule, causal attention, compute-sanitizer memcheck/racecheck, model ops,
+# whole model and loss curves vs the CPU), the trainer and op command on the GPU (train_gpu.sh),
+# the benchmarks (gdn bench --backend cuda, bench_attention), and print a short table last. Logs
+# and JSON go to $OUT (or build-gpu/out). Exit status 0 when everything passed. QUICK=1: the op
+# and model-gradient checks and the benchmarks only, for kernel iteration; BUILD_ONLY=1:
+# configure and build, nothing else.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-build-gpu/out}
@@ -24,6 +25,7 @@ if ! cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90 -DGDN_CUDA=ON -DCMAKE
     exit 1
 fi
 if ! cmake --build build-gpu -j "$jobs" --target gdn test_gpu_delta test_gpu_ops test_gpu_model bench_gpu_delta \
+        test_gpu_attention bench_attention \
         $(grep -q "^NCCL_LIBRARY:.*-NOTFOUND" build-gpu/CMakeCache.txt || echo test_nccl_ops test_seqpar_cuda) \
         >"$out/build.log" 2>&1; then
     grep -E "error|Error" "$out/build.log" | head -40
@@ -36,12 +38,13 @@ if [ "${QUICK:-0}" = 1 ]; then
     # Kernel iteration: the op-level checks, the whole-model gradients and the benchmarks only
     # (no sanitizers, loss curves, trainer or multi-GPU runs). Not a substitute for the full run.
     echo "== quick GPU checks (QUICK=1)"
-    for t in "test_gpu_delta" "test_gpu_ops" "test_gpu_model --grads"; do
+    for t in "test_gpu_delta" "test_gpu_attention" "test_gpu_ops" "test_gpu_model --grads"; do
         log="$out/$(echo "$t" | tr ' ' '_').log"
         if timeout 600 ./build-gpu/tests/gpu/$t > "$log" 2>&1; then echo "  PASS $t"
         else echo "  FAIL $t"; tail -15 "$log"; status=1; fi
     done
     ./build-gpu/tests/gpu/bench_gpu_delta 20 2>&1 | tee "$out/bench_delta.txt" || status=1
+    ./build-gpu/tests/gpu/bench_attention 20 2>&1 | tee "$out/bench_attention.txt" || status=1
     ./build-gpu/gdn bench --backend cuda --what step --preset gdn512m --repeats 5 2>&1 | tail -4
     timeout 300 ./build-gpu/tests/gpu/test_gpu_model --bench > "$out/model_bench.txt" 2>&1 || status=1
     tail -30 "$out/model_bench.txt"
@@ -75,6 +78,8 @@ fi
 echo "== benchmarks"
 ./build-gpu/tests/gpu/bench_gpu_delta 20 > "$out/bench_delta.txt" 2>&1 || status=1
 cat "$out/bench_delta.txt"
+./build-gpu/tests/gpu/bench_attention 20 > "$out/bench_attention.txt" 2>&1 || status=1
+cat "$out/bench_attention.txt"
 ./build-gpu/gdn bench --backend cuda --what delta --repeats 20 --json > "$out/bench.jsonl" || status=1
 ./build-gpu/gdn bench --backend cuda --what step --preset tiny --repeats 20 --json >> "$out/bench.jsonl" || status=1
 ./build-gpu/gdn bench --backend cuda --what step --preset gdn512m --repeats 5 --json >> "$out/bench.jsonl" || status=1
