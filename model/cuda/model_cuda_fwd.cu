@@ -179,7 +179,6 @@ extern "C" void gdn_cuda_model_download_logits(gdn_cuda_model *m, float *logits)
     free(tmp);
 }
 
-
 extern "C" void gdn_cuda_model_download_hidden(gdn_cuda_model *m, int layer, float *out) {
     const int nL = m->cfg.n_layers;
     if (layer < -1 || layer >= nL)
