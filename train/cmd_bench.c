@@ -10,6 +10,7 @@
 #include "io/parse_num.h"
 #include "model/check.h"
 #include "model/cpu/model_cpu.h"
+#include "model/cuda/cuda_mixers.h"
 #include "train/commands.h"
 #include "train/optim.h"
 #include "train/run_config.h"
@@ -305,9 +306,8 @@ int gdn_cmd_bench(int argc, char **argv) {
             free(rest);
             return r < 0 ? 2 : 0;
         }
-        if (cuda && !gdn_config_all_gdn(&rc.model)) {
-            fprintf(stderr, "gdn bench: --mixers %s has layers other than G, which the CUDA backend does "
-                            "not implement yet; use --backend cpu\n", gdn_config_mixers(&rc.model));
+        if (cuda && gdn_cuda_unsupported_layer(&rc.model, err, sizeof err) >= 0) {
+            fprintf(stderr, "gdn bench: --%s; use --backend cpu\n", err);
             free(rest);
             return 2;
         }

@@ -8,6 +8,7 @@
 
 #include "comm/seqpar.h"
 #include "model/check.h"
+#include "model/cuda/cuda_mixers.h"
 #include "train/trainer.h"
 #ifdef GDN_HAVE_NCCL
 #include "comm/comm_nccl.h"
@@ -24,14 +25,12 @@ int gdn_train_backend_choose(const gdn_run_config *rc, gdn_comm *comm, const gdn
     const int use_gpu = !strcmp(rc->backend, "cuda") || (!strcmp(rc->backend, "auto") && n_gpu > 0 && comm->size == 1);
     *be = use_gpu ? cuda : &gdn_backend_cpu;
     const char *why = NULL; /* this rank cannot run the cuda backend */
-    char why_mixers[512];
-    if (use_gpu && !gdn_config_all_gdn(&rc->model)) {
-        /* refused before any GPU memory is touched: the CUDA model has only the G rule */
-        snprintf(why_mixers, sizeof why_mixers,
-                 "%s, but --mixers %s has layers other than G (gated delta rule), and the CUDA "
-                 "model implements only G so far: use --backend cpu",
+    char why_mixers[512], mixer_err[256];
+    if (use_gpu && gdn_cuda_unsupported_layer(&rc->model, mixer_err, sizeof mixer_err) >= 0) {
+        /* refused before any GPU memory is touched: the CUDA model runs the delta-rule family only */
+        snprintf(why_mixers, sizeof why_mixers, "%s, but --%s: use --backend cpu",
                  strcmp(rc->backend, "cuda") ? "--backend auto chose cuda (a GPU is visible)" : "--backend cuda",
-                 gdn_config_mixers(&rc->model));
+                 mixer_err);
         why = why_mixers;
     } else if (use_gpu && comm->sp > 1 && strcmp(rc->sp_exchange, "pass"))
         why = "--backend cuda with --sp_exchange gather: sequence parallelism on GPUs passes the delta-rule state "

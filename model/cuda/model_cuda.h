@@ -1,5 +1,6 @@
 /* The GDN language model on one NVIDIA GPU: forward (+ loss), hand-written backward and AdamW,
- * mirroring the CPU model (model/cpu/model_cpu.h) block for block.
+ * mirroring the CPU model (model/cpu/model_cpu.h) block for block, with any pattern of the
+ * delta-rule mixers G, D, M, L (model/mixer.h; model/cuda/cuda_mixers.h says which kinds run here).
  *
  * Device memory: one allocation holds the fp32 parameters, gradients and AdamW moments (each a
  * flat buffer with the offsets of the parameter table; the moments of a sharded model cover its
@@ -63,6 +64,10 @@ double gdn_cuda_model_forward(gdn_cuda_model *m, const int *tokens, const int *t
 void gdn_cuda_model_download_hidden(gdn_cuda_model *m, int layer, float *out);
 /* Logits [B,T,vocab] of the last forward run with grad_scale = 0, widened to fp32, to the host. */
 void gdn_cuda_model_download_logits(gdn_cuda_model *m, float *logits);
+/* The fp32 residual stream [B,T,d_model] after block `layer` of the last forward (layer -1: the
+ * embedding's output; up to n_layers - 1), to the host (for distillation). Dies on any other layer
+ * or before the first forward. Synchronous. */
+void gdn_cuda_model_download_hidden(gdn_cuda_model *m, int layer, float *out);
 /* Backward of the last forward (run with grad_scale != 0): ACCUMULATES into the device gradients.
  * Asynchronous. */
 void gdn_cuda_model_backward(gdn_cuda_model *m);
@@ -126,7 +131,8 @@ void gdn_cuda_model_set_seq_hooks(gdn_cuda_model *m, const gdn_seq_hooks *hooks)
 typedef struct {
     double step_ms;          /* median of whole steps: zero grads, forward + loss, backward, AdamW */
     double fwd_ms, bwd_ms, opt_ms; /* medians of the parts (CUDA events) */
-    double delta_ms;         /* the delta-rule kernels alone at the layer shape, fwd + bwd, x layers */
+    double delta_ms;         /* the delta-rule kernels alone at the layer shape, fwd + bwd, summed over the
+                                layers (each with its mixer) */
     double tokens_per_s;     /* B*T / step */
     double mfu;              /* 6 x matmul params x tokens/s / 701e12 (docs/design.md section 9) */
     size_t matmul_params;

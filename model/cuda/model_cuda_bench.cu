@@ -168,12 +168,20 @@ extern "C" void gdn_cuda_model_bench(const gdn_param_table *t, const float *para
     out->device_used = total_b - free_b;
     out->device_total = total_b;
     const gdn_delta_shape shape = m->dp.shape;
+    int n_of[GDN_MIXER_COUNT] = {0}; /* layers per mixer */
+    for (int l = 0; l < t->cfg.n_layers; l++) n_of[t->layer[l].mixer]++;
     for (int i = 0; i < 4; i++) GDN_CUDA_CHECK(cudaEventDestroy(ev[i]));
     gdn_cuda_model_free(m);
     free(tok);
     free(tgt);
     free(ts);
-    gdn_cuda_delta_timing tm;
-    gdn_cuda_delta_time(&shape, p, 2, repeats < 5 ? 5 : repeats, &tm);
-    out->delta_ms = tm.fwdbwd_ms * t->cfg.n_layers;
+    out->delta_ms = 0.0;
+    for (int v = 0; v < GDN_MIXER_COUNT; v++) { /* each mixer of the pattern once, times its layers */
+        if (!n_of[v]) continue;
+        gdn_delta_shape sv = shape;
+        sv.variant = v;
+        gdn_cuda_delta_timing tm;
+        gdn_cuda_delta_time(&sv, p, 2, repeats < 5 ? 5 : repeats, &tm);
+        out->delta_ms += tm.fwdbwd_ms * n_of[v];
+    }
 }

@@ -12,9 +12,9 @@ static void delta_backward(gdn_cuda_model *m, const layer_acts *L, int l) {
     const float scale = (float)(1.0 / sqrt((double)K));
     const delta_plan *d = &m->dp;
     const void *q = L->q, *k = L->k, *v = L->v, *d_o = m->d_o;
-    const float *g = L->g, *beta = L->beta;
+    const float *g = L->g, *beta = L->beta; /* NULL where the layer's mixer has none: no gradient */
     void *dq = m->dqn, *dk = m->dkn, *dv = m->dv;
-    float *dg = m->dg, *dbeta = m->dbeta;
+    float *dg = g ? m->dg : NULL, *dbeta = beta ? m->dbeta : NULL;
     if (d->packed) {
         if (!d->qk_shared) { /* repacked: cheaper than keeping the padded copies of every layer */
             PF(PR_PACK, gdn_cuda_heads_pack(m->p, m->pq, L->q, N, H, K, d->S, K, d->Kp, 0, m->stream);
@@ -33,12 +33,13 @@ static void delta_backward(gdn_cuda_model *m, const layer_acts *L, int l) {
         }
         g = L->pg; /* packed gates: saved by the forward */
         beta = L->pbeta;
-        dg = m->pdg;
-        dbeta = m->pdbeta;
+        dg = g ? m->pdg : NULL;
+        dbeta = beta ? m->pdbeta : NULL;
     }
     void *dS_out_ready = m->seq ? m->hooks.bwd_state_out(m->hooks.user, l, NULL, m->dS_out, m->n_state) : NULL;
     gdn_cuda_delta_bwd_args da = {};
-    da.in = gdn_cuda_delta_in{d->shape, m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL, m->delta_ws, m->stream};
+    da.in = gdn_cuda_delta_in{layer_shape(m, l), m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL,
+                              m->delta_ws, m->stream};
     da.d_o = d_o;
     da.dht = m->seq ? m->dS_out : NULL;
     da.dht_ready = dS_out_ready;
@@ -56,8 +57,8 @@ static void delta_backward(gdn_cuda_model *m, const layer_acts *L, int l) {
                     gdn_cuda_heads_unpack(m->p, m->dkn, m->pdk, N, H, K, d->S, K, d->Kp, 0, m->stream);
                 }
                 if (!d->v_same) gdn_cuda_heads_unpack(m->p, m->dv, m->pdv, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream);
-                gdn_cuda_heads_unpack(FP32, m->dg, m->pdg, N, H, 1, d->S, 1, 1, 0, m->stream);
-                gdn_cuda_heads_unpack(FP32, m->dbeta, m->pdbeta, N, H, 1, d->S, 1, 1, 0, m->stream));
+                if (dg) gdn_cuda_heads_unpack(FP32, m->dg, m->pdg, N, H, 1, d->S, 1, 1, 0, m->stream);
+                if (dbeta) gdn_cuda_heads_unpack(FP32, m->dbeta, m->pdbeta, N, H, 1, d->S, 1, 1, 0, m->stream));
 }
 
 /* Sequence parallelism, backward: the gradients of the halo rows go to the hooks, and those of
@@ -78,6 +79,7 @@ static void block_backward(gdn_cuda_model *m, int l) {
     const int N = m->N, D = c->d_model, H = c->n_heads, K = c->head_dim, B = m->B, T = m->T;
     const int V = gdn_config_head_v(c), F = c->d_ff, W = c->conv_width, HK = H * K, HV = H * V;
     const gdn_layer_offsets *off = &m->t->layer[l];
+    const gdn_mixer_info *mx = layer_mixer(m, l);
     const layer_acts *L = &m->L[l];
     const float *P = m->params;
     float *G = m->grads;
@@ -124,17 +126,22 @@ static void block_backward(gdn_cuda_model *m, int l) {
         void *const dx[3] = {m->dqn, m->dkn, m->dvp};
         seq_halo_backward(m, L, l, dx);
     }
-    PF(PR_ACT, gdn_cuda_decay_gate_bwd(p, m->dap, G + off->A_log, G + off->dt_bias, m->dg, L->ap, P + off->A_log,
-                                       P + off->dt_bias, N, H, ws, s);
-               gdn_cuda_beta_bwd(p, m->dbp, m->dbeta, L->beta, beta_scale(c), (size_t)N * H, s));
+    if (mx->has_decay || mx->has_beta)
+        PF(PR_ACT, if (mx->has_decay)
+                       gdn_cuda_decay_gate_bwd(p, m->dap, G + off->A_log, G + off->dt_bias, m->dg, L->ap,
+                                               P + off->A_log, P + off->dt_bias, N, H, ws, s);
+                   if (mx->has_beta) gdn_cuda_beta_bwd(p, m->dbp, m->dbeta, L->beta, beta_scale(c), (size_t)N * H, s));
 
-    /* The six projections of h1 (input gradients summed into dh), then the block's input norm. */
+    /* The projections of h1 (four to six, by mixer; input gradients summed into dh in this
+     * order), then the block's input norm. */
     struct { const void *dy; size_t w; int out; } proj[6] = {
-        {m->dqn, off->q_proj, HK}, {m->dkn, off->k_proj, HK}, {m->dvp, off->v_proj, HV},
-        {m->dz, off->g_proj, HV},  {m->dap, off->a_proj, H},  {m->dbp, off->b_proj, H},
+        {m->dqn, off->q_proj, HK}, {m->dkn, off->k_proj, HK}, {m->dvp, off->v_proj, HV}, {m->dz, off->g_proj, HV},
     };
+    int n_proj = 4;
+    if (mx->has_decay) proj[n_proj++] = {m->dap, off->a_proj, H};
+    if (mx->has_beta) proj[n_proj++] = {m->dbp, off->b_proj, H};
     PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, hs, L->rstd1, x, P + off->attn_norm, N, D, (float)c->norm_eps, s));
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < n_proj; i++)
         PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dh, proj[i].dy, wgt(m, proj[i].w), N, D, proj[i].out,
                                            i ? 1.0f : 0.0f);
                     gdn_cuda_linear_bwd_dw(bl, p, G + proj[i].w, proj[i].dy, hs, N, D, proj[i].out));
@@ -142,16 +149,19 @@ static void block_backward(gdn_cuda_model *m, int l) {
                                      L->rstd1, N, D, ws, s));
 }
 
-/* Where block l's tensors start in the flat buffer (the table adds a block's tensors together). */
+/* Where block l's tensors start in the flat buffer (the table adds a block's tensors together);
+ * the tensors its mixer has not (GDN_NO_TENSOR) are skipped. */
+#define LAYER_OFFSET_(field, ...) o->field,
 static size_t layer_start(const gdn_param_table *t, int l) {
     const gdn_layer_offsets *o = &t->layer[l];
-    const size_t f[] = {o->attn_norm, o->q_proj, o->k_proj, o->v_proj, o->g_proj, o->a_proj, o->b_proj,
-                        o->q_conv, o->k_conv, o->v_conv, o->A_log, o->dt_bias, o->o_norm, o->o_proj,
-                        o->mlp_norm, o->gate_proj, o->up_proj, o->down_proj};
-    size_t lo = f[0];
-    for (size_t i = 1; i < sizeof f / sizeof f[0]; i++) lo = f[i] < lo ? f[i] : lo;
+    const size_t f[] = {GDN_LAYER_TENSORS(LAYER_OFFSET_)};
+    size_t lo = GDN_NO_TENSOR;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i] != GDN_NO_TENSOR && f[i] < lo) lo = f[i];
+    if (lo == GDN_NO_TENSOR) GDN_CUDA_DIE("parameter table: block %d has no tensors", l);
     return lo;
 }
+#undef LAYER_OFFSET_
 
 /* Whether the table is laid out as embedding | block 0 | ... | block L-1 | final norm [| head],
  * which the backward's completed ranges assume (otherwise all of it is reported at the end). */

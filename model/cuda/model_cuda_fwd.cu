@@ -14,7 +14,7 @@ static void delta_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
     const float scale = (float)(1.0 / sqrt((double)K));
     const delta_plan *d = &m->dp;
     const void *q = L->q, *k = L->k, *v = L->v;
-    const float *g = L->g, *beta = L->beta;
+    const float *g = L->g, *beta = L->beta; /* NULL where the layer's mixer has none */
     void *o = L->o;
     if (d->packed) {
         if (!d->qk_shared) {
@@ -28,14 +28,16 @@ static void delta_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
             v = m->pv;
             o = m->po;
         }
-        PF(PR_PACK, gdn_cuda_heads_pack(FP32, L->pg, L->g, N, H, 1, d->S, 1, 1, 0, m->stream);
-                    gdn_cuda_heads_pack(FP32, L->pbeta, L->beta, N, H, 1, d->S, 1, 1, 0, m->stream));
+        if (g || beta)
+            PF(PR_PACK, if (g) gdn_cuda_heads_pack(FP32, L->pg, L->g, N, H, 1, d->S, 1, 1, 0, m->stream);
+                        if (beta) gdn_cuda_heads_pack(FP32, L->pbeta, L->beta, N, H, 1, d->S, 1, 1, 0, m->stream));
         g = L->pg;
         beta = L->pbeta;
     }
     void *S_in_ready = m->seq ? m->hooks.fwd_state_in(m->hooks.user, l, NULL, L->S_in, m->n_state) : NULL;
     gdn_cuda_delta_fwd_args da = {};
-    da.in = gdn_cuda_delta_in{d->shape, m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL, m->delta_ws, m->stream};
+    da.in = gdn_cuda_delta_in{layer_shape(m, l), m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL,
+                              m->delta_ws, m->stream};
     da.h0_ready = S_in_ready;
     da.o = o;
     da.ht = m->seq ? L->S_out : NULL;
@@ -66,6 +68,7 @@ static void block_forward(gdn_cuda_model *m, int l) {
     const int N = m->N, D = c->d_model, H = c->n_heads, K = c->head_dim, B = m->B, T = m->T;
     const int V = gdn_config_head_v(c), F = c->d_ff, W = c->conv_width, HK = H * K, HV = H * V;
     const gdn_layer_offsets *off = &m->t->layer[l];
+    const gdn_mixer_info *mx = layer_mixer(m, l);
     const layer_acts *L = &m->L[l];
     const float *P = m->params, eps = (float)c->norm_eps;
     const float *x = m->x + (size_t)l * N * D;
@@ -79,8 +82,9 @@ static void block_forward(gdn_cuda_model *m, int l) {
                 gdn_cuda_linear_fwd(bl, p, p, L->kp, h1, wgt(m, off->k_proj), N, D, HK, 0.0f);
                 gdn_cuda_linear_fwd(bl, p, p, L->vp, h1, wgt(m, off->v_proj), N, D, HV, 0.0f);
                 gdn_cuda_linear_fwd(bl, p, p, L->zp, h1, wgt(m, off->g_proj), N, D, HV, 0.0f);
-                gdn_cuda_linear_fwd(bl, p, FP32, L->ap, h1, wgt(m, off->a_proj), N, D, H, 0.0f);
-                gdn_cuda_linear_fwd(bl, p, FP32, L->bp, h1, wgt(m, off->b_proj), N, D, H, 0.0f));
+                /* the gate projections this layer's mixer has (model/mixer.h) */
+                if (mx->has_decay) gdn_cuda_linear_fwd(bl, p, FP32, L->ap, h1, wgt(m, off->a_proj), N, D, H, 0.0f);
+                if (mx->has_beta) gdn_cuda_linear_fwd(bl, p, FP32, L->bp, h1, wgt(m, off->b_proj), N, D, H, 0.0f));
 
     if (m->seq) seq_halo_forward(m, L, l);
     const void *const *halo = m->seq ? (const void *const *)L->halo : NULL;
@@ -90,8 +94,9 @@ static void block_forward(gdn_cuda_model *m, int l) {
     PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->kp, P + off->k_conv, halo ? halo[1] : NULL, B, T, HK, W, s));
     PF(PR_NORM, gdn_cuda_l2norm_fwd(p, L->k, L->rk, tmp, N * H, K, s));
     PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, L->v, L->vp, P + off->v_conv, halo ? halo[2] : NULL, B, T, HV, W, s));
-    PF(PR_ACT, gdn_cuda_decay_gate_fwd(L->g, L->ap, P + off->A_log, P + off->dt_bias, N, H, s);
-               gdn_cuda_beta_fwd(L->beta, L->bp, beta_scale(c), (size_t)N * H, s));
+    if (mx->has_decay || mx->has_beta)
+        PF(PR_ACT, if (mx->has_decay) gdn_cuda_decay_gate_fwd(L->g, L->ap, P + off->A_log, P + off->dt_bias, N, H, s);
+                   if (mx->has_beta) gdn_cuda_beta_fwd(L->beta, L->bp, beta_scale(c), (size_t)N * H, s));
 
     delta_forward(m, L, l);
 
@@ -119,6 +124,7 @@ extern "C" double gdn_cuda_model_forward(gdn_cuda_model *m, const int *tokens, c
     }
     m->has_grad = 0;
     m->has_logits = 0;
+    m->has_fwd = 1; /* x is overwritten from here on: whatever follows, it is this pass's */
     GDN_CUDA_CHECK(cudaMemcpyAsync(m->tokens_d, tokens, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
     m->prof_phase = 0;
     PF(PR_EMBED, gdn_cuda_embed_fwd(m->x, m->tokens_d, m->params + m->t->embed, N, D, m->stream));
@@ -181,3 +187,14 @@ extern "C" void gdn_cuda_model_download_logits(gdn_cuda_model *m, float *logits)
     free(tmp);
 }
 
+extern "C" void gdn_cuda_model_download_hidden(gdn_cuda_model *m, int layer, float *out) {
+    const int nL = m->cfg.n_layers;
+    if (layer < -1 || layer >= nL)
+        GDN_CUDA_DIE("gdn_cuda_model_download_hidden: layer %d requested; the model has -1 (the embedding's "
+                     "output) to %d", layer, nL - 1);
+    if (!m->has_fwd) GDN_CUDA_DIE("gdn_cuda_model_download_hidden needs a forward pass first");
+    const size_t n = (size_t)m->N * m->cfg.d_model; /* x[layer + 1]: the stream after block `layer` */
+    GDN_CUDA_CHECK(cudaMemcpyAsync(out, m->x + (size_t)(layer + 1) * n, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                   m->stream));
+    GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}

@@ -8,6 +8,7 @@
  * (ops_cuda.h), the CUDA delta rule (delta_cuda.h) and cuBLASLt.
  *
  * Block l:  x_mid = x_in + o_proj(gated_norm(delta_rule(q, k, v, g, beta), z))
+ *           (the rule of layer l's mixer, model/mixer.h; g only with decay, beta only with beta)
  *           x_in[l+1] = x_mid + down(silu(gate(h2)) * up(h2)),  h2 = rmsnorm(x_mid)
  * with q, k, v = silu(conv4(proj(h1))), q and k L2-normalised per head, h1 = rmsnorm(x_in).
  *
@@ -23,6 +24,7 @@
 
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/model_cuda.h"
+#include "model/mixer.h"
 
 #define FP32 GDN_CUDA_FP32
 
@@ -33,17 +35,17 @@ typedef struct {
     float *rstd1;            /* [N] */
     void *qp, *kp;           /* [N,HK] act, before the convolution */
     void *vp, *zp;           /* [N,HV] act (zp: output-gate pre-activation) */
-    float *ap, *bp;          /* [N,H] decay and write-strength pre-activations */
+    float *ap, *bp;          /* [N,H] decay and write-strength pre-activations (NULL without them) */
     void *q, *k;             /* [N,HK] act, silu(conv(.)) L2-normalised */
     float *rq, *rk;          /* [N*H] inverse norms */
     void *v;                 /* [N,HV] act, silu(conv(vp)) */
-    float *g, *beta;         /* [N,H] */
+    float *g, *beta;         /* [N,H] (NULL where the layer's mixer has no decay / no beta) */
     void *o;                 /* [N,HV] act, delta-rule output */
     float *rstd_o;           /* [N*H] */
     void *y;                 /* [N,HV] act, gated norm output */
     float *rstd2;            /* [N] */
     void *gp, *up;           /* [N,F] act */
-    float *pg, *pbeta;       /* [N,H*S] packed gates (only when the plan packs heads) */
+    float *pg, *pbeta;       /* [N,H*S] packed gates (only when the plan packs heads and the mixer has them) */
     /* sequence parallelism (only while hooks are set; in the boundary allocation) */
     void *halo[3], *tail[3], *dhalo[3], *dtail[3]; /* q, k, v: [B,W-1,HK|HV] act */
     float *S_in, *S_out, *dS_in;                    /* [n_state] */
@@ -135,6 +137,7 @@ struct gdn_cuda_model {
     int *perm_h, *seg_start_h, *seg_token_h;
     int n_seg;
     int has_grad, has_logits;
+    int has_fwd;             /* a forward pass has run: x holds its residual stream */
     gdn_seq_hooks hooks;
     int seq;                 /* hooks set: this model runs one segment of longer sequences */
     char *sbuf;              /* allocation 3 (first set_seq_hooks): the boundary buffers of L */
@@ -169,6 +172,18 @@ static inline const void *wgt(const gdn_cuda_model *m, size_t off) {
     }
     if (m->t->p[lo].offset != off) GDN_CUDA_DIE("model: no parameter tensor starts at offset %zu", off);
     return (const char *)m->wact + m->act_off_h[lo] * 2;
+}
+
+/* The mixer of layer l (create checks that the CUDA model runs it). */
+static inline const gdn_mixer_info *layer_mixer(const gdn_cuda_model *m, int l) {
+    return gdn_mixer_get(m->t->layer[l].mixer);
+}
+
+/* The delta-rule shape of layer l: the plan's, with the layer's mixer. */
+static inline gdn_delta_shape layer_shape(const gdn_cuda_model *m, int l) {
+    gdn_delta_shape s = m->dp.shape;
+    s.variant = m->t->layer[l].mixer;
+    return s;
 }
 
 static inline float beta_scale(const gdn_config *c) { return c->allow_neg_eigval ? 2.0f : 1.0f; }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/cuda/cuda_mixers.h"
 #include "model/cuda/model_cuda_internal.cuh"
 
 #define ALIGN 256
@@ -45,17 +46,21 @@ static size_t acts_layout(gdn_cuda_model *m, char *base) {
     for (int l = 0; l < c->n_layers; l++) {
         layer_acts *L = &m->L[l];
         F32(L->rstd1, N);
+        const gdn_mixer_info *mx = layer_mixer(m, l);
+        const size_t HS = m->dp.packed ? H * (size_t)m->dp.S : 0;
+        L->ap = L->bp = L->g = L->beta = L->pg = L->pbeta = NULL; /* the gates this mixer has not */
         A(L->qp, N * HK); A(L->kp, N * HK); A(L->vp, N * HV); A(L->zp, N * HV);
-        F32(L->ap, N * H); F32(L->bp, N * H);
+        if (mx->has_decay) F32(L->ap, N * H);
+        if (mx->has_beta) F32(L->bp, N * H);
         A(L->q, N * HK); A(L->k, N * HK); F32(L->rq, N * H); F32(L->rk, N * H);
-        A(L->v, N * HV); F32(L->g, N * H); F32(L->beta, N * H);
+        A(L->v, N * HV);
+        if (mx->has_decay) F32(L->g, N * H);
+        if (mx->has_beta) F32(L->beta, N * H);
         A(L->o, N * HV); F32(L->rstd_o, N * H); A(L->y, N * HV);
         F32(L->rstd2, N);
         A(L->gp, N * F); A(L->up, N * F);
-        if (m->dp.packed) {
-            const size_t HS = H * (size_t)m->dp.S;
-            F32(L->pg, N * HS); F32(L->pbeta, N * HS);
-        }
+        if (HS && mx->has_decay) F32(L->pg, N * HS);
+        if (HS && mx->has_beta) F32(L->pbeta, N * HS);
     }
     A(m->hs, N * D);
     F32(m->rstdf, N); A(m->hf, N * D); A(m->logits, N * (size_t)c->vocab_size);
@@ -183,9 +188,13 @@ extern "C" gdn_cuda_model *gdn_cuda_model_create(const gdn_param_table *t, int B
 extern "C" gdn_cuda_model *gdn_cuda_model_create_sharded(const gdn_param_table *t, int B, int T, gdn_cuda_precision p,
                                                          size_t lo, size_t hi, size_t padded) {
     if (B < 1 || T < 1) GDN_CUDA_DIE("model: batch %d x length %d (both must be >= 1)", B, T);
-    if (!gdn_config_all_gdn(&t->cfg)) /* the kernels have the G rule only (model/mixer.h) */
-        GDN_CUDA_DIE("model: mixers \"%s\" has layers other than G, which the CUDA backend does not "
-                     "implement yet; use the cpu backend", gdn_config_mixers(&t->cfg));
+    for (int l = 0; l < t->cfg.n_layers; l++)
+        if (!gdn_cuda_has_mixer(t->layer[l].mixer)) {
+            const gdn_mixer_info *mx = gdn_mixer_get(t->layer[l].mixer);
+            GDN_CUDA_DIE("model: mixers \"%s\": layer %d is %c (%s), which the CUDA model does not implement; "
+                         "use the cpu backend", gdn_config_mixers(&t->cfg), l, mx ? mx->kind : '?',
+                         mx ? mx->name : "not a mixer");
+        }
     if (lo > hi || hi > t->total || padded < t->total)
         GDN_CUDA_DIE("model: optimizer shard [%zu, %zu) with buffers of %zu elements does not fit %zu parameters", lo,
                      hi, padded, t->total);

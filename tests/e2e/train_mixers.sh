@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end: a model with one layer of each mixer kind (--mixers GDML) trains on the bundled
 # corpus, samples, and shows its pattern in `gdn inspect`; its layers hold only the tensors of
-# their gates; resuming with another pattern is refused naming `mixers`; the cuda backend
-# refuses a pattern other than G before touching a GPU.
+# their gates; resuming with another pattern is refused naming `mixers`; --backend cuda without
+# a GPU is a usage error.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 args=(--preset tiny --data "$SRC/data/kjv.txt.gz" --d_model 32 --n_layers 4 --n_heads 2 --head_dim 16
@@ -53,4 +53,4 @@ expect_usage "mixers is empty" --mixers ""
 expect_usage "only n_layers = 4" --mixers GDMLG
 expect_usage "use --backend cpu" --mixers GD --backend cuda
 [ ! -e "$dir/x/metrics.jsonl" ] || fail "a refused run wrote metrics"
-echo "GDML: trained, sampled, inspected; other pattern refused on resume; cuda refused"
+echo "GDML: trained, sampled, inspected; other pattern refused on resume; cuda without a GPU refused"
