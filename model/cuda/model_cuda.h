@@ -59,9 +59,6 @@ void gdn_cuda_model_zero_grads(gdn_cuda_model *m);
  * Dies naming the position when a token or target is outside the vocabulary. Synchronous. */
 double gdn_cuda_model_forward(gdn_cuda_model *m, const int *tokens, const int *targets, float grad_scale,
                               int *n_valid);
-/* The fp32 residual stream [B,T,d_model] after block `layer` (-1: the embedding's output) of the
- * last forward, to the host. Synchronous. */
-void gdn_cuda_model_download_hidden(gdn_cuda_model *m, int layer, float *out);
 /* Logits [B,T,vocab] of the last forward run with grad_scale = 0, widened to fp32, to the host. */
 void gdn_cuda_model_download_logits(gdn_cuda_model *m, float *logits);
 /* The fp32 residual stream [B,T,d_model] after block `layer` of the last forward (layer -1: the

@@ -161,14 +161,6 @@ extern "C" double gdn_cuda_model_forward(gdn_cuda_model *m, const int *tokens, c
     return loss;
 }
 
-extern "C" void gdn_cuda_model_download_hidden(gdn_cuda_model *m, int layer, float *out) {
-    const int nL = m->cfg.n_layers;
-    if (layer < -1 || layer >= nL)
-        GDN_CUDA_DIE("hidden state after layer %d requested; the model has -1 (the embedding) to %d", layer, nL - 1);
-    const size_t n = (size_t)m->N * m->cfg.d_model;
-    GDN_CUDA_CHECK(cudaMemcpy(out, m->x + (size_t)(layer + 1) * n, n * sizeof(float), cudaMemcpyDeviceToHost));
-}
-
 extern "C" void gdn_cuda_model_download_logits(gdn_cuda_model *m, float *logits) {
     if (!m->has_logits) GDN_CUDA_DIE("gdn_cuda_model_download_logits needs a forward pass run with grad_scale = 0");
     const size_t n = (size_t)m->N * m->cfg.vocab_size;
