@@ -97,14 +97,6 @@ int gdn_mixers_check(const char *pattern, int n_layers, char *err, int err_len);
  * *layer is set to the first layer that differs (-1 when they agree). */
 int gdn_config_same_mixers(const gdn_config *a, const gdn_config *b, int *layer);
 
-/* 1 when every layer of c uses the gated delta rule (G), the one mixer of the CUDA kernels
- * (inline: the CUDA sources call it too). */
-static inline int gdn_config_all_gdn(const gdn_config *c) {
-    for (const char *p = gdn_config_mixers(c); *p; p++)
-        if (*p != 'G') return 0;
-    return 1;
-}
-
 /* When a and b give some layer different mixers, writes "mixers: WHAT has \"A\", this run has
  * \"B\" (layer L: X vs Y)" to out and returns 1; else returns 0 and leaves out alone. */
 int gdn_config_mixers_diff(const gdn_config *a, const gdn_config *b, const char *what, char *out,

@@ -302,7 +302,7 @@ double R(gdn_cpu_forward)(acts_t *a, const gdn_param_table *t, const real *P, co
     R(gdn_rmsnorm_fwd)(a->hf, a->rstdf, xf, P + t->final_norm, N, D, (real)c->norm_eps);
     R(gdn_linear_fwd)(a->logits, a->hf, P + t->lm_head, N, D, c->vocab_size);
     a->has_grad = 0;
-    *n_valid = 0;
+    if (n_valid) *n_valid = 0;
     if (!targets) return 0.0;
     double loss = R(gdn_cross_entropy)(grad_scale != 0 ? a->logits : NULL, a->logits, targets, N,
                                        c->vocab_size, grad_scale, n_valid);

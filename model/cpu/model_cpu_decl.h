@@ -36,7 +36,7 @@ void R_(gdn_cpu_acts_free)(R_(gdn_cpu_acts) *a);
 void R_(gdn_cpu_acts_set_seq_hooks)(R_(gdn_cpu_acts) *a, const gdn_seq_hooks *hooks);
 
 /* Forward over tokens [B,T] with next-token targets [B,T] (target < 0: ignored; targets may be
- * NULL to only compute logits). Returns the SUM of the token losses and sets *n_valid.
+ * NULL to only compute logits). Returns the SUM of the token losses and sets *n_valid (may be NULL).
  * grad_scale != 0 prepares the backward pass: d(loss_sum * grad_scale)/dlogits is kept.
  * carry_in / carry_out may be NULL; they may not alias each other. */
 double R_(gdn_cpu_forward)(R_(gdn_cpu_acts) *a, const gdn_param_table *t, const real_ *params,

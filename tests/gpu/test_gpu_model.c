@@ -113,6 +113,17 @@ static void reference_params(const gdn_param_table *t, const float *p32, double 
     }
 }
 
+/* The limit for one gradient tensor: tol, except in bf16 for A_log and dt_bias [H]. Each of
+ * their entries sums a per-token term over all B x T tokens, and those terms cancel (the decay's
+ * gradient changes sign along a sequence), so the bf16 rounding of every token's q, k, v, o shows
+ * in the sum far more than in any dense tensor, and more the deeper the layer sits and the longer
+ * the sequence: measured 2.0e-2 (two G layers, T45), 2.5e-2 (T120), 6.5e-2 (the first layer of
+ * GDML under three bf16 layers, T45) and 1.85e-1 (the same, T120). The fp32 pass bounds their
+ * algebra at 1e-4, and a missing or wrong term is an O(1) error, so bf16 checks them at 2.5e-1. */
+static double grad_tol(const gdn_param *q, int bf16, double tol) {
+    return bf16 && (strstr(q->name, ".A_log") || strstr(q->name, ".dt_bias")) ? 2.5e-1 : tol;
+}
+
 static int grad_check(const grad_case *gc) {
     gdn_param_table t;
     gdn_param_table_build(&t, &gc->c);
@@ -169,7 +180,7 @@ static int grad_check(const grad_case *gc) {
         for (int i = 0; i < t.n; i++) {
             const gdn_param *q = &t.p[i];
             const double e = fd_rel_err_f32(g + q->offset, g64 + q->offset, q->numel);
-            if (!(e < tol)) {
+            if (!(e < grad_tol(q, pi, tol))) {
                 printf("    FAIL %s %s: gradient relative error %.2e\n", pi ? "bf16" : "fp32", q->name, e);
                 bad++;
             }
@@ -377,6 +388,7 @@ static int segment_check(const char *what, const gdn_config *cfg, int B, int T, 
         }
         const double e_loss = pi ? fabs(loss - loss64) / fabs(loss64) : fabs(loss - loss_ref) / fabs(loss_ref);
         double worst = 0.0, worst_full = 0.0;
+        int bad = 0; /* tensors over their limit (grad_tol) */
         const char *worst_name = "", *worst_full_name = "";
         for (int i = 0; i < t.n; i++) {
             const gdn_param *q = &t.p[i];
@@ -393,8 +405,9 @@ static int segment_check(const char *what, const gdn_config *cfg, int B, int T, 
                 worst = e;
                 worst_name = q->name;
             }
+            bad += !(e < grad_tol(q, pi, tol));
         }
-        const int ok = e_loss < tol && worst < tol;
+        const int ok = e_loss < tol && !bad;
         if (pi)
             printf("bf16 %-44s %d segments of %d%s vs fp64 CPU: loss %.1e, worst gradient %.2e (%s; one pass: %.2e, %s) %s\n",
                    what, nseg, Ts, late ? " (late states)" : "", e_loss, worst, worst_name, worst_full,
