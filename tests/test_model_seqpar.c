@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "model/check.h"
 #include "model/cpu/model_cpu.h"
 #include "tests/ref/fd.h"
 
@@ -332,11 +333,65 @@ static void test_mixers_gdml(void **state) {
     assert_true(run_segments_of("GDML", FOLD_MAPS, split3, 3) < 1e-12);
 }
 
+/* ---- a CPU hook may not hand back a ready event (model/seq_hooks.h) ------------------------- */
+static jmp_buf die_jump;
+static char die_message[2048];
+static int fake_event;
+
+static void die_to_test(const char *message) {
+    snprintf(die_message, sizeof die_message, "%s", message);
+    longjmp(die_jump, 1);
+}
+
+static void zero_halo(void *user, int l, void *const halo[3], const void *const tail[3], const size_t n[3]) {
+    (void)user, (void)l, (void)tail;
+    for (int i = 0; i < 3; i++) memset(halo[i], 0, n[i] * sizeof(double));
+}
+static void *event_state_in(void *user, int l, const void *delta, void *S_in, size_t n) {
+    (void)user, (void)l, (void)delta;
+    memset(S_in, 0, n * sizeof(double));
+    return &fake_event;
+}
+static void drop_state(void *user, int l, const void *S, size_t n) { (void)user, (void)l, (void)S, (void)n; }
+static void *zero_state(void *user, int l, const void *delta, void *S, size_t n) {
+    (void)user, (void)l, (void)delta;
+    memset(S, 0, n * sizeof(double));
+    return NULL;
+}
+static void zero_dtail(void *user, int l, void *const dtail[3], const void *const dhalo[3], const size_t n[3]) {
+    zero_halo(user, l, dtail, (const void *const *)dhalo, n);
+}
+
+static void test_cpu_hook_event_refused(void **state) {
+    (void)state;
+    const gdn_config cfg = tiny_config("G");
+    static gdn_param_table t; /* static: kept across the longjmp */
+    gdn_param_table_build(&t, &cfg);
+    double *P = make_params(&t, 3);
+    const int B = 1, T = 8;
+    int tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8}, n = 0;
+    static gdn_cpu_acts_f64 *a;
+    a = gdn_cpu_acts_create_f64(&t, B, T);
+    const gdn_seq_hooks h = {NULL, zero_halo, event_state_in, drop_state, zero_state, drop_state, zero_dtail};
+    gdn_cpu_acts_set_seq_hooks_f64(a, &h);
+    die_message[0] = 0;
+    gdn_set_die_handler(die_to_test);
+    const int died = setjmp(die_jump) != 0;
+    if (!died) gdn_cpu_forward_f64(a, &t, P, tokens, NULL, 0.0, &n, NULL, NULL);
+    gdn_set_die_handler(NULL);
+    gdn_cpu_acts_free_f64(a);
+    gdn_param_table_free(&t);
+    free(P);
+    if (!died) fail_msg("a ready event from the CPU model's fwd_state_in hook was accepted");
+    assert_non_null(strstr(die_message, "returned a ready event"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pass_state),
         cmocka_unit_test(test_fold_maps),
         cmocka_unit_test(test_mixers_gdml),
+        cmocka_unit_test(test_cpu_hook_event_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
