@@ -963,6 +963,8 @@ typedef struct {
     const gdn_config *expect_model;
     const gdn_param_table *table;
     float *params, *m, *v;
+    ckpt_tensor_fn fn; /* ckpt_verify's callback (the child runs it too, output discarded) */
+    void *user;
 } reader_args;
 
 static int read_info_job(void *arg, char *err, size_t errlen) {
@@ -1003,7 +1005,7 @@ int ckpt_load(const char *path, const gdn_config *expect_model, const gdn_param_
 
 static int verify_job(void *arg, char *err, size_t errlen) {
     reader_args *a = arg;
-    return verify_direct(a->path, NULL, NULL, err, errlen);
+    return verify_direct(a->path, a->fn, a->user, err, errlen);
 }
 
 int ckpt_verify(const char *path, ckpt_tensor_fn fn, void *user, char *err, size_t errlen) {
@@ -1011,11 +1013,10 @@ int ckpt_verify(const char *path, ckpt_tensor_fn fn, void *user, char *err, size
         io_h5_errf(err, errlen, "ckpt_verify: no path given");
         return CKPT_E_ARG;
     }
-    reader_args a = {.path = path};
+    reader_args a = {.path = path, .fn = fn, .user = user};
     int st = ckpt_guard_run(path, verify_job, &a, err, errlen);
     /* A failed child already said what is wrong; without a callback its answer is all. */
     if (st != CKPT_OK && st != CKPT_E_CHECKSUM && st != CKPT_E_TENSOR) return st;
-    if (st == CKPT_OK) ckpt_guard_mark_verified(path);
     if (!fn) return st;
     return verify_direct(path, fn, user, err, errlen);
 }

@@ -3,8 +3,11 @@
  * of ours can prevent. So every reader first runs its own operation in a forked child; a child
  * that dies by a signal, exits without answering or hangs is reported as damage, and only
  * after the child succeeded does the caller repeat the operation itself. The child is an
- * exact copy of the caller at the moment of the call, so the caller's repetition on the same
- * (immutable, atomically renamed) file takes the same path through libhdf5. */
+ * exact copy of the caller at the moment of the call and runs the very same operation (the same
+ * callbacks included, with its output discarded), so the caller's repetition on the same
+ * (immutable, atomically renamed) file takes the same path through libhdf5. No operation is
+ * excused because another one succeeded on the file before: a damaged file can pass one
+ * reader's path and crash another's. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -140,38 +143,6 @@ static void warn_unprotected(const char *path) {
             path);
 }
 
-/* Files a child verified completely (every link, attribute and dataset parsed by libhdf5),
- * by identity: device, inode, size, modification and change times. Reading such a file again
- * in this process needs no second child; a rewritten file has a new identity. */
-typedef struct {
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    struct timespec mtime, ctime;
-    int used;
-} file_id;
-
-static file_id verified[8];
-static int verified_next;
-
-static int same_id(const file_id *a, const struct stat *sb) {
-    return a->used && a->dev == sb->st_dev && a->ino == sb->st_ino && a->size == sb->st_size &&
-           a->mtime.tv_sec == sb->st_mtim.tv_sec && a->mtime.tv_nsec == sb->st_mtim.tv_nsec &&
-           a->ctime.tv_sec == sb->st_ctim.tv_sec && a->ctime.tv_nsec == sb->st_ctim.tv_nsec;
-}
-
-void ckpt_guard_mark_verified(const char *path) {
-    struct stat sb;
-    if (stat(path, &sb) != 0) return;
-    file_id *f = &verified[verified_next++ % 8];
-    f->dev = sb.st_dev;
-    f->ino = sb.st_ino;
-    f->size = sb.st_size;
-    f->mtime = sb.st_mtim;
-    f->ctime = sb.st_ctim;
-    f->used = 1;
-}
-
 int ckpt_guard_run(const char *path, ckpt_guarded_fn fn, void *arg, char *err, size_t errlen) {
     struct stat sb;
     off_t size = 0;
@@ -182,8 +153,6 @@ int ckpt_guard_run(const char *path, ckpt_guarded_fn fn, void *arg, char *err, s
             return CKPT_E_OPEN;
         }
         size = sb.st_size;
-        for (int i = 0; i < 8; i++)
-            if (same_id(&verified[i], &sb)) return CKPT_OK;
     }
     int answer[2] = {-1, -1}, errp[2] = {-1, -1};
     if (pipe2(answer, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {

@@ -40,9 +40,6 @@ typedef int (*ckpt_guarded_fn)(void *arg, char *err, size_t errlen);
  * caller (its writes to memory are its own), so fn may fill the caller's buffers freely. */
 int ckpt_guard_run(const char *path, ckpt_guarded_fn fn, void *arg, char *err, size_t errlen);
 
-/* Records that a child verified path completely (ckpt_verify succeeded): later guarded
- * reads of the same unchanged file in this process run directly. */
-void ckpt_guard_mark_verified(const char *path);
 
 /* Tests only: called in the child before fn (to simulate a crash or a hang). */
 extern void (*ckpt_guard_child_hook)(void);

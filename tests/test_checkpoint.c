@@ -806,6 +806,57 @@ static void test_child_crash_and_hang_are_damage(void **state) {
     expect_weights(f, path, &f->cfg, "the file after the crashed checks");
 }
 
+/* Every reader runs its own operation in a child first, also right after another reader
+ * succeeded on the same file: a damaged file can pass verify's path through libhdf5 and crash
+ * read_info's, so no reader may be excused by an earlier success. The child hook counts the
+ * children through a pipe; the verifying child runs the caller's callback too. */
+static int child_count_fd = -1;
+static pid_t caller_pid;
+static void count_hook(void) {
+    if (write(child_count_fd, "c", 1) != 1) _exit(9);
+}
+static int count_tensor(const ckpt_tensor_view *tv, void *user) {
+    (void)tv;
+    (void)user;
+    if (write(child_count_fd, getpid() == caller_pid ? "T" : "t", 1) != 1) _exit(9);
+    return 0;
+}
+
+static void test_every_reader_has_its_child(void **state) {
+    fixture *f = *state;
+    char path[512], err[2048];
+    ckpt_path_for_step(f->dir, 5, path, sizeof path);
+    save_step(f, path, 5);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    child_count_fd = fds[1];
+    caller_pid = getpid();
+    ckpt_guard_child_hook = count_hook;
+    assert_int_equal(ckpt_verify(path, NULL, NULL, err, sizeof err), CKPT_OK);
+    ckpt_info info;
+    assert_int_equal(ckpt_read_info(path, &info, err, sizeof err), CKPT_OK);
+    ckpt_info_free(&info);
+    float *p2 = calloc(f->table.total, sizeof(float));
+    assert_int_equal(ckpt_load(path, &f->cfg, &f->table, p2, NULL, NULL, NULL, err, sizeof err), CKPT_OK);
+    free(p2);
+    assert_int_equal(ckpt_verify(path, count_tensor, NULL, err, sizeof err), CKPT_OK);
+    ckpt_guard_child_hook = NULL;
+    close(fds[1]);
+    char buf[4096];
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    close(fds[0]);
+    int children = 0, in_child = 0, in_caller = 0;
+    for (ssize_t i = 0; i < n; i++) {
+        children += buf[i] == 'c';
+        in_child += buf[i] == 't';
+        in_caller += buf[i] == 'T';
+    }
+    assert_int_equal(children, 4); /* verify, read_info, load, verify with a callback */
+    /* the last child ran the caller's callback on every tensor the caller's run saw */
+    assert_true(in_caller >= f->table.n);
+    assert_int_equal(in_child, in_caller);
+}
+
 /* Flipped bytes in HDF5 metadata: every reader answers (ok with the right contents, or an
  * error), none crashes this process. Some of these flips crash libhdf5 1.10 itself. */
 static void test_flipped_metadata_never_crashes(void **state) {
@@ -903,6 +954,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_prune, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metadata_edits_are_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_child_crash_and_hang_are_damage, setup, teardown),
+cmocka_unit_test_setup_teardown(test_every_reader_has_its_child, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flipped_metadata_never_crashes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_save_then_clean_exit, setup, teardown),
     };
