@@ -4,7 +4,10 @@
  * Block l:  x_mid = x_in + o_proj(gated_norm(delta_rule(q, k, v, g, beta), z))
  *           (the layer's mixer, model/mixer.h, picks the rule and which of g, beta exist)
  *           x_in[l+1] = x_mid + down(silu(gate(h2)) * up(h2)),  h2 = rmsnorm(x_mid)
- * with q, k, v = silu(conv4(proj(h1))), q and k L2-normalised per head, h1 = rmsnorm(x_in). */
+ * with q, k, v = silu(conv4(proj(h1))), q and k L2-normalised per head, h1 = rmsnorm(x_in).
+ * An attention layer (mixer A, docs/design.md section 2.7) has instead
+ *           x_mid = x_in + o_proj(attention(rope(qnorm(q)), rope(knorm(k)), v))
+ * with q, k, v = proj(h1) (+ bias), the norms optional, causal grouped-query attention. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +44,10 @@ typedef struct {
     real *h2;      /* [N,D] */
     real *gp, *up; /* [N,F] */
     real *m;       /* [N,F] silu(gp) * up */
+    /* An attention layer uses qp, kp, vp (projections with bias; vp is v), q, k (after the
+     * norms and RoPE), rq, rk (the norms' rstd), o [N,H*Da] and lse; none of the rest of the
+     * mixer's. */
+    real *lse;     /* [B,H,T] */
 } layer_acts;
 
 /* Gradient scratch for the backward pass, reused by every block. */
@@ -56,6 +63,9 @@ typedef struct {
      * and the halo gradients */
     real *S_out, *dS_out, *dS_in;
     real *tail[3], *dhalo[3];
+    /* attention layers: gradients of o and q [N,H*Da], of k and v [N,Hkv*Da], and of the
+     * projections before the q/k norms */
+    real *ado, *adq, *adk, *adv, *adqp, *adkp;
 } grad_scratch;
 
 struct R(gdn_cpu_acts) {
@@ -71,6 +81,8 @@ struct R(gdn_cpu_acts) {
     real *logits;      /* [N,vocab]; holds dlogits after a forward with grad_scale != 0 */
     int has_grad;
     int seq_parallel;  /* hooks set */
+    int pos0;          /* position of the first token (a carried KV cache); the backward needs 0 */
+    int n_attn;        /* attention layers */
     hooks_t hooks;
     grad_scratch s;
     real *arena;
@@ -91,9 +103,21 @@ static size_t acts_layout(acts_t *a, real *base) {
     } while (0)
     TAKE(a->x, (size_t)(c->n_layers + 1) * N * D);
     TAKE(a->x_mid, (size_t)c->n_layers * N * D);
+    const size_t QW = H * (size_t)gdn_config_attn_dim(c);
+    const size_t KW = (size_t)gdn_config_kv_heads(c) * (size_t)gdn_config_attn_dim(c);
+    const int n_attn = gdn_config_count_mixer(c, GDN_MIXER_A);
     for (int l = 0; l < c->n_layers; l++) {
         layer_acts *L = &a->L[l];
         TAKE(L->rstd1, N); TAKE(L->h1, N * D);
+        TAKE(L->rstd2, N); TAKE(L->h2, N * D);
+        TAKE(L->gp, N * F); TAKE(L->up, N * F); TAKE(L->m, N * F);
+        if (!gdn_mixer_get(gdn_config_layer_mixer(c, l))->is_delta) {
+            TAKE(L->qp, N * QW); TAKE(L->kp, N * KW); TAKE(L->vp, N * KW);
+            TAKE(L->q, N * QW); TAKE(L->k, N * KW);
+            TAKE(L->rq, N * H); TAKE(L->rk, N * (size_t)gdn_config_kv_heads(c));
+            TAKE(L->o, N * QW); TAKE(L->lse, N * H);
+            continue;
+        }
         TAKE(L->qp, N * HK); TAKE(L->kp, N * HK); TAKE(L->vp, N * HV); TAKE(L->zp, N * HV);
         TAKE(L->ap, N * H); TAKE(L->bp, N * H);
         TAKE(L->qc, N * HK); TAKE(L->kc, N * HK); TAKE(L->vc, N * HV);
@@ -102,8 +126,6 @@ static size_t acts_layout(acts_t *a, real *base) {
         TAKE(L->S0, Bsz * H * K * V);
         TAKE(L->halo_q, Bsz * Wm1 * HK); TAKE(L->halo_k, Bsz * Wm1 * HK); TAKE(L->halo_v, Bsz * Wm1 * HV);
         TAKE(L->o, N * HV); TAKE(L->rstd_o, N * H); TAKE(L->y, N * HV);
-        TAKE(L->rstd2, N); TAKE(L->h2, N * D);
-        TAKE(L->gp, N * F); TAKE(L->up, N * F); TAKE(L->m, N * F);
     }
     TAKE(a->rstdf, N); TAKE(a->hf, N * D); TAKE(a->logits, N * (size_t)c->vocab_size);
     grad_scratch *s = &a->s;
@@ -118,6 +140,10 @@ static size_t acts_layout(acts_t *a, real *base) {
         TAKE(s->tail[i], Bsz * Wm1 * (i < 2 ? HK : HV));
         TAKE(s->dhalo[i], Bsz * Wm1 * (i < 2 ? HK : HV));
     }
+    if (n_attn) {
+        TAKE(s->ado, N * QW); TAKE(s->adq, N * QW); TAKE(s->adqp, N * QW);
+        TAKE(s->adk, N * KW); TAKE(s->adv, N * KW); TAKE(s->adkp, N * KW);
+    }
 #undef TAKE
     return used;
 }
@@ -129,6 +155,7 @@ acts_t *R(gdn_cpu_acts_create)(const gdn_param_table *t, int B, int T) {
     a->T = T;
     a->N = (size_t)B * (size_t)T;
     a->L = GDN_CALLOC((size_t)t->cfg.n_layers, sizeof *a->L);
+    a->n_attn = gdn_config_count_mixer(&t->cfg, GDN_MIXER_A);
     a->tokens = GDN_CALLOC(a->N, sizeof *a->tokens);
     size_t n = acts_layout(a, NULL);
     a->arena_n = n;
@@ -162,6 +189,12 @@ void R(gdn_cpu_acts_set_seq_hooks)(acts_t *a, const hooks_t *hooks) {
     if (!hooks->fwd_halo || !hooks->fwd_state_in || !hooks->fwd_state_out || !hooks->bwd_state_out ||
         !hooks->bwd_state_in || !hooks->bwd_halo)
         GDN_DIE("gdn_cpu_acts_set_seq_hooks: every sequence-parallel hook must be set");
+    for (int l = 0; l < a->cfg.n_layers; l++) {
+        const gdn_mixer_info *mx = gdn_mixer_get(gdn_config_layer_mixer(&a->cfg, l));
+        if (!mx->is_delta)
+            GDN_DIE("sequence parallelism does not support %s layers yet (layer %d is '%c'): "
+                    "train this model with sp = 1", mx->name, l, mx->kind);
+    }
     if (a->T < a->cfg.conv_width - 1)
         GDN_DIE("sequence parallelism needs at least conv_width - 1 = %d tokens per segment, got %d: "
                 "use a smaller sp or a longer seq_len", a->cfg.conv_width - 1, a->T);
@@ -201,16 +234,16 @@ static void tail_rows(real *tail, real *x, int B, int T, int C, int Wm1, int add
     }
 }
 
-static void block_forward(acts_t *a, const gdn_param_table *t, const real *P, int l,
+static void delta_forward(acts_t *a, const gdn_param_table *t, const real *P, int l,
                           const carry_t *cin, carry_t *cout) {
     const gdn_config *c = &a->cfg;
     const int N = (int)a->N, D = c->d_model, H = c->n_heads, K = c->head_dim;
-    const int V = gdn_config_head_v(c), F = c->d_ff, W = c->conv_width, B = a->B, T = a->T;
+    const int V = gdn_config_head_v(c), W = c->conv_width, B = a->B, T = a->T;
     const int HK = H * K, HV = H * V;
     const gdn_layer_offsets *off = &t->layer[l];
     layer_acts *L = &a->L[l];
     const real *x = a->x + (size_t)l * N * D;
-    real *xm = a->x_mid + (size_t)l * N * D, *xo = a->x + (size_t)(l + 1) * N * D;
+    real *xm = a->x_mid + (size_t)l * N * D;
     const real eps = (real)c->norm_eps;
     const size_t state_n = (size_t)B * H * K * V, hk_n = (size_t)B * (W - 1) * HK,
                  hv_n = (size_t)B * (W - 1) * HV;
@@ -275,7 +308,174 @@ static void block_forward(acts_t *a, const gdn_param_table *t, const real *P, in
     R(gdn_gated_rmsnorm_fwd)(L->y, L->rstd_o, L->o, L->zp, P + off->o_norm, N * H, V, eps);
     R(gdn_linear_fwd)(xm, L->y, P + off->o_proj, N, HV, D);
     add_into(xm, x, (size_t)N * D);
+}
 
+/* ---- attention layers ------------------------------------------------------------------------ */
+
+/* y[n, :] += b for every row n of y [N, C]. */
+static void add_bias(real *y, const real *b, int N, int C) {
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < C; j++) y[(size_t)n * C + j] += b[j];
+}
+
+/* db[j] += sum over rows of dy [N, C] (in double: one sum over every token). */
+static void bias_grad(real *db, const real *dy, int N, int C) {
+    for (int j = 0; j < C; j++) {
+        double acc = 0;
+        for (int n = 0; n < N; n++) acc += dy[(size_t)n * C + j];
+        db[j] += (real)acc;
+    }
+}
+
+/* Which of the attention layers l is (its slice of a carried KV cache). */
+static int attn_index(const gdn_param_table *t, int l) {
+    int i = 0;
+    for (int j = 0; j < l; j++) i += t->layer[j].mixer == GDN_MIXER_A;
+    return i;
+}
+
+/* The attention layer's keys and values of positions 0 .. pos0+T-1 in cache rows [B,len,Hkv,Da]:
+ * the carried rows (copied unless carry_in and carry_out share the buffers) and this segment's.
+ * Returns the cache to read: carry_out's, or a fresh buffer in *own when there is none. */
+static real *kv_cache_fill(const acts_t *a, const gdn_param_table *t, int l, const carry_t *cin,
+                           carry_t *cout, int which, real **own) {
+    const gdn_config *c = &a->cfg;
+    const int B = a->B, T = a->T, p0 = a->pos0;
+    const size_t row = (size_t)gdn_config_kv_heads(c) * gdn_config_attn_dim(c);
+    const layer_acts *L = &a->L[l];
+    const real *cur = which ? L->vp : L->k;
+    const int ai = attn_index(t, l);
+    if (p0 > 0 && (!cin->kv_k || !cin->kv_v))
+        GDN_DIE("gdn_cpu_forward: carry_in->pos = %d but the carry has no KV cache for the model's "
+                "attention layers (kv_k, kv_v)", p0);
+    if (p0 > 0 && p0 > cin->kv_len)
+        GDN_DIE("gdn_cpu_forward: carry_in->pos = %d is beyond its KV cache of %d rows", p0, cin->kv_len);
+    real *dst = NULL;
+    int len = p0 + T;
+    *own = NULL;
+    if (cout && (which ? cout->kv_v : cout->kv_k)) {
+        if ((long)p0 + T > cout->kv_len)
+            GDN_DIE("gdn_cpu_forward: the KV cache holds %d positions per sequence; this segment "
+                    "ends at %ld: allocate a longer cache (kv_len)", cout->kv_len, (long)p0 + T);
+        len = cout->kv_len;
+        dst = (which ? cout->kv_v : cout->kv_k) + (size_t)ai * B * len * row;
+    } else {
+        dst = *own = GDN_MALLOC(sizeof(real) * (size_t)B * (size_t)len * row);
+    }
+    if (p0 > 0) {
+        const real *src = (which ? cin->kv_v : cin->kv_k) + (size_t)ai * B * cin->kv_len * row;
+        for (int b = 0; b < B; b++)
+            if (src + (size_t)b * cin->kv_len * row != dst + (size_t)b * len * row)
+                memmove(dst + (size_t)b * len * row, src + (size_t)b * cin->kv_len * row,
+                        sizeof(real) * (size_t)p0 * row);
+    }
+    for (int b = 0; b < B; b++)
+        memcpy(dst + ((size_t)b * len + p0) * row, cur + (size_t)b * T * row, sizeof(real) * (size_t)T * row);
+    return dst;
+}
+
+static void attn_forward(acts_t *a, const gdn_param_table *t, const real *P, int l, const carry_t *cin,
+                         carry_t *cout) {
+    const gdn_config *c = &a->cfg;
+    const int N = (int)a->N, D = c->d_model, H = c->n_heads, B = a->B, T = a->T;
+    const int Hkv = gdn_config_kv_heads(c), Da = gdn_config_attn_dim(c), QW = H * Da, KW = Hkv * Da;
+    const double theta = gdn_config_rope_theta(c);
+    const gdn_layer_offsets *off = &t->layer[l];
+    layer_acts *L = &a->L[l];
+    const real *x = a->x + (size_t)l * N * D;
+    real *xm = a->x_mid + (size_t)l * N * D;
+    const real eps = (real)c->norm_eps;
+
+    R(gdn_rmsnorm_fwd)(L->h1, L->rstd1, x, P + off->attn_norm, N, D, eps);
+    R(gdn_linear_fwd)(L->qp, L->h1, P + off->q_proj, N, D, QW);
+    R(gdn_linear_fwd)(L->kp, L->h1, P + off->k_proj, N, D, KW);
+    R(gdn_linear_fwd)(L->vp, L->h1, P + off->v_proj, N, D, KW);
+    if (c->qkv_bias) {
+        add_bias(L->qp, P + off->q_bias, N, QW);
+        add_bias(L->kp, P + off->k_bias, N, KW);
+        add_bias(L->vp, P + off->v_bias, N, KW);
+    }
+    if (c->qk_norm) { /* Qwen3: RMSNorm per (token, head) before RoPE */
+        R(gdn_rmsnorm_fwd)(L->q, L->rq, L->qp, P + off->q_norm, N * H, Da, eps);
+        R(gdn_rmsnorm_fwd)(L->k, L->rk, L->kp, P + off->k_norm, N * Hkv, Da, eps);
+    } else {
+        memcpy(L->q, L->qp, sizeof(real) * (size_t)N * QW);
+        memcpy(L->k, L->kp, sizeof(real) * (size_t)N * KW);
+    }
+    R(gdn_rope_fwd)(L->q, L->q, B, T, H, Da, a->pos0, theta);
+    R(gdn_rope_fwd)(L->k, L->k, B, T, Hkv, Da, a->pos0, theta);
+
+    gdn_attn_shape shape = {B, T, H, Hkv, Da};
+    const real scale = (real)(1.0 / sqrt((double)Da));
+    if (cout && !cout->kv_k != !cout->kv_v)
+        GDN_DIE("gdn_cpu_forward: carry_out has only one of kv_k, kv_v; give both or neither");
+    if (a->pos0 == 0) { /* the whole sequence so far is this segment: the blocked op */
+        R(gdn_attn_fwd)(&shape, L->q, L->k, L->vp, scale, L->o, L->lse);
+        real *own_k = NULL, *own_v = NULL;
+        if (cout && cout->kv_k) {
+            kv_cache_fill(a, t, l, cin, cout, 0, &own_k);
+            kv_cache_fill(a, t, l, cin, cout, 1, &own_v);
+        }
+    } else {
+        real *own_k, *own_v;
+        real *kc = kv_cache_fill(a, t, l, cin, cout, 0, &own_k);
+        real *vc = kv_cache_fill(a, t, l, cin, cout, 1, &own_v);
+        const int len = own_k ? a->pos0 + T : cout->kv_len;
+        R(gdn_attn_fwd_cached)(&shape, L->q, kc, vc, len, a->pos0, scale, L->o, L->lse);
+        free(own_k);
+        free(own_v);
+    }
+    R(gdn_linear_fwd)(xm, L->o, P + off->o_proj, N, QW, D);
+    add_into(xm, x, (size_t)N * D);
+}
+
+/* Backward of attn_forward; s->dx holds dL/dx_mid on entry, dL/dx_in on return. */
+static void attn_backward(acts_t *a, const gdn_param_table *t, const real *P, real *G, int l) {
+    const gdn_config *c = &a->cfg;
+    const int N = (int)a->N, D = c->d_model, H = c->n_heads, B = a->B, T = a->T;
+    const int Hkv = gdn_config_kv_heads(c), Da = gdn_config_attn_dim(c), QW = H * Da, KW = Hkv * Da;
+    const double theta = gdn_config_rope_theta(c);
+    const gdn_layer_offsets *off = &t->layer[l];
+    const layer_acts *L = &a->L[l];
+    const grad_scratch *s = &a->s;
+    const real *x = a->x + (size_t)l * N * D;
+
+    R(gdn_linear_bwd)(s->ado, G + off->o_proj, s->dx, L->o, P + off->o_proj, N, QW, D);
+    gdn_attn_shape shape = {B, T, H, Hkv, Da};
+    const real scale = (real)(1.0 / sqrt((double)Da));
+    R(gdn_attn_bwd)(&shape, L->q, L->k, L->vp, L->o, L->lse, scale, s->ado, s->adq, s->adk, s->adv);
+    R(gdn_rope_bwd)(s->adq, s->adq, B, T, H, Da, 0, theta);
+    R(gdn_rope_bwd)(s->adk, s->adk, B, T, Hkv, Da, 0, theta);
+    const real *dqp = s->adq, *dkp = s->adk;
+    if (c->qk_norm) {
+        R(gdn_rmsnorm_bwd)(s->adqp, G + off->q_norm, s->adq, L->qp, P + off->q_norm, L->rq, N * H, Da);
+        R(gdn_rmsnorm_bwd)(s->adkp, G + off->k_norm, s->adk, L->kp, P + off->k_norm, L->rk, N * Hkv, Da);
+        dqp = s->adqp;
+        dkp = s->adkp;
+    }
+    if (c->qkv_bias) {
+        bias_grad(G + off->q_bias, dqp, N, QW);
+        bias_grad(G + off->k_bias, dkp, N, KW);
+        bias_grad(G + off->v_bias, s->adv, N, KW);
+    }
+    R(gdn_linear_bwd)(s->dh, G + off->q_proj, dqp, L->h1, P + off->q_proj, N, D, QW);
+    R(gdn_linear_bwd)(s->dtmp, G + off->k_proj, dkp, L->h1, P + off->k_proj, N, D, KW);
+    add_into(s->dh, s->dtmp, (size_t)N * D);
+    R(gdn_linear_bwd)(s->dtmp, G + off->v_proj, s->adv, L->h1, P + off->v_proj, N, D, KW);
+    add_into(s->dh, s->dtmp, (size_t)N * D);
+    R(gdn_rmsnorm_bwd)(s->dtmp, G + off->attn_norm, s->dh, x, P + off->attn_norm, L->rstd1, N, D);
+    add_into(s->dx, s->dtmp, (size_t)N * D);
+}
+
+/* The block's MLP on x_mid: x_in[l+1] = x_mid + down(silu(gate(h2)) * up(h2)). */
+static void mlp_forward(acts_t *a, const gdn_param_table *t, const real *P, int l) {
+    const gdn_config *c = &a->cfg;
+    const int N = (int)a->N, D = c->d_model, F = c->d_ff;
+    const gdn_layer_offsets *off = &t->layer[l];
+    layer_acts *L = &a->L[l];
+    const real *xm = a->x_mid + (size_t)l * N * D;
+    real *xo = a->x + (size_t)(l + 1) * N * D;
+    const real eps = (real)c->norm_eps;
     R(gdn_rmsnorm_fwd)(L->h2, L->rstd2, xm, P + off->mlp_norm, N, D, eps);
     R(gdn_linear_fwd)(L->gp, L->h2, P + off->gate_proj, N, D, F);
     R(gdn_linear_fwd)(L->up, L->h2, P + off->up_proj, N, D, F);
@@ -297,7 +497,14 @@ double R(gdn_cpu_forward)(acts_t *a, const gdn_param_table *t, const real *P, co
             GDN_DIE("token id %d at position %d is outside the vocabulary [0, %d)", tokens[i], i,
                     c->vocab_size);
     R(gdn_embed_fwd)(a->x, tokens, P + t->embed, N, D);
-    for (int l = 0; l < nL; l++) block_forward(a, t, P, l, cin, cout);
+    a->pos0 = cin ? cin->pos : 0;
+    if (a->pos0 < 0) GDN_DIE("gdn_cpu_forward: carry_in->pos is %d; it must be >= 0", a->pos0);
+    for (int l = 0; l < nL; l++) {
+        if (gdn_mixer_get(t->layer[l].mixer)->is_delta) delta_forward(a, t, P, l, cin, cout);
+        else attn_forward(a, t, P, l, cin, cout);
+        mlp_forward(a, t, P, l);
+    }
+    if (cout) cout->pos = a->pos0 + a->T;
     const real *xf = a->x + (size_t)nL * N * D;
     R(gdn_rmsnorm_fwd)(a->hf, a->rstdf, xf, P + t->final_norm, N, D, (real)c->norm_eps);
     R(gdn_linear_fwd)(a->logits, a->hf, P + t->lm_head, N, D, c->vocab_size);
@@ -310,17 +517,15 @@ double R(gdn_cpu_forward)(acts_t *a, const gdn_param_table *t, const real *P, co
     return loss;
 }
 
-static void block_backward(acts_t *a, const gdn_param_table *t, const real *P, real *G, int l) {
+/* The MLP's backward: s->dx holds dL/dx_in[l+1] on entry and dL/dx_mid on return. */
+static void mlp_backward(acts_t *a, const gdn_param_table *t, const real *P, real *G, int l) {
     const gdn_config *c = &a->cfg;
-    const int N = (int)a->N, D = c->d_model, H = c->n_heads, K = c->head_dim;
-    const int V = gdn_config_head_v(c), F = c->d_ff, W = c->conv_width, B = a->B, T = a->T;
-    const int HK = H * K, HV = H * V;
+    const int N = (int)a->N, D = c->d_model, F = c->d_ff;
     const gdn_layer_offsets *off = &t->layer[l];
     const layer_acts *L = &a->L[l];
     const grad_scratch *s = &a->s;
-    const real *x = a->x + (size_t)l * N * D, *xm = a->x_mid + (size_t)l * N * D;
+    const real *xm = a->x_mid + (size_t)l * N * D;
 
-    /* MLP: s->dx holds dL/dx_in[l+1] = dL/dx_mid through the residual. */
     R(gdn_linear_bwd)(s->dm, G + off->down_proj, s->dx, L->m, P + off->down_proj, N, F, D);
     R(gdn_swiglu_bwd)(s->dgp, s->dup, s->dm, L->gp, L->up, (size_t)N * F);
     R(gdn_linear_bwd)(s->dh, G + off->gate_proj, s->dgp, L->h2, P + off->gate_proj, N, D, F);
@@ -328,6 +533,17 @@ static void block_backward(acts_t *a, const gdn_param_table *t, const real *P, r
     add_into(s->dh, s->dtmp, (size_t)N * D);
     R(gdn_rmsnorm_bwd)(s->dtmp, G + off->mlp_norm, s->dh, xm, P + off->mlp_norm, L->rstd2, N, D);
     add_into(s->dx, s->dtmp, (size_t)N * D);
+}
+
+static void delta_backward(acts_t *a, const gdn_param_table *t, const real *P, real *G, int l) {
+    const gdn_config *c = &a->cfg;
+    const int N = (int)a->N, D = c->d_model, H = c->n_heads, K = c->head_dim;
+    const int V = gdn_config_head_v(c), W = c->conv_width, B = a->B, T = a->T;
+    const int HK = H * K, HV = H * V;
+    const gdn_layer_offsets *off = &t->layer[l];
+    const layer_acts *L = &a->L[l];
+    const grad_scratch *s = &a->s;
+    const real *x = a->x + (size_t)l * N * D;
 
     /* Mixer output: o_proj, gated norm. */
     R(gdn_linear_bwd)(s->dy, G + off->o_proj, s->dx, L->y, P + off->o_proj, N, HV, D);
@@ -403,13 +619,20 @@ static void block_backward(acts_t *a, const gdn_param_table *t, const real *P, r
 
 void R(gdn_cpu_backward)(acts_t *a, const gdn_param_table *t, const real *P, real *G) {
     if (!a->has_grad) GDN_DIE("gdn_cpu_backward needs a forward pass run with targets and grad_scale != 0");
+    if (a->pos0 && a->n_attn)
+        GDN_DIE("gdn_cpu_backward: the forward pass read a carried KV cache (pos %d); the backward "
+                "pass of attention layers starts at position 0", a->pos0);
     const gdn_config *c = &a->cfg;
     const int N = (int)a->N, D = c->d_model;
     const grad_scratch *s = &a->s;
     R(gdn_linear_bwd)(s->dhf, G + t->lm_head, a->logits, a->hf, P + t->lm_head, N, D, c->vocab_size);
     R(gdn_rmsnorm_bwd)(s->dx, G + t->final_norm, s->dhf, a->x + (size_t)c->n_layers * N * D,
                        P + t->final_norm, a->rstdf, N, D);
-    for (int l = c->n_layers - 1; l >= 0; l--) block_backward(a, t, P, G, l);
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        mlp_backward(a, t, P, G, l);
+        if (gdn_mixer_get(t->layer[l].mixer)->is_delta) delta_backward(a, t, P, G, l);
+        else attn_backward(a, t, P, G, l);
+    }
     R(gdn_embed_bwd)(G + t->embed, a->tokens, s->dx, N, D);
     a->has_grad = 0;
 }
