@@ -184,21 +184,22 @@ const real *R(gdn_cpu_hidden)(const acts_t *a, int layer) {
 size_t R(gdn_cpu_acts_bytes)(const acts_t *a) { return a->arena_n * sizeof(real) + a->N * sizeof *a->tokens; }
 
 void R(gdn_cpu_acts_set_seq_hooks)(acts_t *a, const hooks_t *hooks) {
-    a->seq_parallel = hooks != NULL;
+    a->seq_parallel = 0;
     if (!hooks) return;
-    if (!hooks->fwd_halo || !hooks->fwd_state_in || !hooks->fwd_state_out || !hooks->bwd_state_out ||
-        !hooks->bwd_state_in || !hooks->bwd_halo)
-        GDN_DIE("gdn_cpu_acts_set_seq_hooks: every sequence-parallel hook must be set");
     for (int l = 0; l < a->cfg.n_layers; l++) {
         const gdn_mixer_info *mx = gdn_mixer_get(gdn_config_layer_mixer(&a->cfg, l));
         if (!mx->is_delta)
             GDN_DIE("sequence parallelism does not support %s layers yet (layer %d is '%c'): "
                     "train this model with sp = 1", mx->name, l, mx->kind);
     }
+    if (!hooks->fwd_halo || !hooks->fwd_state_in || !hooks->fwd_state_out || !hooks->bwd_state_out ||
+        !hooks->bwd_state_in || !hooks->bwd_halo)
+        GDN_DIE("gdn_cpu_acts_set_seq_hooks: every sequence-parallel hook must be set");
     if (a->T < a->cfg.conv_width - 1)
         GDN_DIE("sequence parallelism needs at least conv_width - 1 = %d tokens per segment, got %d: "
                 "use a smaller sp or a longer seq_len", a->cfg.conv_width - 1, a->T);
     a->hooks = *hooks;
+    a->seq_parallel = 1;
 }
 
 static void add_into(real *dst, const real *src, size_t n) {
