@@ -443,6 +443,15 @@ static void tmp_path(char *out, size_t len, const char *what) {
     snprintf(out, len, "%s/gdn_test_attn_%d_%s.h5", dir && dir[0] ? dir : "/tmp", (int)getpid(), what);
 }
 
+/* The attention fields of m: n_kv_heads, attn_head_dim, rope_theta, and qk_norm = qkv_bias = on. */
+static void assert_attn_fields(const gdn_config *m, int kv, int da, double theta, int on) {
+    assert_int_equal(m->n_kv_heads, kv);
+    assert_int_equal(m->attn_head_dim, da);
+    assert_true(m->rope_theta == theta);
+    assert_int_equal(m->qk_norm, on);
+    assert_int_equal(m->qkv_bias, on);
+}
+
 /* The attention fields are stored, read back and compared on load (naming the field); the
  * tensors of a hybrid round-trip exactly; a file without the fields reads as the defaults. */
 static void test_checkpoint(void **state) {
@@ -459,11 +468,7 @@ static void test_checkpoint(void **state) {
     if (ckpt_save_atomic(path, &cc, err, sizeof err)) fail_msg("save: %s", err);
     ckpt_info info;
     assert_int_equal(ckpt_read_info(path, &info, err, sizeof err), CKPT_OK);
-    assert_int_equal(info.model.n_kv_heads, 2);
-    assert_int_equal(info.model.attn_head_dim, 6);
-    assert_true(info.model.rope_theta == 123456.5);
-    assert_int_equal(info.model.qk_norm, 1);
-    assert_int_equal(info.model.qkv_bias, 1);
+    assert_attn_fields(&info.model, 2, 6, 123456.5, 1);
     assert_string_equal(info.model.mixers, "GA");
     ckpt_info_free(&info);
     assert_int_equal(ckpt_load(path, &c, &t, q, NULL, NULL, NULL, err, sizeof err), CKPT_OK);
@@ -481,11 +486,8 @@ static void test_checkpoint(void **state) {
     remove(path);
 
     /* a G model written before the fields existed: they read as the defaults, and it loads */
-    gdn_config g;
-    gdn_config_defaults(&g);
-    g.d_model = 16;
-    g.head_dim = 8;
-    g.d_ff = 16;
+    gdn_config g = tiny_config(1, 0);
+    g.rope_theta = 10000.0; /* what the defaults give a new run */
     gdn_param_table tg;
     gdn_param_table_build(&tg, &g);
     float *pg = calloc(tg.total, sizeof *pg), *qg = calloc(tg.total, sizeof *qg);
@@ -501,11 +503,7 @@ static void test_checkpoint(void **state) {
     assert_int_equal(ckpt_meta_write(f, err, sizeof err), 0);
     H5Fclose(f);
     assert_int_equal(ckpt_read_info(path, &info, err, sizeof err), CKPT_OK);
-    assert_int_equal(info.model.n_kv_heads, 0);
-    assert_int_equal(info.model.attn_head_dim, 0);
-    assert_true(info.model.rope_theta == 10000.0);
-    assert_int_equal(info.model.qk_norm, 0);
-    assert_int_equal(info.model.qkv_bias, 0);
+    assert_attn_fields(&info.model, 0, 0, 10000.0, 0);
     ckpt_info_free(&info);
     assert_int_equal(ckpt_load(path, &g, &tg, qg, NULL, NULL, NULL, err, sizeof err), CKPT_OK);
     assert_memory_equal(pg, qg, tg.total * sizeof *pg);
