@@ -436,6 +436,41 @@ static void test_refusals(void **state) {
     assert_int_equal(gdn_run_config_parse(&rc, 4, ok, err, sizeof err), 0);
 }
 
+/* ---- presets ---------------------------------------------------------------------------------- */
+
+/* The attention presets resolve to valid models of the documented shape. */
+static void test_presets(void **state) {
+    (void)state;
+    static gdn_run_config rc, ref;
+    char err[1024];
+    char *small[] = {"train", "--out=/nonexistent/never", "--preset=small"};
+    char *attn[] = {"train", "--out=/nonexistent/never", "--preset=attn-small"};
+    char *big[] = {"train", "--out=/nonexistent/never", "--preset=gdn512m"};
+    char *hyb[] = {"train", "--out=/nonexistent/never", "--preset=gdn512m-hybrid"};
+    size_t n_ref, n;
+    assert_int_equal(gdn_run_config_parse(&ref, 3, small, err, sizeof err), 0);
+    assert_int_equal(gdn_run_config_parse(&rc, 3, attn, err, sizeof err), 0);
+    assert_int_equal(gdn_config_validate(&rc.model, err, sizeof err), 0);
+    assert_string_equal(rc.model.mixers, "A");
+    assert_int_equal(rc.model.d_model, ref.model.d_model);
+    assert_int_equal(rc.model.n_layers, ref.model.n_layers);
+    assert_int_equal(rc.seq_len, ref.seq_len);
+    assert_int_equal(gdn_config_count_mixer(&rc.model, GDN_MIXER_A), 6);
+
+    assert_int_equal(gdn_run_config_parse(&ref, 3, big, err, sizeof err), 0);
+    assert_int_equal(gdn_run_config_parse(&rc, 3, hyb, err, sizeof err), 0);
+    assert_string_equal(rc.model.mixers, "GGGA");
+    assert_int_equal(gdn_param_count(&ref.model, &n_ref, err, sizeof err), 0);
+    assert_int_equal(gdn_param_count(&rc.model, &n, err, sizeof err), 0);
+    printf("gdn512m %zu parameters, gdn512m-hybrid %zu\n", n_ref, n);
+    assert_int_equal(n, 459656384);
+    assert_int_equal(gdn_config_count_mixer(&rc.model, GDN_MIXER_A), 5); /* layers 3, 7, .., 19 */
+    ref.model.n_kv_heads = rc.model.n_kv_heads; /* only the pattern and the attention shape differ */
+    ref.model.attn_head_dim = rc.model.attn_head_dim;
+    snprintf(ref.model.mixers, sizeof ref.model.mixers, "GGGA");
+    assert_memory_equal(&ref.model, &rc.model, sizeof rc.model);
+}
+
 /* ---- checkpoints ------------------------------------------------------------------------------ */
 
 static void tmp_path(char *out, size_t len, const char *what) {
@@ -525,6 +560,7 @@ int main(void) {
         cmocka_unit_test(test_decoding_f32_greedy),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_checkpoint),
+        cmocka_unit_test(test_presets),
         cmocka_unit_test(test_gradient_a),
         cmocka_unit_test(test_gradient_ga),
         cmocka_unit_test(test_gradient_agdm),
