@@ -169,6 +169,12 @@ int gdn_config_layer_mixer(const gdn_config *c, int l) {
     return l < 0 ? -1 : gdn_mixer_from_kind(p[(size_t)l % n]);
 }
 
+int gdn_config_count_mixer(const gdn_config *c, int mixer) {
+    int n = 0;
+    for (int l = 0; l < c->n_layers; l++) n += gdn_config_layer_mixer(c, l) == mixer;
+    return n;
+}
+
 /* "G (gdn), D (deltanet), ..." */
 static void list_kinds(char *out, size_t len) {
     size_t used = 0;

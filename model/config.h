@@ -79,6 +79,18 @@ int gdn_config_diff(const gdn_config *a, const gdn_config *b, const char *what, 
 /* Value head dimension V. */
 static inline int gdn_config_head_v(const gdn_config *c) { return c->head_dim * c->expand_v; }
 
+/* The shape of the attention layers (mixer A): key/value heads, head dimension, RoPE base, each
+ * with 0 meaning its default (n_heads, head_dim, 10000). Query heads are n_heads. */
+static inline int gdn_config_kv_heads(const gdn_config *c) {
+    return c->n_kv_heads > 0 ? c->n_kv_heads : c->n_heads;
+}
+static inline int gdn_config_attn_dim(const gdn_config *c) {
+    return c->attn_head_dim > 0 ? c->attn_head_dim : c->head_dim;
+}
+static inline double gdn_config_rope_theta(const gdn_config *c) {
+    return c->rope_theta > 0 ? c->rope_theta : 10000.0;
+}
+
 /* The mixer pattern of c: c->mixers, or "G" when it is empty. */
 static inline const char *gdn_config_mixers(const gdn_config *c) {
     return c->mixers[0] ? c->mixers : "G";
@@ -96,6 +108,9 @@ int gdn_mixers_check(const char *pattern, int n_layers, char *err, int err_len);
 /* 1 when a and b give every layer the same mixer (so "G" and "GG" are the same model), else 0;
  * *layer is set to the first layer that differs (-1 when they agree). */
 int gdn_config_same_mixers(const gdn_config *a, const gdn_config *b, int *layer);
+
+/* The number of layers of c whose mixer is `mixer` (gdn_mixer). */
+int gdn_config_count_mixer(const gdn_config *c, int mixer);
 
 /* When a and b give some layer different mixers, writes "mixers: WHAT has \"A\", this run has
  * \"B\" (layer L: X vs Y)" to out and returns 1; else returns 0 and leaves out alone. */

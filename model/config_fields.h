@@ -41,7 +41,14 @@
     W(A, norm_eps, DOUBLE, 1e-6, 0, 1, REQ, "RMSNorm epsilon")                                         \
     W(A, mixers, STR, "G", 1, GDN_MAX_MIXERS, OLD,                                                     \
       "mixer of each layer: letters G (gated delta rule), D (DeltaNet), M (gated linear "             \
-      "attention), L (linear attention), repeated to n_layers (e.g. GGGD)")
+      "attention), L (linear attention), A (softmax attention), repeated to n_layers (e.g. GGGA)") \
+    W(A, n_kv_heads, INT, 0, 0, GDN_MAX_HEADS, OLD,                                                  \
+      "key/value heads of attention layers (0 = n_heads; n_heads must be a multiple)")               \
+    W(A, attn_head_dim, INT, 0, 0, GDN_MAX_HEAD_DIM, OLD,                                            \
+      "head dimension of attention layers (0 = head_dim; even, for RoPE)")                           \
+    W(A, rope_theta, DOUBLE, 10000, 0, 1e12, OLD, "RoPE base of attention layers (0 = 10000)")       \
+    W(A, qk_norm, BOOL, 0, 0, 1, OLD, "attention layers: per-head RMSNorm of q and k (Qwen3)")       \
+    W(A, qkv_bias, BOOL, 0, 0, 1, OLD, "attention layers: biases on the q, k, v projections (Qwen2)")
 /* clang-format on */
 
 /* The C type of a field: GDN_CONFIG_CTYPE_##type name GDN_CONFIG_DIM_##type(max). */

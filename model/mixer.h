@@ -5,14 +5,28 @@
  *   D deltanet  the same with g_t = 0
  *   M gla       S_t = exp(g_t) S_{t-1} + k_t v_t^T   (a scalar decay per head)
  *   L linear    S_t = S_{t-1} + k_t v_t^T
- * The values are stable (0 = G, so a zero-initialised shape is the gated delta rule); a new kind
- * is one enum value and one table row. */
+ * and one that is not of the family:
+ *   A attention causal softmax attention with RoPE (docs/design.md section 2.7): no state,
+ *               convolution or gates; its layers carry keys and values instead
+ * The delta-rule kinds come first (0 .. GDN_MIXER_DELTA_COUNT - 1): they are the variants of the
+ * delta-rule op (gdn_delta_shape.variant). The values are stable (0 = G, so a zero-initialised
+ * shape is the gated delta rule); a new kind is one enum value and one table row. */
 #ifndef GDN_MIXER_H
 #define GDN_MIXER_H
 
 #include <string.h>
 
-typedef enum { GDN_MIXER_G = 0, GDN_MIXER_D, GDN_MIXER_M, GDN_MIXER_L, GDN_MIXER_COUNT } gdn_mixer;
+typedef enum {
+    GDN_MIXER_G = 0,
+    GDN_MIXER_D,
+    GDN_MIXER_M,
+    GDN_MIXER_L,
+    GDN_MIXER_A,
+    GDN_MIXER_COUNT
+} gdn_mixer;
+
+/* The kinds of the delta-rule family, the variants the delta-rule op takes: 0 .. this - 1. */
+#define GDN_MIXER_DELTA_COUNT GDN_MIXER_A
 
 typedef struct {
     char kind;        /* letter in a layer pattern such as "GGGD" */
@@ -20,15 +34,17 @@ typedef struct {
     int has_decay;    /* reads g (log-decay per token and head); else g = 0 */
     int has_beta;     /* reads beta (write strength); else the write is k v^T */
     int has_delta;    /* subtracts the state's prediction (I - beta k k^T); else adds k v^T */
+    int is_delta;     /* of the delta-rule family (state, convolutions, output gate); 0: attention */
 } gdn_mixer_info;
 
 /* The row of mixer v, or NULL when v is not a mixer. */
 static inline const gdn_mixer_info *gdn_mixer_get(int v) {
     static const gdn_mixer_info table[GDN_MIXER_COUNT] = {
-        [GDN_MIXER_G] = {'G', "gdn", 1, 1, 1},
-        [GDN_MIXER_D] = {'D', "deltanet", 0, 1, 1},
-        [GDN_MIXER_M] = {'M', "gla", 1, 0, 0},
-        [GDN_MIXER_L] = {'L', "linear", 0, 0, 0},
+        [GDN_MIXER_G] = {'G', "gdn", 1, 1, 1, 1},
+        [GDN_MIXER_D] = {'D', "deltanet", 0, 1, 1, 1},
+        [GDN_MIXER_M] = {'M', "gla", 1, 0, 0, 1},
+        [GDN_MIXER_L] = {'L', "linear", 0, 0, 0, 1},
+        [GDN_MIXER_A] = {'A', "attention", 0, 0, 0, 0},
     };
     return v >= 0 && v < GDN_MIXER_COUNT ? &table[v] : NULL;
 }

@@ -64,8 +64,9 @@ static size_t add_tensor(table_builder *b, const char *name, int ndim, size_t d0
 }
 
 /* The sizes a block's shapes are written in (GDN_LAYER_TENSORS). */
-enum { DIM_D, DIM_H, DIM_HK, DIM_HV, DIM_V, DIM_F, DIM_W, DIM_ONE, N_DIMS };
-enum { NEEDS_ALL, NEEDS_DECAY, NEEDS_BETA };
+enum { DIM_D, DIM_H, DIM_HK, DIM_HV, DIM_V, DIM_F, DIM_W, DIM_ONE, DIM_QW, DIM_KW, DIM_VW, DIM_OW,
+       DIM_DA, N_DIMS };
+enum { NEEDS_ALL, NEEDS_DELTA, NEEDS_DECAY, NEEDS_BETA, NEEDS_ATTN, NEEDS_BIAS, NEEDS_QKNORM };
 
 typedef struct {
     const char *name;
@@ -80,9 +81,40 @@ typedef struct {
 static const layer_tensor layer_tensors[] = {GDN_LAYER_TENSORS(LAYER_ROW)};
 #define N_LAYER_TENSORS (sizeof layer_tensors / sizeof layer_tensors[0])
 
-static int mixer_has(const gdn_mixer_info *mx, int needs) {
-    return needs == NEEDS_ALL || (needs == NEEDS_DECAY && mx->has_decay) ||
-           (needs == NEEDS_BETA && mx->has_beta);
+static int mixer_has(const gdn_mixer_info *mx, const gdn_config *c, int needs) {
+    switch (needs) {
+    case NEEDS_ALL: return 1;
+    case NEEDS_DELTA: return mx->is_delta;
+    case NEEDS_DECAY: return mx->has_decay;
+    case NEEDS_BETA: return mx->has_beta;
+    case NEEDS_ATTN: return !mx->is_delta;
+    case NEEDS_BIAS: return !mx->is_delta && c->qkv_bias;
+    case NEEDS_QKNORM: return !mx->is_delta && c->qk_norm;
+    default: return 0;
+    }
+}
+
+/* The attention layers' shape: n_heads a multiple of the kv heads, an even head dimension. */
+static int check_attention(const gdn_config *c, char *err, int err_len) {
+    if (gdn_config_count_mixer(c, GDN_MIXER_A) == 0) return 0;
+    const int hkv = gdn_config_kv_heads(c), da = gdn_config_attn_dim(c);
+    if (c->n_kv_heads < 0 || c->attn_head_dim < 0) {
+        snprintf(err, (size_t)err_len, "n_kv_heads and attn_head_dim must be >= 0 (0: n_heads, head_dim)");
+        return -1;
+    }
+    if (c->n_heads % hkv) {
+        snprintf(err, (size_t)err_len,
+                 "n_kv_heads = %d does not divide n_heads = %d: attention layers need n_heads a "
+                 "multiple of n_kv_heads", hkv, c->n_heads);
+        return -1;
+    }
+    if (da % 2) {
+        snprintf(err, (size_t)err_len,
+                 "attention layers need an even head dimension for RoPE (attn_head_dim, or head_dim "
+                 "when it is 0), got %d", da);
+        return -1;
+    }
+    return 0;
 }
 
 static int build(gdn_param_table *t, const gdn_config *c, char *err, int err_len) {
@@ -97,6 +129,7 @@ static int build(gdn_param_table *t, const gdn_config *c, char *err, int err_len
     POSITIVE(vocab_size) POSITIVE(d_model) POSITIVE(n_layers) POSITIVE(n_heads)
     POSITIVE(head_dim) POSITIVE(expand_v) POSITIVE(d_ff) POSITIVE(conv_width)
 #undef POSITIVE
+    if (check_attention(c, err, err_len)) return -1;
     if (c->n_layers > GDN_MAX_LAYERS) {
         snprintf(err, (size_t)err_len, "n_layers must be at most %d (got %d)", GDN_MAX_LAYERS,
                  c->n_layers);
@@ -111,6 +144,9 @@ static int build(gdn_param_table *t, const gdn_config *c, char *err, int err_len
         snprintf(err, (size_t)err_len, "n_heads x head_dim x expand_v overflows");
         return -1;
     }
+    /* attention widths: every factor is at most GDN_MAX_HEADS x GDN_MAX_HEAD_DIM, no overflow */
+    const size_t DA = (size_t)gdn_config_attn_dim(c), HKV = (size_t)gdn_config_kv_heads(c);
+    dims[DIM_DA] = DA;
     char name[GDN_PARAM_NAME_MAX];
     t->embed = add_tensor(&b, "model.embeddings.weight", 2, VOC, D, 0, 0, GDN_INIT_NORMAL);
     if (b.failed) return -1;
@@ -124,10 +160,14 @@ static int build(gdn_param_table *t, const gdn_config *c, char *err, int err_len
             return -1;
         }
         o->mixer = gdn_config_layer_mixer(c, l);
+        dims[DIM_QW] = mx->is_delta ? dims[DIM_HK] : H * DA;
+        dims[DIM_KW] = mx->is_delta ? dims[DIM_HK] : HKV * DA;
+        dims[DIM_VW] = mx->is_delta ? dims[DIM_HV] : HKV * DA;
+        dims[DIM_OW] = mx->is_delta ? dims[DIM_HV] : H * DA;
         for (size_t i = 0; i < N_LAYER_TENSORS; i++) {
             const layer_tensor *r = &layer_tensors[i];
             size_t *off = (size_t *)((char *)o + r->field);
-            if (!mixer_has(mx, r->needs)) {
+            if (!mixer_has(mx, c, r->needs)) {
                 *off = GDN_NO_TENSOR;
                 continue;
             }
@@ -208,6 +248,9 @@ void gdn_params_init(float *params, const gdn_param_table *t, uint64_t seed) {
         switch ((gdn_param_init)p->init) {
         case GDN_INIT_ONES:
             for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
+            break;
+        case GDN_INIT_ZEROS:
+            for (size_t j = 0; j < p->numel; j++) w[j] = 0.0f;
             break;
         case GDN_INIT_CONV: {
             double bound = 1.0 / sqrt((double)t->cfg.conv_width);

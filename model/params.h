@@ -24,14 +24,15 @@ typedef struct {
 
 /* How a tensor is initialised (gdn_params_init): N(0, 0.02); N(0, 0.02 / sqrt(2 n_layers)) for
  * outputs into the residual stream; ones (norms); U(-1/sqrt(W), 1/sqrt(W)) (convolutions);
- * log U(1, 16) (A_log); softplus^-1 of dt ~ logU(1e-3, 1e-1) (dt_bias). */
+ * log U(1, 16) (A_log); softplus^-1 of dt ~ logU(1e-3, 1e-1) (dt_bias); zeros (biases). */
 typedef enum {
     GDN_INIT_NORMAL = 0,
     GDN_INIT_RESID,
     GDN_INIT_ONES,
     GDN_INIT_CONV,
     GDN_INIT_A_LOG,
-    GDN_INIT_DT_BIAS
+    GDN_INIT_DT_BIAS,
+    GDN_INIT_ZEROS
 } gdn_param_init;
 
 /* Offset of a tensor the layer's mixer does not have (see gdn_layer_offsets). */
@@ -43,28 +44,38 @@ typedef enum {
  *   name      after "model.layers.L." (Hugging Face / flash-linear-attention names)
  *   d0..d2    shape (the first ndim count) in the block's sizes: D d_model, H n_heads,
  *             HK n_heads x head_dim, HV n_heads x V, V the value head dim, F d_ff,
- *             W conv_width, ONE 1
- *   no_decay  1: AdamW applies no weight decay (norms, A_log, dt_bias)
- *   needs     ALL: every mixer has it; DECAY: mixers with a decay (has_decay, model/mixer.h);
- *             BETA: mixers with a write strength (has_beta). A layer whose mixer lacks it
- *             has offset GDN_NO_TENSOR and no entry in the table.
+ *             W conv_width, ONE 1; and the widths of the mixer's projections, which depend on
+ *             its kind: QW (queries), KW (keys), VW (values), OW (into o_proj) are HK, HK, HV, HV
+ *             for the delta-rule kinds and H x Da, Hkv x Da, Hkv x Da, H x Da for attention
+ *             (Hkv n_kv_heads, Da attn_head_dim, model/config.h); DA is Da
+ *   no_decay  1: AdamW applies no weight decay (norms, biases, A_log, dt_bias)
+ *   needs     ALL: every mixer has it; DELTA: the delta-rule kinds (is_delta, model/mixer.h);
+ *             DECAY: mixers with a decay (has_decay); BETA: mixers with a write strength
+ *             (has_beta); ATTN: attention; BIAS: attention with qkv_bias; QKNORM: attention
+ *             with qk_norm. A layer whose mixer lacks it has offset GDN_NO_TENSOR and no entry
+ *             in the table, so adding a row another kind lacks leaves that kind's table as it was.
  *   init      how gdn_params_init fills it: GDN_INIT_<init> (gdn_param_init above) */
 /* clang-format off */
 #define GDN_LAYER_TENSORS(X)                                                  \
     X(attn_norm, "attn_norm.weight",     1, D,  ONE, ONE, 1, ALL, ONES)       \
-    X(q_proj,    "attn.q_proj.weight",   2, HK, D,   ONE, 0, ALL, NORMAL)     \
-    X(k_proj,    "attn.k_proj.weight",   2, HK, D,   ONE, 0, ALL, NORMAL)     \
-    X(v_proj,    "attn.v_proj.weight",   2, HV, D,   ONE, 0, ALL, NORMAL)     \
+    X(q_proj,    "attn.q_proj.weight",   2, QW, D,   ONE, 0, ALL, NORMAL)     \
+    X(k_proj,    "attn.k_proj.weight",   2, KW, D,   ONE, 0, ALL, NORMAL)     \
+    X(v_proj,    "attn.v_proj.weight",   2, VW, D,   ONE, 0, ALL, NORMAL)     \
+    X(q_bias,    "attn.q_proj.bias",     1, QW, ONE, ONE, 1, BIAS, ZEROS)     \
+    X(k_bias,    "attn.k_proj.bias",     1, KW, ONE, ONE, 1, BIAS, ZEROS)     \
+    X(v_bias,    "attn.v_proj.bias",     1, VW, ONE, ONE, 1, BIAS, ZEROS)     \
+    X(q_norm,    "attn.q_norm.weight",   1, DA, ONE, ONE, 1, QKNORM, ONES)    \
+    X(k_norm,    "attn.k_norm.weight",   1, DA, ONE, ONE, 1, QKNORM, ONES)    \
     X(a_proj,    "attn.a_proj.weight",   2, H,  D,   ONE, 0, DECAY, NORMAL)   \
     X(b_proj,    "attn.b_proj.weight",   2, H,  D,   ONE, 0, BETA, NORMAL)    \
-    X(g_proj,    "attn.g_proj.weight",   2, HV, D,   ONE, 0, ALL, NORMAL)     \
-    X(q_conv,    "attn.q_conv1d.weight", 3, HK, ONE, W,   0, ALL, CONV)       \
-    X(k_conv,    "attn.k_conv1d.weight", 3, HK, ONE, W,   0, ALL, CONV)       \
-    X(v_conv,    "attn.v_conv1d.weight", 3, HV, ONE, W,   0, ALL, CONV)       \
+    X(g_proj,    "attn.g_proj.weight",   2, HV, D,   ONE, 0, DELTA, NORMAL)   \
+    X(q_conv,    "attn.q_conv1d.weight", 3, HK, ONE, W,   0, DELTA, CONV)     \
+    X(k_conv,    "attn.k_conv1d.weight", 3, HK, ONE, W,   0, DELTA, CONV)     \
+    X(v_conv,    "attn.v_conv1d.weight", 3, HV, ONE, W,   0, DELTA, CONV)     \
     X(A_log,     "attn.A_log",           1, H,  ONE, ONE, 1, DECAY, A_LOG)    \
     X(dt_bias,   "attn.dt_bias",         1, H,  ONE, ONE, 1, DECAY, DT_BIAS)  \
-    X(o_norm,    "attn.o_norm.weight",   1, V,  ONE, ONE, 1, ALL, ONES)       \
-    X(o_proj,    "attn.o_proj.weight",   2, D,  HV,  ONE, 0, ALL, RESID)      \
+    X(o_norm,    "attn.o_norm.weight",   1, V,  ONE, ONE, 1, DELTA, ONES)     \
+    X(o_proj,    "attn.o_proj.weight",   2, D,  OW,  ONE, 0, ALL, RESID)      \
     X(mlp_norm,  "mlp_norm.weight",      1, D,  ONE, ONE, 1, ALL, ONES)       \
     X(gate_proj, "mlp.gate_proj.weight", 2, F,  D,   ONE, 0, ALL, NORMAL)     \
     X(up_proj,   "mlp.up_proj.weight",   2, F,  D,   ONE, 0, ALL, NORMAL)     \

@@ -54,9 +54,9 @@ static void report_case(const char *label, const double *err, const char *const 
         fail_msg("%s: %s relative error %.3e (limit %.0e)", label, names[bad], err[bad], tol);
 }
 
-static void print_maxima(const char *what, const double mx[GDN_MIXER_COUNT], double tol) {
+static void print_maxima(const char *what, const double mx[GDN_MIXER_DELTA_COUNT], double tol) {
     printf("%s, max relative error:", what);
-    for (int v = 0; v < GDN_MIXER_COUNT; v++) printf(" %c %.1e", gdn_mixer_get(v)->kind, mx[v]);
+    for (int v = 0; v < GDN_MIXER_DELTA_COUNT; v++) printf(" %c %.1e", gdn_mixer_get(v)->kind, mx[v]);
     printf(" (limit %.0e)\n", tol);
 }
 
@@ -69,7 +69,8 @@ static void test_mixer_table(void **state) {
         const char *name;
         int decay, beta, delta;
     } want[GDN_MIXER_COUNT] = {
-        {'G', "gdn", 1, 1, 1}, {'D', "deltanet", 0, 1, 1}, {'M', "gla", 1, 0, 0}, {'L', "linear", 0, 0, 0}};
+        {'G', "gdn", 1, 1, 1}, {'D', "deltanet", 0, 1, 1}, {'M', "gla", 1, 0, 0}, {'L', "linear", 0, 0, 0},
+        {'A', "attention", 0, 0, 0}};
     assert_int_equal(GDN_MIXER_G, 0); /* zero-initialised shapes are the gated delta rule */
     for (int v = 0; v < GDN_MIXER_COUNT; v++) {
         const gdn_mixer_info *mx = gdn_mixer_get(v);
@@ -79,6 +80,7 @@ static void test_mixer_table(void **state) {
         assert_int_equal(mx->has_decay, want[v].decay);
         assert_int_equal(mx->has_beta, want[v].beta);
         assert_int_equal(mx->has_delta, want[v].delta);
+        assert_int_equal(mx->is_delta, v < GDN_MIXER_DELTA_COUNT); /* attention is not a variant */
         assert_int_equal(gdn_mixer_from_kind(mx->kind), v);
         assert_int_equal(gdn_mixer_from_name(mx->name), v);
     }
@@ -111,12 +113,12 @@ static void test_backward_vs_fd(void **state) {
     static const struct {
         int chunk, T, decay;
     } cases[] = {{16, 37, DELTA_DECAY_MILD}, {32, 45, DELTA_DECAY_STRONG}, {64, 70, DELTA_DECAY_MILD}};
-    double mx_ref[GDN_MIXER_COUNT] = {0}, mx_chunk[GDN_MIXER_COUNT] = {0};
+    double mx_ref[GDN_MIXER_DELTA_COUNT] = {0}, mx_chunk[GDN_MIXER_DELTA_COUNT] = {0};
     /* Thousands of tiny forward calls: on a loaded machine, starting OpenMP teams for each costs
      * far more than the work (the other tests keep the caller's thread count). */
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    for (int v = 0; v < GDN_MIXER_COUNT; v++) {
+    for (int v = 0; v < GDN_MIXER_DELTA_COUNT; v++) {
         char label[96];
         delta_problem p = problem_make(v, 1, 19, 2, 8, 6, 16, DELTA_DECAY_MILD, 100 + v);
         snprintf(label, sizeof label, "%s recurrent T19 K8 V6", p.mx->name);
@@ -144,8 +146,8 @@ enum { N_T = sizeof grid_T / sizeof grid_T[0], N_C = sizeof grid_chunk / sizeof 
 
 static void test_chunked_f64_vs_recurrent(void **state) {
     (void)state;
-    double mx[GDN_MIXER_COUNT] = {0};
-    for (int v = 0; v < GDN_MIXER_COUNT; v++)
+    double mx[GDN_MIXER_DELTA_COUNT] = {0};
+    for (int v = 0; v < GDN_MIXER_DELTA_COUNT; v++)
         for (int ci = 0; ci < N_C; ci++)
             for (int ti = 0; ti < N_T; ti++)
                 for (int decay = 0; decay <= gdn_mixer_get(v)->has_decay; decay++) {
@@ -189,8 +191,8 @@ static void f32_case(int v, int B, int T, int H, int K, int V, int chunk, int de
 
 static void test_chunked_f32_vs_recurrent(void **state) {
     (void)state;
-    double mx[GDN_MIXER_COUNT] = {0};
-    for (int v = 0; v < GDN_MIXER_COUNT; v++) {
+    double mx[GDN_MIXER_DELTA_COUNT] = {0};
+    for (int v = 0; v < GDN_MIXER_DELTA_COUNT; v++) {
         for (int ci = 0; ci < N_C; ci++)
             for (int ti = 0; ti < N_T; ti++)
                 for (int decay = 0; decay <= gdn_mixer_get(v)->has_decay; decay++)
@@ -237,8 +239,8 @@ static void test_transition_maps(void **state) {
         {2, 3, 1, 8, 16, 16, DELTA_DECAY_MILD},
     };
     static const char *const names[7] = {"ref ht", "ref dh0", "ht", "dh0", "H", "E", "f32"};
-    double mx64[GDN_MIXER_COUNT] = {0}, mx32[GDN_MIXER_COUNT] = {0};
-    for (int v = 0; v < GDN_MIXER_COUNT; v++)
+    double mx64[GDN_MIXER_DELTA_COUNT] = {0}, mx32[GDN_MIXER_DELTA_COUNT] = {0};
+    for (int v = 0; v < GDN_MIXER_DELTA_COUNT; v++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             delta_problem p = problem_make(v, cases[c].B, cases[c].T, cases[c].H, cases[c].K, cases[c].V,
                                      cases[c].chunk, cases[c].decay, 600 + 10 * v + c);
@@ -283,7 +285,7 @@ static void assert_same_result(const delta_problem *p, const delta_result *a,
  * inputs; the affine maps likewise. */
 static void test_ignored_inputs_null(void **state) {
     (void)state;
-    for (int v = 0; v < GDN_MIXER_COUNT; v++) {
+    for (int v = 0; v < GDN_MIXER_DELTA_COUNT; v++) {
         delta_problem p = problem_make(v, 2, 45, 2, 8, 12, 16, DELTA_DECAY_MILD, 700 + v);
         if (p.mx->has_decay && p.mx->has_beta) {
             delta_problem_free(&p);
@@ -339,7 +341,7 @@ static void test_special_cases_of_decay(void **state) {
  * are the identity (M = I, H = 0, E = 0). */
 static void test_empty_sequence(void **state) {
     (void)state;
-    for (int v = 0; v < GDN_MIXER_COUNT; v++) {
+    for (int v = 0; v < GDN_MIXER_DELTA_COUNT; v++) {
         delta_problem p = problem_make(v, 2, 0, 2, 4, 8, 32, DELTA_DECAY_MILD, 900 + v);
         delta_result r = delta_run_chunk_f64(&p, 1, 1);
         assert_same(r.ht, p.h0, p.nst, "ht");
@@ -387,7 +389,7 @@ static int dies(int entry, int v) {
 /* An unknown variant is refused by every entry point with a message naming it. */
 static void test_unknown_variant(void **state) {
     (void)state;
-    const int bad[] = {-1, GDN_MIXER_COUNT, 1000};
+    const int bad[] = {-1, GDN_MIXER_DELTA_COUNT, 1000};
     gdn_set_die_handler(die_to_test);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         for (int entry = 0; entry < 5; entry++) {

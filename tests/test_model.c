@@ -69,7 +69,7 @@ static void test_model_carry_segments(void **state) {
     const size_t L = (size_t)cfg->n_layers, H = (size_t)cfg->n_heads, K = (size_t)cfg->head_dim;
     const size_t Vh = (size_t)gdn_config_head_v(cfg), W1 = (size_t)cfg->conv_width - 1;
     const size_t ns = L * B * H * K * Vh, nk = L * B * W1 * H * K, nvh = L * B * W1 * H * Vh;
-    gdn_cpu_carry_f64 mid = {calloc(ns, 8), calloc(nk, 8), calloc(nk, 8), calloc(nvh, 8)};
+    gdn_cpu_carry_f64 mid = {.S = calloc(ns, 8), .halo_q = calloc(nk, 8), .halo_k = calloc(nk, 8), .halo_v = calloc(nvh, 8)};
     gdn_cpu_acts_f64 *a1 = gdn_cpu_acts_create_f64(&c.t, B, T1), *a2 = gdn_cpu_acts_create_f64(&c.t, B, T2);
     int *tok1 = malloc((size_t)B * T1 * sizeof(int)), *tok2 = malloc((size_t)B * T2 * sizeof(int));
     for (int b = 0; b < B; b++) {

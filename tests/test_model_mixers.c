@@ -176,7 +176,8 @@ static void test_recurrent_decoding(void **state) {
     const size_t ns = L * B * H * K * Vh, nk = L * B * W1 * H * K, nvh = L * B * W1 * H * Vh;
     gdn_cpu_carry_f64 carry[2];
     for (int i = 0; i < 2; i++)
-        carry[i] = (gdn_cpu_carry_f64){calloc(ns, 8), calloc(nk, 8), calloc(nk, 8), calloc(nvh, 8)};
+        carry[i] = (gdn_cpu_carry_f64){.S = calloc(ns, 8), .halo_q = calloc(nk, 8), .halo_k = calloc(nk, 8),
+                                       .halo_v = calloc(nvh, 8)};
     gdn_cpu_acts_f64 *step = gdn_cpu_acts_create_f64(&c.t, B, 1);
     double *rec = malloc((size_t)B * T * Vo * sizeof *rec);
     int cur = 0;

@@ -43,7 +43,7 @@ static void op_usage(FILE *f) {
 static void variant_names(char *buf, size_t n) {
     size_t used = 0;
     buf[0] = 0;
-    for (int v = 0; v < GDN_MIXER_COUNT && used < n; v++)
+    for (int v = 0; v < GDN_MIXER_DELTA_COUNT && used < n; v++)
         used += (size_t)snprintf(buf + used, n - used, "%s%s", v ? ", " : "", gdn_mixer_get(v)->name);
 }
 
@@ -157,7 +157,7 @@ static int cmd_gated_delta(int argc, char **argv) {
         return 2;
     }
     int variant = gdn_mixer_from_name(variant_name);
-    if (variant < 0) {
+    if (variant < 0 || !gdn_mixer_get(variant)->is_delta) {
         char names[128];
         variant_names(names, sizeof names);
         fprintf(stderr, "gdn op: unknown --variant '%s' (valid: %s)\n", variant_name, names);

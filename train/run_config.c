@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "io/parse_num.h"
+#include "model/mixer.h"
 #include "model/params.h"
 
 typedef enum { F_INT, F_I64, F_DOUBLE, F_BOOL, F_STRING, F_ENUM } field_type;
@@ -116,6 +117,16 @@ static const preset presets[] = {
      "\"expand_v\":2,\"d_ff\":2816,\"seq_len\":2048,\"batch_size\":16,\"lr\":4e-4,\"lr_min\":4e-5,"
      "\"warmup_steps\":1000}",
      "512M parameters, vocabulary 32000; needs token shards (docs/design.md section 9)"},
+    {"attn-small",
+     "{\"d_model\":384,\"n_layers\":6,\"n_heads\":3,\"head_dim\":64,\"expand_v\":2,\"d_ff\":1024,"
+     "\"mixers\":\"A\",\"seq_len\":512,\"batch_size\":8,\"steps\":5000,\"lr\":1.5e-3,"
+     "\"lr_min\":1.5e-4,\"warmup_steps\":200,\"eval_every\":250}",
+     "small's shape with softmax attention in every layer (the baseline; CPU only for now)"},
+    {"gdn512m-hybrid",
+     "{\"vocab_size\":32000,\"d_model\":1024,\"n_layers\":21,\"n_heads\":6,\"head_dim\":256,"
+     "\"expand_v\":2,\"d_ff\":2816,\"mixers\":\"GGGA\",\"attn_head_dim\":128,\"n_kv_heads\":2,"
+     "\"seq_len\":2048,\"batch_size\":16,\"lr\":4e-4,\"lr_min\":4e-5,\"warmup_steps\":1000}",
+     "gdn512m with every fourth layer softmax attention (GGGA; CPU only for now)"},
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 
@@ -306,7 +317,7 @@ void gdn_run_config_usage(FILE *f) {
                "Settings are resolved in order: defaults, --preset, --config, then --KEY=VALUE\n"
                "(or --KEY VALUE) overrides. Every resolved setting is printed at the start and saved\n"
                "to DIR/config.json.\n\npresets:\n");
-    for (size_t i = 0; i < N_PRESETS; i++) fprintf(f, "  %-8s %s\n", presets[i].name, presets[i].help);
+    for (size_t i = 0; i < N_PRESETS; i++) fprintf(f, "  %-14s %s\n", presets[i].name, presets[i].help);
     fprintf(f, "\nsettings:\n");
     for (size_t i = 0; i < N_FIELDS; i++) fprintf(f, "  --%-18s %s\n", fields[i].key, fields[i].help);
     fprintf(f, "\n--zero 1 (ZeRO-1, several ranks): the flat parameter buffer is split into one contiguous\n"
@@ -451,6 +462,9 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
     CHECK(rc->sp == 1 || rc->seq_len / rc->sp >= rc->model.conv_width - 1,
           "sp = %d leaves %d tokens per rank; sequence parallelism needs at least conv_width - 1 = %d: "
           "use a smaller sp or a longer seq_len", rc->sp, rc->seq_len / rc->sp, rc->model.conv_width - 1);
+    CHECK(rc->sp == 1 || gdn_config_count_mixer(&rc->model, GDN_MIXER_A) == 0,
+          "sp = %d: sequence parallelism does not support attention layers (mixer A in mixers "
+          "\"%.64s\") yet; use sp = 1 for this model", rc->sp, gdn_config_mixers(&rc->model));
     CHECK(rc->val_tokens >= 0, "val_tokens must be >= 0");
     CHECK(rc->zero == 0 || rc->zero == 1,
           "zero must be 0 (every rank holds the optimizer state) or 1 (sharded over the ranks); got %d",

@@ -156,3 +156,46 @@ void R(gdn_attn_bwd)(const gdn_attn_shape *s, const real *q, const real *k, cons
     }
     delta_blas_single_end(blas_threads);
 }
+
+/* ---- decoding: new rows against a cache ------------------------------------------------------ */
+
+void R(gdn_attn_fwd_cached)(const gdn_attn_shape *s, const real *q, const real *k, const real *v,
+                            int len, int pos0, real scale, real *o, real *lse) {
+    attn_check_shape(s, "gdn_attn_fwd_cached");
+    if (pos0 < 0 || len < 0 || (long)pos0 + s->T > len)
+        GDN_DIE("gdn_attn_fwd_cached: rows at positions %d..%ld do not fit a cache of %d positions",
+                pos0, (long)pos0 + s->T - 1, len);
+    if (s->T == 0) return;
+    const int npairs = s->B * s->H, D = s->D, T = s->T;
+    const size_t qs = (size_t)s->H * D, ks = (size_t)s->Hkv * D;
+#pragma omp parallel
+    {
+        double *S = GDN_MALLOC(sizeof(double) * (size_t)(pos0 + T));
+#pragma omp for schedule(dynamic, 1)
+        for (int p = 0; p < npairs; p++) {
+            const int b = p / s->H, h = p % s->H, hk = h / (s->H / s->Hkv);
+            const real *kb = k + (size_t)b * len * ks + (size_t)hk * D;
+            const real *vb = v + (size_t)b * len * ks + (size_t)hk * D;
+            for (int t = 0; t < T; t++) {
+                const real *qr = q + ((size_t)b * T + t) * qs + (size_t)h * D;
+                real *orow = o + ((size_t)b * T + t) * qs + (size_t)h * D;
+                const int m = pos0 + t + 1; /* keys 0 .. pos0 + t */
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < m; j++) {
+                    double d = 0;
+                    for (int i = 0; i < D; i++) d += (double)qr[i] * kb[(size_t)j * ks + i];
+                    S[j] = (double)scale * d;
+                    if (S[j] > mx) mx = S[j];
+                }
+                for (int j = 0; j < m; j++) sum += S[j] = exp(S[j] - mx);
+                for (int i = 0; i < D; i++) orow[i] = 0;
+                for (int j = 0; j < m; j++) {
+                    const real pj = (real)(S[j] / sum);
+                    for (int i = 0; i < D; i++) orow[i] += pj * vb[(size_t)j * ks + i];
+                }
+                if (lse) lse[((size_t)b * s->H + h) * T + t] = (real)(mx + log(sum));
+            }
+        }
+        free(S);
+    }
+}

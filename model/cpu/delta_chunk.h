@@ -47,9 +47,9 @@ static inline void delta_blas_single_end(int n) {
  * read (gates of 1), has_delta off means the chunk writes V itself (no T, W, U; beta not read). */
 static inline const gdn_mixer_info *delta_check_shape(const gdn_delta_shape *s, const char *who) {
     const gdn_mixer_info *mx = gdn_mixer_get(s->variant);
-    if (!mx)
-        GDN_DIE("%s: unknown mixer variant %d (use a gdn_mixer value from model/mixer.h, 0..%d)",
-                who, s->variant, GDN_MIXER_COUNT - 1);
+    if (!mx || !mx->is_delta)
+        GDN_DIE("%s: unknown mixer variant %d (use a delta-rule kind of model/mixer.h, 0..%d)",
+                who, s->variant, GDN_MIXER_DELTA_COUNT - 1);
     if (mx->has_beta != mx->has_delta)
         GDN_DIE("%s: mixer '%s' has beta without the delta term (or the reverse), which the "
                 "chunked kernels do not implement", who, mx->name);

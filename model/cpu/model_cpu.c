@@ -4,78 +4,15 @@
  * Block l:  x_mid = x_in + o_proj(gated_norm(delta_rule(q, k, v, g, beta), z))
  *           (the layer's mixer, model/mixer.h, picks the rule and which of g, beta exist)
  *           x_in[l+1] = x_mid + down(silu(gate(h2)) * up(h2)),  h2 = rmsnorm(x_mid)
- * with q, k, v = silu(conv4(proj(h1))), q and k L2-normalised per head, h1 = rmsnorm(x_in). */
+ * with q, k, v = silu(conv4(proj(h1))), q and k L2-normalised per head, h1 = rmsnorm(x_in).
+ * An attention layer (mixer A) has its own mixer, model/cpu/model_attn.c. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/check.h"
+#include "model/cpu/model_acts.h"
 #include "model/cpu/model_cpu.h"
 #include "model/real.h"
-
-typedef R(gdn_cpu_acts) acts_t;
-typedef R(gdn_cpu_carry) carry_t;
-typedef gdn_seq_hooks hooks_t;
-typedef R(gdn_cpu_delta_args) delta_args_t;
-
-/* Activations saved by one block (N = B*T rows). */
-typedef struct {
-    real *rstd1;   /* [N] */
-    real *h1;      /* [N,D] normed block input */
-    real *qp, *kp; /* [N,H*K] projections before the convolution */
-    real *vp;      /* [N,H*V] */
-    real *zp;      /* [N,H*V] output-gate pre-activation */
-    real *ap, *bp; /* [N,H] decay and write-strength pre-activations */
-    real *qc, *kc; /* [N,H*K] after the convolution, before SiLU */
-    real *vc;      /* [N,H*V] */
-    real *q, *k;   /* [N,H*K] L2-normalised */
-    real *rq, *rk; /* [N*H] their inverse norms */
-    real *v;       /* [N,H*V] */
-    real *g, *beta;/* [N,H] */
-    real *S0;      /* [B,H,K,V] initial state (copy of the carry, or zeros) */
-    real *halo_q, *halo_k; /* [B,W-1,H*K] rows before t = 0 */
-    real *halo_v;  /* [B,W-1,H*V] */
-    real *o;       /* [N,H*V] delta-rule output */
-    real *rstd_o;  /* [N*H] */
-    real *y;       /* [N,H*V] gated norm output */
-    real *rstd2;   /* [N] */
-    real *h2;      /* [N,D] */
-    real *gp, *up; /* [N,F] */
-    real *m;       /* [N,F] silu(gp) * up */
-} layer_acts;
-
-/* Gradient scratch for the backward pass, reused by every block. */
-typedef struct {
-    real *dx, *dh, *dtmp, *dhf; /* [N,D] */
-    real *dm, *dgp, *dup;       /* [N,F] */
-    real *dy, *d_o, *dz;        /* [N,H*V] */
-    real *dqn, *dkn, *dq1, *dk1;/* [N,H*K] */
-    real *dv, *dvp;             /* [N,H*V] */
-    real *dg, *dbeta, *dap, *dbp; /* [N,H] */
-    /* sequence parallelism: a state and its gradients [B,H,K,V]; tails of q, k, v
-     * [B,W-1,H*K] / [B,W-1,H*V] (forward: the rows sent on; backward: the gradients received)
-     * and the halo gradients */
-    real *S_out, *dS_out, *dS_in;
-    real *tail[3], *dhalo[3];
-} grad_scratch;
-
-struct R(gdn_cpu_acts) {
-    gdn_config cfg;
-    int B, T;
-    size_t N;
-    int *tokens;       /* [N] */
-    real *x;           /* [n_layers+1][N,D]: x[l] enters block l, x[n_layers] the final norm */
-    real *x_mid;       /* [n_layers][N,D] */
-    layer_acts *L;     /* [n_layers] */
-    real *rstdf;       /* [N] */
-    real *hf;          /* [N,D] */
-    real *logits;      /* [N,vocab]; holds dlogits after a forward with grad_scale != 0 */
-    int has_grad;
-    int seq_parallel;  /* hooks set */
-    hooks_t hooks;
-    grad_scratch s;
-    real *arena;
-    size_t arena_n;    /* elements of arena */
-};
 
 /* Carves the arena; with base == NULL only counts. */
 static size_t acts_layout(acts_t *a, real *base) {
@@ -91,9 +28,21 @@ static size_t acts_layout(acts_t *a, real *base) {
     } while (0)
     TAKE(a->x, (size_t)(c->n_layers + 1) * N * D);
     TAKE(a->x_mid, (size_t)c->n_layers * N * D);
+    const size_t QW = H * (size_t)gdn_config_attn_dim(c);
+    const size_t KW = (size_t)gdn_config_kv_heads(c) * (size_t)gdn_config_attn_dim(c);
+    const int n_attn = gdn_config_count_mixer(c, GDN_MIXER_A);
     for (int l = 0; l < c->n_layers; l++) {
         layer_acts *L = &a->L[l];
         TAKE(L->rstd1, N); TAKE(L->h1, N * D);
+        TAKE(L->rstd2, N); TAKE(L->h2, N * D);
+        TAKE(L->gp, N * F); TAKE(L->up, N * F); TAKE(L->m, N * F);
+        if (!gdn_mixer_get(gdn_config_layer_mixer(c, l))->is_delta) {
+            TAKE(L->qp, N * QW); TAKE(L->kp, N * KW); TAKE(L->vp, N * KW);
+            TAKE(L->q, N * QW); TAKE(L->k, N * KW);
+            TAKE(L->rq, N * H); TAKE(L->rk, N * (size_t)gdn_config_kv_heads(c));
+            TAKE(L->o, N * QW); TAKE(L->lse, N * H);
+            continue;
+        }
         TAKE(L->qp, N * HK); TAKE(L->kp, N * HK); TAKE(L->vp, N * HV); TAKE(L->zp, N * HV);
         TAKE(L->ap, N * H); TAKE(L->bp, N * H);
         TAKE(L->qc, N * HK); TAKE(L->kc, N * HK); TAKE(L->vc, N * HV);
@@ -102,8 +51,6 @@ static size_t acts_layout(acts_t *a, real *base) {
         TAKE(L->S0, Bsz * H * K * V);
         TAKE(L->halo_q, Bsz * Wm1 * HK); TAKE(L->halo_k, Bsz * Wm1 * HK); TAKE(L->halo_v, Bsz * Wm1 * HV);
         TAKE(L->o, N * HV); TAKE(L->rstd_o, N * H); TAKE(L->y, N * HV);
-        TAKE(L->rstd2, N); TAKE(L->h2, N * D);
-        TAKE(L->gp, N * F); TAKE(L->up, N * F); TAKE(L->m, N * F);
     }
     TAKE(a->rstdf, N); TAKE(a->hf, N * D); TAKE(a->logits, N * (size_t)c->vocab_size);
     grad_scratch *s = &a->s;
@@ -118,6 +65,10 @@ static size_t acts_layout(acts_t *a, real *base) {
         TAKE(s->tail[i], Bsz * Wm1 * (i < 2 ? HK : HV));
         TAKE(s->dhalo[i], Bsz * Wm1 * (i < 2 ? HK : HV));
     }
+    if (n_attn) {
+        TAKE(s->ado, N * QW); TAKE(s->adq, N * QW); TAKE(s->adqp, N * QW);
+        TAKE(s->adk, N * KW); TAKE(s->adv, N * KW); TAKE(s->adkp, N * KW);
+    }
 #undef TAKE
     return used;
 }
@@ -129,6 +80,7 @@ acts_t *R(gdn_cpu_acts_create)(const gdn_param_table *t, int B, int T) {
     a->T = T;
     a->N = (size_t)B * (size_t)T;
     a->L = GDN_CALLOC((size_t)t->cfg.n_layers, sizeof *a->L);
+    a->n_attn = gdn_config_count_mixer(&t->cfg, GDN_MIXER_A);
     a->tokens = GDN_CALLOC(a->N, sizeof *a->tokens);
     size_t n = acts_layout(a, NULL);
     a->arena_n = n;
@@ -157,8 +109,14 @@ const real *R(gdn_cpu_hidden)(const acts_t *a, int layer) {
 size_t R(gdn_cpu_acts_bytes)(const acts_t *a) { return a->arena_n * sizeof(real) + a->N * sizeof *a->tokens; }
 
 void R(gdn_cpu_acts_set_seq_hooks)(acts_t *a, const hooks_t *hooks) {
-    a->seq_parallel = hooks != NULL;
+    a->seq_parallel = 0;
     if (!hooks) return;
+    for (int l = 0; l < a->cfg.n_layers; l++) {
+        const gdn_mixer_info *mx = gdn_mixer_get(gdn_config_layer_mixer(&a->cfg, l));
+        if (!mx->is_delta)
+            GDN_DIE("sequence parallelism does not support %s layers yet (layer %d is '%c'): "
+                    "train this model with sp = 1", mx->name, l, mx->kind);
+    }
     if (!hooks->fwd_halo || !hooks->fwd_state_in || !hooks->fwd_state_out || !hooks->bwd_state_out ||
         !hooks->bwd_state_in || !hooks->bwd_halo)
         GDN_DIE("gdn_cpu_acts_set_seq_hooks: every sequence-parallel hook must be set");
@@ -166,11 +124,9 @@ void R(gdn_cpu_acts_set_seq_hooks)(acts_t *a, const hooks_t *hooks) {
         GDN_DIE("sequence parallelism needs at least conv_width - 1 = %d tokens per segment, got %d: "
                 "use a smaller sp or a longer seq_len", a->cfg.conv_width - 1, a->T);
     a->hooks = *hooks;
+    a->seq_parallel = 1;
 }
 
-static void add_into(real *dst, const real *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] += src[i];
-}
 
 /* Copies the carried rows (or zeros) into the saved halo. */
 static void halo_load(real *dst, const real *carry, size_t n) {
@@ -201,16 +157,16 @@ static void tail_rows(real *tail, real *x, int B, int T, int C, int Wm1, int add
     }
 }
 
-static void block_forward(acts_t *a, const gdn_param_table *t, const real *P, int l,
+static void delta_forward(acts_t *a, const gdn_param_table *t, const real *P, int l,
                           const carry_t *cin, carry_t *cout) {
     const gdn_config *c = &a->cfg;
     const int N = (int)a->N, D = c->d_model, H = c->n_heads, K = c->head_dim;
-    const int V = gdn_config_head_v(c), F = c->d_ff, W = c->conv_width, B = a->B, T = a->T;
+    const int V = gdn_config_head_v(c), W = c->conv_width, B = a->B, T = a->T;
     const int HK = H * K, HV = H * V;
     const gdn_layer_offsets *off = &t->layer[l];
     layer_acts *L = &a->L[l];
     const real *x = a->x + (size_t)l * N * D;
-    real *xm = a->x_mid + (size_t)l * N * D, *xo = a->x + (size_t)(l + 1) * N * D;
+    real *xm = a->x_mid + (size_t)l * N * D;
     const real eps = (real)c->norm_eps;
     const size_t state_n = (size_t)B * H * K * V, hk_n = (size_t)B * (W - 1) * HK,
                  hv_n = (size_t)B * (W - 1) * HV;
@@ -275,7 +231,17 @@ static void block_forward(acts_t *a, const gdn_param_table *t, const real *P, in
     R(gdn_gated_rmsnorm_fwd)(L->y, L->rstd_o, L->o, L->zp, P + off->o_norm, N * H, V, eps);
     R(gdn_linear_fwd)(xm, L->y, P + off->o_proj, N, HV, D);
     add_into(xm, x, (size_t)N * D);
+}
 
+/* The block's MLP on x_mid: x_in[l+1] = x_mid + down(silu(gate(h2)) * up(h2)). */
+static void mlp_forward(acts_t *a, const gdn_param_table *t, const real *P, int l) {
+    const gdn_config *c = &a->cfg;
+    const int N = (int)a->N, D = c->d_model, F = c->d_ff;
+    const gdn_layer_offsets *off = &t->layer[l];
+    layer_acts *L = &a->L[l];
+    const real *xm = a->x_mid + (size_t)l * N * D;
+    real *xo = a->x + (size_t)(l + 1) * N * D;
+    const real eps = (real)c->norm_eps;
     R(gdn_rmsnorm_fwd)(L->h2, L->rstd2, xm, P + off->mlp_norm, N, D, eps);
     R(gdn_linear_fwd)(L->gp, L->h2, P + off->gate_proj, N, D, F);
     R(gdn_linear_fwd)(L->up, L->h2, P + off->up_proj, N, D, F);
@@ -297,7 +263,14 @@ double R(gdn_cpu_forward)(acts_t *a, const gdn_param_table *t, const real *P, co
             GDN_DIE("token id %d at position %d is outside the vocabulary [0, %d)", tokens[i], i,
                     c->vocab_size);
     R(gdn_embed_fwd)(a->x, tokens, P + t->embed, N, D);
-    for (int l = 0; l < nL; l++) block_forward(a, t, P, l, cin, cout);
+    a->pos0 = cin ? cin->pos : 0;
+    if (a->pos0 < 0) GDN_DIE("gdn_cpu_forward: carry_in->pos is %d; it must be >= 0", a->pos0);
+    for (int l = 0; l < nL; l++) {
+        if (gdn_mixer_get(t->layer[l].mixer)->is_delta) delta_forward(a, t, P, l, cin, cout);
+        else R(gdn_cpu_attn_forward)(a, t, P, l, cin, cout);
+        mlp_forward(a, t, P, l);
+    }
+    if (cout) cout->pos = a->pos0 + a->T;
     const real *xf = a->x + (size_t)nL * N * D;
     R(gdn_rmsnorm_fwd)(a->hf, a->rstdf, xf, P + t->final_norm, N, D, (real)c->norm_eps);
     R(gdn_linear_fwd)(a->logits, a->hf, P + t->lm_head, N, D, c->vocab_size);
@@ -310,17 +283,15 @@ double R(gdn_cpu_forward)(acts_t *a, const gdn_param_table *t, const real *P, co
     return loss;
 }
 
-static void block_backward(acts_t *a, const gdn_param_table *t, const real *P, real *G, int l) {
+/* The MLP's backward: s->dx holds dL/dx_in[l+1] on entry and dL/dx_mid on return. */
+static void mlp_backward(acts_t *a, const gdn_param_table *t, const real *P, real *G, int l) {
     const gdn_config *c = &a->cfg;
-    const int N = (int)a->N, D = c->d_model, H = c->n_heads, K = c->head_dim;
-    const int V = gdn_config_head_v(c), F = c->d_ff, W = c->conv_width, B = a->B, T = a->T;
-    const int HK = H * K, HV = H * V;
+    const int N = (int)a->N, D = c->d_model, F = c->d_ff;
     const gdn_layer_offsets *off = &t->layer[l];
     const layer_acts *L = &a->L[l];
     const grad_scratch *s = &a->s;
-    const real *x = a->x + (size_t)l * N * D, *xm = a->x_mid + (size_t)l * N * D;
+    const real *xm = a->x_mid + (size_t)l * N * D;
 
-    /* MLP: s->dx holds dL/dx_in[l+1] = dL/dx_mid through the residual. */
     R(gdn_linear_bwd)(s->dm, G + off->down_proj, s->dx, L->m, P + off->down_proj, N, F, D);
     R(gdn_swiglu_bwd)(s->dgp, s->dup, s->dm, L->gp, L->up, (size_t)N * F);
     R(gdn_linear_bwd)(s->dh, G + off->gate_proj, s->dgp, L->h2, P + off->gate_proj, N, D, F);
@@ -328,6 +299,17 @@ static void block_backward(acts_t *a, const gdn_param_table *t, const real *P, r
     add_into(s->dh, s->dtmp, (size_t)N * D);
     R(gdn_rmsnorm_bwd)(s->dtmp, G + off->mlp_norm, s->dh, xm, P + off->mlp_norm, L->rstd2, N, D);
     add_into(s->dx, s->dtmp, (size_t)N * D);
+}
+
+static void delta_backward(acts_t *a, const gdn_param_table *t, const real *P, real *G, int l) {
+    const gdn_config *c = &a->cfg;
+    const int N = (int)a->N, D = c->d_model, H = c->n_heads, K = c->head_dim;
+    const int V = gdn_config_head_v(c), W = c->conv_width, B = a->B, T = a->T;
+    const int HK = H * K, HV = H * V;
+    const gdn_layer_offsets *off = &t->layer[l];
+    const layer_acts *L = &a->L[l];
+    const grad_scratch *s = &a->s;
+    const real *x = a->x + (size_t)l * N * D;
 
     /* Mixer output: o_proj, gated norm. */
     R(gdn_linear_bwd)(s->dy, G + off->o_proj, s->dx, L->y, P + off->o_proj, N, HV, D);
@@ -403,13 +385,20 @@ static void block_backward(acts_t *a, const gdn_param_table *t, const real *P, r
 
 void R(gdn_cpu_backward)(acts_t *a, const gdn_param_table *t, const real *P, real *G) {
     if (!a->has_grad) GDN_DIE("gdn_cpu_backward needs a forward pass run with targets and grad_scale != 0");
+    if (a->pos0 && a->n_attn)
+        GDN_DIE("gdn_cpu_backward: the forward pass read a carried KV cache (pos %d); the backward "
+                "pass of attention layers starts at position 0", a->pos0);
     const gdn_config *c = &a->cfg;
     const int N = (int)a->N, D = c->d_model;
     const grad_scratch *s = &a->s;
     R(gdn_linear_bwd)(s->dhf, G + t->lm_head, a->logits, a->hf, P + t->lm_head, N, D, c->vocab_size);
     R(gdn_rmsnorm_bwd)(s->dx, G + t->final_norm, s->dhf, a->x + (size_t)c->n_layers * N * D,
                        P + t->final_norm, a->rstdf, N, D);
-    for (int l = c->n_layers - 1; l >= 0; l--) block_backward(a, t, P, G, l);
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        mlp_backward(a, t, P, G, l);
+        if (gdn_mixer_get(t->layer[l].mixer)->is_delta) delta_backward(a, t, P, G, l);
+        else R(gdn_cpu_attn_backward)(a, t, P, G, l);
+    }
     R(gdn_embed_bwd)(G + t->embed, a->tokens, s->dx, N, D);
     a->has_grad = 0;
 }

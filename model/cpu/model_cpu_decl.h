@@ -7,13 +7,23 @@
 typedef struct R_(gdn_cpu_acts) R_(gdn_cpu_acts);
 
 /* State carried across a sequence boundary, per layer: the delta-rule state and the last
- * W-1 pre-convolution rows of q, k and v. Used for recurrent decoding and sequence
- * parallelism. Buffers are owned by the caller; any pointer may be NULL (= zeros / not wanted). */
+ * W-1 pre-convolution rows of q, k and v; for attention layers (mixer A) a KV cache and the
+ * position. Used for recurrent decoding and sequence parallelism. Buffers are owned by the
+ * caller; any pointer may be NULL (= zeros / not wanted).
+ * The KV cache: the keys (after the q/k norm and RoPE) and values of every attention layer, in
+ * the order of the layers, positions 0 .. pos-1 of each sequence filled. A forward pass with
+ * carry_in starts at position carry_in->pos and reads those rows; with carry_out it writes
+ * positions 0 .. pos+T-1 of carry_out's cache (the carried rows are copied unless the two
+ * carries share the cache buffers, which they may) and sets carry_out->pos = pos + T. */
 typedef struct {
     real_ *S;      /* [n_layers][B,H,K,V] */
     real_ *halo_q; /* [n_layers][B,W-1,H*K] */
     real_ *halo_k; /* [n_layers][B,W-1,H*K] */
     real_ *halo_v; /* [n_layers][B,W-1,H*V] */
+    real_ *kv_k;   /* [attention layers][B,kv_len,n_kv_heads,attn_head_dim] */
+    real_ *kv_v;   /* the same shape */
+    int kv_len;    /* positions per sequence of kv_k and kv_v */
+    int pos;       /* tokens of each sequence before the segment */
 } R_(gdn_cpu_carry);
 
 /* The delta-rule inputs of one layer, as the sequence-parallel hooks see them (their `delta`). */

@@ -64,6 +64,13 @@ void R_(gdn_attn_bwd)(const gdn_attn_shape *s, const real_ *q, const real_ *k, c
                       const real_ *o, const real_ *lse, real_ scale, const real_ *d_o, real_ *dq,
                       real_ *dk, real_ *dv);
 
+/* Decoding form of gdn_attn_fwd: T new query rows at positions pos0 .. pos0+T-1 against the
+ * keys and values of positions 0 .. pos0+T-1, held in caches k, v [B,len,Hkv,D]
+ * (len >= pos0 + T). q, o [B,T,H,D]; lse [B,H,T] (may be NULL). At pos0 = 0 it equals
+ * gdn_attn_fwd up to rounding (scores and sums in double; no blocks, no BLAS). */
+void R_(gdn_attn_fwd_cached)(const gdn_attn_shape *s, const real_ *q, const real_ *k, const real_ *v,
+                             int len, int pos0, real_ scale, real_ *o, real_ *lse);
+
 /* ---- rotary position embedding (model/cpu/rope.c) ------------------------------------------- */
 /* Full rotary, half-split pairs (i, i + D/2), i < D/2, at position p = pos0 + t:
  *   y_i = x_i cos(p w_i) - x_{i+D/2} sin(p w_i),  y_{i+D/2} = x_{i+D/2} cos(p w_i) + x_i sin(p w_i),

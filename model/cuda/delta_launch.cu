@@ -117,9 +117,9 @@ void gdn_cuda_delta_check_shape(const gdn_delta_shape *s) {
         GDN_CUDA_DIE("gated delta rule (cuda): qk_heads=%d is neither 0 (q, k with one head per "
                      "value head) nor a divisor of the value heads H=%d", s->qk_heads, s->H);
     const gdn_mixer_info *mx = gdn_mixer_get(s->variant);
-    if (!mx)
-        GDN_CUDA_DIE("gated delta rule (cuda): unknown mixer variant %d (use a gdn_mixer value from "
-                     "model/mixer.h, 0..%d)", s->variant, GDN_MIXER_COUNT - 1);
+    if (!mx || !mx->is_delta)
+        GDN_CUDA_DIE("gated delta rule (cuda): mixer variant %d is not of the delta-rule family (use a gdn_mixer "
+                     "value from model/mixer.h, 0..%d)", s->variant, GDN_MIXER_DELTA_COUNT - 1);
     if (mx->has_beta != mx->has_delta)
         GDN_CUDA_DIE("gated delta rule (cuda): mixer '%s' has beta without the delta term (or the "
                      "reverse), which the kernels do not implement", mx->name);

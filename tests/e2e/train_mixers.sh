@@ -2,7 +2,9 @@
 # End-to-end: a model with one layer of each mixer kind (--mixers GDML) trains on the bundled
 # corpus, samples, and shows its pattern in `gdn inspect`; its layers hold only the tensors of
 # their gates; resuming with another pattern is refused naming `mixers`; --backend cuda without
-# a GPU is a usage error.
+# a GPU is a usage error, and the cuda backend refuses softmax-attention layers. Softmax
+# attention (A): a hybrid GGGA and a softmax-only model train with the loss falling, sample, and
+# show their settings in inspect.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 args=(--preset tiny --data "$SRC/data/kjv.txt.gz" --d_model 32 --n_layers 4 --n_heads 2 --head_dim 16
@@ -53,4 +55,35 @@ expect_usage "mixers is empty" --mixers ""
 expect_usage "only n_layers = 4" --mixers GDMLG
 expect_usage "use --backend cpu" --mixers GD --backend cuda
 [ ! -e "$dir/x/metrics.jsonl" ] || fail "a refused run wrote metrics"
-echo "GDML: trained, sampled, inspected; other pattern refused on resume; cuda without a GPU refused"
+expect_usage "sequence parallelism does not support attention layers" --mixers GA --sp 2
+
+# softmax attention (mixer A): a hybrid GGGA and a softmax-only model train (the loss falls),
+# sample, and show the attention settings in `gdn inspect`; the cuda backend refuses them
+loss_falls() { # loss_falls RUNDIR: the last step's loss is below the first's
+  /usr/bin/python3 - "$1/metrics.jsonl" <<'PY' || fail "the loss did not fall in $1"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+first, last = rows[0]["loss"], rows[-1]["loss"]
+print(f"{sys.argv[1]}: loss {first:.4f} -> {last:.4f}")
+assert last < first - 0.1, (first, last)
+PY
+}
+attn=(--lr 1e-2 --n_heads 4 --n_kv_heads 2 --attn_head_dim 8 --qk_norm true --qkv_bias true --steps 12)
+"$GDN" train "${args[@]}" "${attn[@]}" --mixers GGGA --out "$dir/h" > "$dir/h.log" || fail "GGGA training failed"
+loss_falls "$dir/h"
+"$GDN" train "${args[@]}" "${attn[@]}" --mixers A --rope_theta 500 --out "$dir/s" > "$dir/s.log" \
+  || fail "softmax-only training failed"
+loss_falls "$dir/s"
+"$GDN" inspect "$dir/h/ckpt_00000012.h5" > "$dir/inspect_h.txt" || fail "gdn inspect failed on GGGA"
+for want in "mixers=GGGA" "n_kv_heads=2" "attn_head_dim=8" "qk_norm=1" "qkv_bias=1" "rope_theta=10000"; do
+  grep -q "$want" "$dir/inspect_h.txt" || { cat "$dir/inspect_h.txt"; fail "gdn inspect does not show $want"; }
+done
+hh() { grep -q "model\.layers\.$1\.attn\.$2 " "$dir/inspect_h.txt"; }
+hh 3 q_norm.weight && hh 3 k_proj.bias && ! hh 3 g_proj.weight && ! hh 3 A_log && ! hh 2 q_norm.weight \
+  && hh 2 g_proj.weight || fail "the attention layer's tensors are wrong"
+"$GDN" sample --run "$dir/h" --prompt "And" --bytes 30 --seed 2 > "$dir/sample_h.txt" 2> "$dir/sample_h.err" \
+  || { cat "$dir/sample_h.err"; fail "gdn sample failed on a GGGA model"; }
+[ "$(wc -c < "$dir/sample_h.txt")" -eq $((3 + 30 + 1)) ] || fail "gdn sample wrote the wrong number of bytes (GGGA)"
+expect_usage "use --backend cpu" --mixers GGGA --backend cuda
+echo "GDML: trained, sampled, inspected; other pattern refused on resume; cuda refused"
+echo "GGGA and A: trained (loss falls), sampled, inspected; sp > 1 and cuda refused"

@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
         printf("\nmixer kinds at B%d T%d H%d D%d (CUDA bf16, median of %d)\n", s0->B, s0->T, s0->H,
                s0->K, repeats);
         printf("%-28s %9s %9s %9s\n", "kind", "fwd ms", "f+b ms", "f+b saved");
-        for (int v = 0; v < GDN_MIXER_COUNT; v++) {
+        for (int v = 0; v < GDN_MIXER_DELTA_COUNT; v++) {
             gdn_delta_shape s = *s0;
             s.variant = v;
             gdn_cuda_delta_timing t;

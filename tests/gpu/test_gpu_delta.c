@@ -614,7 +614,7 @@ static int shape_checks(void) {
     f += child_outcome("cpu fwd: H=2 qk_heads=2 accepted", cpu_fwd_call, &cpu_h, NULL);
     /* mixer variants (model/mixer.h): every one accepted, anything else refused by number */
     gdn_delta_shape var = zero;
-    for (int v = 0; v < GDN_MIXER_COUNT; v++) {
+    for (int v = 0; v < GDN_MIXER_DELTA_COUNT; v++) {
         char what[64];
         var.variant = v;
         snprintf(what, sizeof what, "cuda: variant %d (%s) accepted", v, gdn_mixer_get(v)->name);
@@ -644,7 +644,7 @@ int main(int argc, char **argv) {
         printf("SKIP: no CUDA device%s\n", fails ? " (but a shape check FAILED)" : "");
         return fails ? 1 : 77;
     }
-    for (int v = 0; v < GDN_MIXER_COUNT; v++)
+    for (int v = 0; v < GDN_MIXER_DELTA_COUNT; v++)
         for (int pi = 0; pi < 2; pi++) {
             const gdn_cuda_precision p = pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32;
             if (small) {

@@ -34,7 +34,7 @@ delta_problem delta_problem_make(int variant, int B, int T, int H, int K, int V,
                                  int decay, int draw, unsigned long long seed) {
     if (draw < DELTA_DRAW_F64 || draw > DELTA_DRAW_F32_EACH) refuse("draw", draw);
     if (draw == DELTA_DRAW_F32_EACH && decay == DELTA_DECAY_STRONG) refuse("decay", decay);
-    if (!gdn_mixer_get(variant)) refuse("variant", variant);
+    if (!gdn_mixer_get(variant) || !gdn_mixer_get(variant)->is_delta) refuse("variant", variant);
     delta_problem p = {
         .s = {.B = B, .T = T, .H = H, .K = K, .V = V, .chunk = chunk, .variant = variant}};
     p.mx = gdn_mixer_get(variant);

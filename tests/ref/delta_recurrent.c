@@ -18,7 +18,7 @@ static size_t ref_row(const gdn_delta_shape *s, int b, int t, int h) {
 /* The mixer of s, dying on an unknown variant. */
 static const gdn_mixer_info *ref_mixer(const gdn_delta_shape *s) {
     const gdn_mixer_info *mx = gdn_mixer_get(s->variant);
-    if (!mx) GDN_DIE("ref_delta_recurrent: unknown mixer variant %d", s->variant);
+    if (!mx || !mx->is_delta) GDN_DIE("ref_delta_recurrent: unknown mixer variant %d", s->variant);
     return mx;
 }
 
