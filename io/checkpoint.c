@@ -1015,8 +1015,11 @@ int ckpt_verify(const char *path, ckpt_tensor_fn fn, void *user, char *err, size
     }
     reader_args a = {.path = path, .fn = fn, .user = user};
     int st = ckpt_guard_run(path, verify_job, &a, err, errlen);
-    /* A failed child already said what is wrong; without a callback its answer is all. */
-    if (st != CKPT_OK && st != CKPT_E_CHECKSUM && st != CKPT_E_TENSOR) return st;
-    if (!fn) return st;
+    /* A failed child already said what is wrong. Only a child that read everything is repeated
+     * here (with the callback, for its per-tensor report): one that succeeded, or one that read
+     * every tensor and found a checksum that differs. A child that met damaged metadata may have
+     * taken a path this process would not (its memory is bounded, so a corrupt size fails there
+     * and would be allocated here), so its answer is all. */
+    if ((st != CKPT_OK && st != CKPT_E_CHECKSUM) || !fn) return st;
     return verify_direct(path, fn, user, err, errlen);
 }
