@@ -43,6 +43,37 @@ static void attn_scores(real *S, const real *q, const real *k, int t0, int n, in
     R(gdn_gemm)(0, 1, n, m, D, scale, q + (size_t)t0 * qs, (int)qs, k, (int)ks, 0, S, m);
 }
 
+/* Probabilities of the query block at t0 (n = min(ATTN_BLOCK, T - t0) rows) against keys
+ * 0..t0+n-1: P [n, t0+n], zero past each row's own position. With lse_in (the backward) they
+ * are exp(score - lse); else (the forward) the row softmax, its log-sum-exp into lse_out where
+ * that is not NULL. Returns n. */
+static int attn_block_probs(real *P, const real *qb, const real *kb, int t0, int T, int D, size_t qs,
+                            size_t ks, real scale, const real *lse_in, real *lse_out) {
+    const int n = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, m = t0 + n;
+    attn_scores(P, qb, kb, t0, n, D, qs, ks, scale);
+    for (int r = 0; r < n; r++) {
+        real *row = P + (size_t)r * m;
+        int t = t0 + r;
+        for (int j = t + 1; j < m; j++) row[j] = 0; /* the future */
+        if (lse_in) {
+            for (int j = 0; j <= t; j++) row[j] = REXP(row[j] - lse_in[t]);
+            continue;
+        }
+        real mx = row[0];
+        for (int j = 1; j <= t; j++)
+            if (row[j] > mx) mx = row[j];
+        double sum = 0; /* each term is in (0, 1]: a double sum stays exact enough for any T */
+        for (int j = 0; j <= t; j++) {
+            row[j] = REXP(row[j] - mx);
+            sum += row[j];
+        }
+        real inv = (real)(1.0 / sum);
+        for (int j = 0; j <= t; j++) row[j] *= inv;
+        if (lse_out) lse_out[t] = (real)((double)mx + log(sum));
+    }
+    return n;
+}
+
 /* ---- forward -------------------------------------------------------------------------------- */
 
 static void attn_fwd_pair(const gdn_attn_shape *s, int b, int h, const real *q, const real *k,
@@ -55,24 +86,7 @@ static void attn_fwd_pair(const gdn_attn_shape *s, int b, int h, const real *q, 
     real *ob = o + (size_t)b * T * qs + (size_t)h * D;
     real *lb = lse ? lse + ((size_t)b * s->H + h) * T : NULL;
     for (int t0 = 0; t0 < T; t0 += ATTN_BLOCK) {
-        int n = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, m = t0 + n;
-        attn_scores(S, qb, kb, t0, n, D, qs, ks, scale);
-        for (int r = 0; r < n; r++) {
-            real *row = S + (size_t)r * m;
-            int t = t0 + r;
-            real mx = row[0];
-            for (int j = 1; j <= t; j++)
-                if (row[j] > mx) mx = row[j];
-            double sum = 0; /* each term is in (0, 1]: a double sum stays exact enough for any T */
-            for (int j = 0; j <= t; j++) {
-                row[j] = REXP(row[j] - mx);
-                sum += row[j];
-            }
-            real inv = (real)(1.0 / sum);
-            for (int j = 0; j <= t; j++) row[j] *= inv;
-            for (int j = t + 1; j < m; j++) row[j] = 0; /* the future */
-            if (lb) lb[t] = (real)((double)mx + log(sum));
-        }
+        const int n = attn_block_probs(S, qb, kb, t0, T, D, qs, ks, scale, NULL, lb), m = t0 + n;
         R(gdn_gemm)(0, 0, n, D, m, 1, S, m, vb, (int)ks, 0, ob + (size_t)t0 * qs, (int)qs);
     }
 }
@@ -107,14 +121,7 @@ static void attn_bwd_head(const gdn_attn_shape *s, int b, int h, int hk, const r
     const real *lb = lse + ((size_t)b * s->H + h) * T;
     real *dqb = dq + qoff, *dkb = dk + koff, *dvb = dv + koff;
     for (int t0 = 0; t0 < T; t0 += ATTN_BLOCK) {
-        int n = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, m = t0 + n;
-        attn_scores(P, qb, kb, t0, n, D, qs, ks, scale);
-        for (int r = 0; r < n; r++) {
-            real *row = P + (size_t)r * m;
-            int t = t0 + r;
-            for (int j = 0; j <= t; j++) row[j] = REXP(row[j] - lb[t]);
-            for (int j = t + 1; j < m; j++) row[j] = 0;
-        }
+        const int n = attn_block_probs(P, qb, kb, t0, T, D, qs, ks, scale, lb, NULL), m = t0 + n;
         const real *dob_blk = dob + (size_t)t0 * qs;
         R(gdn_gemm)(1, 0, m, D, n, 1, P, m, dob_blk, (int)qs, 1, dvb, (int)ks);
         R(gdn_gemm)(0, 1, n, m, D, 1, dob_blk, (int)qs, vb, (int)ks, 0, dP, m);

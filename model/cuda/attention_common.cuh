@@ -17,6 +17,7 @@
 
 #include "model/cuda/attention_cuda.h"
 #include "model/cuda/cuda_check.h"
+#include "model/cuda/mma_common.cuh"
 
 namespace attn {
 
@@ -46,20 +47,6 @@ __device__ __forceinline__ long tok_off(int b, int t, int h, int T, int heads, i
     return (((long)b * T + t) * heads + h) * D;
 }
 
-/* ---- asynchronous copies -------------------------------------------------------------------- */
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    const int n = valid ? 16 : 0; /* 0 source bytes: the 16 destination bytes are zero-filled */
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 /* ROWS x D bf16 tile from global rows row0.. (row stride ldg elements, `g` at row 0) into shared
  * memory (row stride D + 8). Rows >= T are zero-filled (zeros give finite scores, and the
  * kernels mask them). The whole block (NTH threads) takes part; the caller commits and waits. */
@@ -77,25 +64,6 @@ __device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, long ldg, int 
 }
 
 /* ---- tensor-core fragments ------------------------------------------------------------------ */
-__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const bf16 *p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], const bf16 *p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0,
-                                         unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
     const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
     unsigned r;
@@ -130,23 +98,37 @@ __device__ __forceinline__ void acc_to_a(unsigned (&a)[NT / 2][4], const float (
     }
 }
 
+/* The products below take B' = B^T (BT: B is 8*NT rows x 16*KT columns, its rows are the output
+ * columns, S = Q K^T) or B' = B (B is 16*KT rows x 8*NT columns, O += P V), B a row-major shared
+ * tile with row stride ldb. b_lane: this lane's ldmatrix address in B. mma_ktile: k tile kt of
+ * acc[16 x 8*NT] += A * B', a the A fragments (16 x 16) of that k tile, p from b_lane. */
+template <bool BT> __device__ __forceinline__ const bf16 *b_lane(const bf16 *B, int ldb) {
+    const int lane = threadIdx.x & 31;
+    return BT ? B + ((lane & 7) + (lane >> 4) * 8) * ldb + ((lane >> 3) & 1) * 8
+              : B + ((lane & 7) + ((lane >> 3) & 1) * 8) * ldb + (lane >> 4) * 8;
+}
+template <bool BT, int NT>
+__device__ __forceinline__ void mma_ktile(float (&acc)[NT][4], const unsigned (&a)[4], const bf16 *p,
+                                          int ldb, int kt) {
+    static_assert(NT % 2 == 0, "n tiles come in pairs (ldmatrix x4)");
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+        unsigned r[4];
+        if (BT) ldsm_x4(r, p + np * 16 * ldb + kt * 16);
+        else ldsm_x4_t(r, p + kt * 16 * ldb + np * 16);
+        mma_bf16(acc[2 * np], a, r[0], r[1]);
+        mma_bf16(acc[2 * np + 1], a, r[2], r[3]);
+    }
+}
+
 /* acc[16 x 8*NT] += A * B^T with A fragments a (16 x 16*KT) and B a row-major shared tile of
  * 8*NT rows x 16*KT columns (row stride ldb): B's rows are the output columns (S = Q K^T). */
 template <int NT, int KT>
 __device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const unsigned (&a)[KT][4],
                                         const bf16 *B, int ldb) {
-    static_assert(NT % 2 == 0, "n tiles come in pairs (ldmatrix x4)");
-    const int lane = threadIdx.x & 31;
-    const bf16 *p = B + ((lane & 7) + (lane >> 4) * 8) * ldb + ((lane >> 3) & 1) * 8;
+    const bf16 *p = b_lane<true>(B, ldb);
 #pragma unroll
-    for (int kt = 0; kt < KT; ++kt)
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-            unsigned r[4];
-            ldsm_x4(r, p + np * 16 * ldb + kt * 16);
-            mma_bf16(acc[2 * np], a[kt], r[0], r[1]);
-            mma_bf16(acc[2 * np + 1], a[kt], r[2], r[3]);
-        }
+    for (int kt = 0; kt < KT; ++kt) mma_ktile<true>(acc, a[kt], p, ldb, kt);
 }
 
 /* The same with A a warp's 16 x 16*KT row-major shared tile (loaded one k tile at a time, so
@@ -154,21 +136,14 @@ __device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const unsigned (&a)
 template <int NT, int KT>
 __device__ __forceinline__ void mma_abt_s(float (&acc)[NT][4], const bf16 *A, int lda,
                                           const bf16 *B, int ldb) {
-    static_assert(NT % 2 == 0, "n tiles come in pairs (ldmatrix x4)");
     const int lane = threadIdx.x & 31;
     const bf16 *pa = A + (lane & 15) * lda + (lane >> 4) * 8;
-    const bf16 *p = B + ((lane & 7) + (lane >> 4) * 8) * ldb + ((lane >> 3) & 1) * 8;
+    const bf16 *p = b_lane<true>(B, ldb);
 #pragma unroll
     for (int kt = 0; kt < KT; ++kt) {
         unsigned a[4];
         ldsm_x4(a, pa + kt * 16);
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-            unsigned r[4];
-            ldsm_x4(r, p + np * 16 * ldb + kt * 16);
-            mma_bf16(acc[2 * np], a, r[0], r[1]);
-            mma_bf16(acc[2 * np + 1], a, r[2], r[3]);
-        }
+        mma_ktile<true>(acc, a, p, ldb, kt);
     }
 }
 
@@ -177,29 +152,16 @@ __device__ __forceinline__ void mma_abt_s(float (&acc)[NT][4], const bf16 *A, in
 template <int NT, int KT>
 __device__ __forceinline__ void mma_ab(float (&acc)[NT][4], const unsigned (&a)[KT][4],
                                        const bf16 *B, int ldb) {
-    static_assert(NT % 2 == 0, "n tiles come in pairs (ldmatrix x4)");
-    const int lane = threadIdx.x & 31;
-    const bf16 *p = B + ((lane & 7) + ((lane >> 3) & 1) * 8) * ldb + (lane >> 4) * 8;
+    const bf16 *p = b_lane<false>(B, ldb);
 #pragma unroll
-    for (int kt = 0; kt < KT; ++kt)
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-            unsigned r[4];
-            ldsm_x4_t(r, p + kt * 16 * ldb + np * 16);
-            mma_bf16(acc[2 * np], a[kt], r[0], r[1]);
-            mma_bf16(acc[2 * np + 1], a[kt], r[2], r[3]);
-        }
+    for (int kt = 0; kt < KT; ++kt) mma_ktile<false>(acc, a[kt], p, ldb, kt);
 }
 
 /* Row and column (within the warp's 16 x 8*NT block) of accumulator element e of tile n. */
 __device__ __forceinline__ int frag_row(int e) { return ((threadIdx.x & 31) >> 2) + ((e >> 1) << 3); }
 __device__ __forceinline__ int frag_col(int n, int e) { return n * 8 + ((threadIdx.x & 3) << 1) + (e & 1); }
 
-/* Sum / max over the 4 lanes of a quad (the lanes sharing an accumulator row). */
-__device__ __forceinline__ float quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
+/* Max over the 4 lanes of a quad (quad_sum: mma_common.cuh). */
 __device__ __forceinline__ float quad_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
     return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));

@@ -92,6 +92,35 @@ struct DevBuf {
 
 size_t elem_bytes(gdn_cuda_precision p) { return p == GDN_CUDA_BF16 ? 2 : 4; }
 
+/* Element size and element counts of q and o (nq), k and v (nk) and lse (nl) of a call's shape. */
+struct Sizes {
+    size_t es, nq, nk, nl;
+    explicit Sizes(const gdn_cuda_attention_args *a)
+        : es(elem_bytes(a->precision)), nq((size_t)a->B * a->T * a->H * a->D),
+          nk((size_t)a->B * a->T * a->Hkv * a->D), nl((size_t)a->B * a->H * a->T) {}
+};
+
+/* Device buffers of every tensor of a forward + backward call (unwritten). */
+struct Buffers : Sizes {
+    DevBuf q, k, v, o, lse, d_o, dq, dk, dv, ws;
+    explicit Buffers(const gdn_cuda_attention_args *a)
+        : Sizes(a), q(nq * es), k(nk * es), v(nk * es), o(nq * es), lse(nl * 4), d_o(nq * es), dq(nq * es),
+          dk(nk * es), dv(nk * es), ws(gdn_cuda_attention_workspace_bytes(a)) {}
+    /* Points the tensors of d at these buffers. */
+    void bind(gdn_cuda_attention_args *d) const {
+        d->q = q.p;
+        d->k = k.p;
+        d->v = v.p;
+        d->o = o.p;
+        d->lse = (float *)lse.p;
+        d->d_o = d_o.p;
+        d->dq = dq.p;
+        d->dk = dk.p;
+        d->dv = dv.p;
+        d->workspace = ws.p;
+    }
+};
+
 /* host float -> device act (bf16 rounded to nearest even in BF16 mode) */
 void upload(void *dst, const float *src, size_t n, gdn_cuda_precision p) {
     if (p == GDN_CUDA_FP32) {
@@ -120,9 +149,8 @@ void poison(void *p, size_t bytes) { GDN_CUDA_CHECK(cudaMemset(p, 0xFF, bytes));
 extern "C" void gdn_cuda_attention_fwd_host(const gdn_cuda_attention_args *a, const float *q,
                                             const float *k, const float *v, float *o, float *lse) {
     gdn_cuda_attention_args d = *a;
-    const size_t es = elem_bytes(a->precision);
-    const size_t nq = (size_t)a->B * a->T * a->H * a->D, nk = (size_t)a->B * a->T * a->Hkv * a->D;
-    const size_t nl = (size_t)a->B * a->H * a->T;
+    const Sizes n(a);
+    const size_t es = n.es, nq = n.nq, nk = n.nk, nl = n.nl;
     DevBuf bq(nq * es), bk(nk * es), bv(nk * es), bo(nq * es), bl(nl * 4);
     upload(bq.p, q, nq, a->precision);
     upload(bk.p, k, nk, a->precision);
@@ -145,40 +173,28 @@ extern "C" void gdn_cuda_attention_bwd_host(const gdn_cuda_attention_args *a, co
                                             const float *k, const float *v, const float *d_o,
                                             float *o, float *lse, float *dq, float *dk, float *dv) {
     gdn_cuda_attention_args d = *a;
-    const size_t es = elem_bytes(a->precision);
-    const size_t nq = (size_t)a->B * a->T * a->H * a->D, nk = (size_t)a->B * a->T * a->Hkv * a->D;
-    const size_t nl = (size_t)a->B * a->H * a->T;
-    DevBuf bq(nq * es), bk(nk * es), bv(nk * es), bo(nq * es), bl(nl * 4), bdo(nq * es);
-    DevBuf bdq(nq * es), bdk(nk * es), bdv(nk * es), bws(gdn_cuda_attention_workspace_bytes(a));
-    upload(bq.p, q, nq, a->precision);
-    upload(bk.p, k, nk, a->precision);
-    upload(bv.p, v, nk, a->precision);
-    upload(bdo.p, d_o, nq, a->precision);
-    poison(bo.p, nq * es);
-    poison(bl.p, nl * 4);
-    poison(bdq.p, nq * es);
-    poison(bdk.p, nk * es);
-    poison(bdv.p, nk * es);
-    poison(bws.p, nl * 4);
-    d.q = bq.p;
-    d.k = bk.p;
-    d.v = bv.p;
-    d.o = bo.p;
-    d.lse = (float *)bl.p;
-    d.d_o = bdo.p;
-    d.dq = bdq.p;
-    d.dk = bdk.p;
-    d.dv = bdv.p;
-    d.workspace = bws.p;
+    const Buffers b(a);
+    const size_t es = b.es, nq = b.nq, nk = b.nk, nl = b.nl;
+    upload(b.q.p, q, nq, a->precision);
+    upload(b.k.p, k, nk, a->precision);
+    upload(b.v.p, v, nk, a->precision);
+    upload(b.d_o.p, d_o, nq, a->precision);
+    poison(b.o.p, nq * es);
+    poison(b.lse.p, nl * 4);
+    poison(b.dq.p, nq * es);
+    poison(b.dk.p, nk * es);
+    poison(b.dv.p, nk * es);
+    poison(b.ws.p, nl * 4);
+    b.bind(&d);
     d.stream = NULL;
     gdn_cuda_attention_fwd(&d);
     gdn_cuda_attention_bwd(&d);
     GDN_CUDA_CHECK(cudaDeviceSynchronize());
-    if (o) download(o, bo.p, nq, a->precision);
-    if (lse) GDN_CUDA_CHECK(cudaMemcpy(lse, bl.p, nl * 4, cudaMemcpyDeviceToHost));
-    download(dq, bdq.p, nq, a->precision);
-    download(dk, bdk.p, nk, a->precision);
-    download(dv, bdv.p, nk, a->precision);
+    if (o) download(o, b.o.p, nq, a->precision);
+    if (lse) GDN_CUDA_CHECK(cudaMemcpy(lse, b.lse.p, nl * 4, cudaMemcpyDeviceToHost));
+    download(dq, b.dq.p, nq, a->precision);
+    download(dk, b.dk.p, nk, a->precision);
+    download(dv, b.dv.p, nk, a->precision);
 }
 
 /* ---- timing -------------------------------------------------------------------------------- */
@@ -204,25 +220,12 @@ extern "C" void gdn_cuda_attention_time(const gdn_cuda_attention_args *shape, in
                                         gdn_cuda_attention_timing *out) {
     gdn_cuda_attention_args d = *shape;
     const gdn_cuda_precision pr = d.precision;
-    const size_t es = elem_bytes(pr);
-    const size_t nq = (size_t)d.B * d.T * d.H * d.D, nk = (size_t)d.B * d.T * d.Hkv * d.D;
-    const size_t nl = (size_t)d.B * d.H * d.T;
-    DevBuf bq(nq * es), bk(nk * es), bv(nk * es), bo(nq * es), bl(nl * 4), bdo(nq * es);
-    DevBuf bdq(nq * es), bdk(nk * es), bdv(nk * es), bws(gdn_cuda_attention_workspace_bytes(&d));
-    fill_random(bq.p, nq, pr, 1);
-    fill_random(bk.p, nk, pr, 2);
-    fill_random(bv.p, nk, pr, 3);
-    fill_random(bdo.p, nq, pr, 4);
-    d.q = bq.p;
-    d.k = bk.p;
-    d.v = bv.p;
-    d.o = bo.p;
-    d.lse = (float *)bl.p;
-    d.d_o = bdo.p;
-    d.dq = bdq.p;
-    d.dk = bdk.p;
-    d.dv = bdv.p;
-    d.workspace = bws.p;
+    const Buffers b(&d);
+    fill_random(b.q.p, b.nq, pr, 1);
+    fill_random(b.k.p, b.nk, pr, 2);
+    fill_random(b.v.p, b.nk, pr, 3);
+    fill_random(b.d_o.p, b.nq, pr, 4);
+    b.bind(&d);
     cudaStream_t st;
     GDN_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     d.stream = st;

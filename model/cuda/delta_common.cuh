@@ -1,6 +1,6 @@
 /* Shared pieces of the gated-delta-rule kernels: the argument block, the workspace layout, and
- * warp-level building blocks (asynchronous tile copies, the tensor-core product of shared-memory
- * tiles, fragment bookkeeping).
+ * warp-level building blocks on top of mma_common.cuh (tile copies, the tensor-core product of
+ * shared-memory tiles, fragment bookkeeping).
  *
  * Tiles live in shared memory as the storage type E (__nv_bfloat16 or float), rows padded by
  * 16 bytes so that ldmatrix and the fp32 loads hit distinct banks. A warp computes a block of
@@ -17,6 +17,7 @@
 
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/delta_cuda.h"
+#include "model/cuda/mma_common.cuh"
 
 #define GDN_CHUNK 64
 typedef __nv_bfloat16 bf16;
@@ -129,19 +130,7 @@ template <typename E> __host__ __device__ constexpr size_t tile_bytes(int rows, 
     return (size_t)rows * pad_ld<E>(cols) * sizeof(E);
 }
 
-/* ---- asynchronous copies -------------------------------------------------------------------- */
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    const int n = valid ? 16 : 0; /* 0 source bytes: the 16 destination bytes are zero-filled */
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+/* ---- asynchronous copies (cp_async16 and the rest: mma_common.cuh) ------------------------- */
 /* Wait until at most n (0..7) groups of this thread are pending. */
 __device__ __forceinline__ void cp_async_wait_dyn(int n) {
     switch (n) {
@@ -229,12 +218,7 @@ template <int MT, int NT> __device__ __forceinline__ void acc_zero(float (&acc)[
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 }
 
-/* Sum over the 4 lanes that share a fragment row / over the 8 lanes that share a column. */
-__device__ __forceinline__ float quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    x += __shfl_xor_sync(0xffffffffu, x, 2);
-    return x;
-}
+/* Sum over the 8 lanes that share a column (over a row: quad_sum, mma_common.cuh). */
 __device__ __forceinline__ float col_sum8(float x) {
     x += __shfl_xor_sync(0xffffffffu, x, 4);
     x += __shfl_xor_sync(0xffffffffu, x, 8);
@@ -248,26 +232,6 @@ __device__ __forceinline__ float col_sum8(float x) {
  * or B[n*ldb + k] (OP_NK). Pointers address element (0,0) of the warp's block. */
 enum { OP_MK = 0, OP_KM = 1 };
 enum { OP_KN = 0, OP_NK = 1 };
-
-__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void *p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], const void *p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0,
-                                         unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 template <int MT, int NT, int AL, int BL>
 __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const bf16 *A, int lda,

@@ -65,24 +65,41 @@ void gdn_delta_free_all(void **ptrs, int n) {
         if (ptrs[i]) GDN_CUDA_CHECK(cudaFree(ptrs[i]));
 }
 
-void gdn_cuda_delta_fwd_host(const gdn_cuda_delta_fwd_args *fa) {
-    const gdn_cuda_delta_in *in = &fa->in;
+/* Element counts of a host call: per-token scalars (ntok), one state (nst), q or k (nqk: q, k,
+ * dq, dk are [B,T,qk_heads,K]), and the element size of the precision (es). */
+typedef struct {
+    size_t ntok, nst, nqk, es;
+} host_sizes;
+
+/* Checks the shape of *in and returns its device copy: q, k, v in the element type of its
+ * precision, g, beta, h0 fp32 (NULL stays NULL), a fresh workspace, the default stream. */
+static gdn_cuda_delta_in upload_in(const gdn_cuda_delta_in *in, host_sizes *n) {
     const gdn_delta_shape *s = &in->shape;
     const gdn_cuda_precision p = in->prec;
     gdn_cuda_delta_check_shape(s);
-    const size_t ntok = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
-    const size_t nqk = ntok / gdn_delta_group(s) * s->K; /* q, k: [B,T,qk_heads,K] */
-    const size_t es = gdn_delta_elem_size(p);
+    n->ntok = (size_t)s->B * s->T * s->H;
+    n->nst = (size_t)s->B * s->H * s->K * s->V;
+    n->nqk = n->ntok / gdn_delta_group(s) * s->K;
+    n->es = gdn_delta_elem_size(p);
+    gdn_cuda_delta_in d = *in;
+    d.q = upload((const float *)in->q, n->nqk, p);
+    d.k = upload((const float *)in->k, n->nqk, p);
+    d.v = upload((const float *)in->v, n->ntok * s->V, p);
+    d.g = (const float *)upload(in->g, n->ntok, GDN_CUDA_FP32);
+    d.beta = (const float *)upload(in->beta, n->ntok, GDN_CUDA_FP32);
+    d.h0 = (const float *)upload(in->h0, n->nst, GDN_CUDA_FP32);
+    d.workspace = alloc_workspace(s, p);
+    d.stream = NULL;
+    return d;
+}
+
+void gdn_cuda_delta_fwd_host(const gdn_cuda_delta_fwd_args *fa) {
+    const gdn_delta_shape *s = &fa->in.shape;
+    const gdn_cuda_precision p = fa->in.prec;
+    host_sizes n;
     gdn_cuda_delta_fwd_args d = {};
-    d.in = *in;
-    d.in.q = upload((const float *)in->q, nqk, p);
-    d.in.k = upload((const float *)in->k, nqk, p);
-    d.in.v = upload((const float *)in->v, ntok * s->V, p);
-    d.in.g = (const float *)upload(in->g, ntok, GDN_CUDA_FP32);
-    d.in.beta = (const float *)upload(in->beta, ntok, GDN_CUDA_FP32);
-    d.in.h0 = (const float *)upload(in->h0, nst, GDN_CUDA_FP32);
-    d.in.workspace = alloc_workspace(s, p);
-    d.in.stream = NULL;
+    d.in = upload_in(&fa->in, &n);
+    const size_t ntok = n.ntok, nst = n.nst, es = n.es;
     d.o = gdn_delta_alloc_poisoned(ntok * s->V, es);
     d.ht = fa->ht ? (float *)gdn_delta_alloc_poisoned(nst, 4) : NULL;
     gdn_cuda_delta_fwd(&d);
@@ -95,23 +112,12 @@ void gdn_cuda_delta_fwd_host(const gdn_cuda_delta_fwd_args *fa) {
 }
 
 void gdn_cuda_delta_bwd_host(const gdn_cuda_delta_bwd_args *ba) {
-    const gdn_cuda_delta_in *in = &ba->in;
-    const gdn_delta_shape *s = &in->shape;
-    const gdn_cuda_precision p = in->prec;
-    gdn_cuda_delta_check_shape(s);
-    const size_t ntok = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
-    const size_t nqk = ntok / gdn_delta_group(s) * s->K; /* q, k, dq, dk: [B,T,qk_heads,K] */
-    const size_t es = gdn_delta_elem_size(p);
+    const gdn_delta_shape *s = &ba->in.shape;
+    const gdn_cuda_precision p = ba->in.prec;
+    host_sizes n;
     gdn_cuda_delta_bwd_args d = {};
-    d.in = *in;
-    d.in.q = upload((const float *)in->q, nqk, p);
-    d.in.k = upload((const float *)in->k, nqk, p);
-    d.in.v = upload((const float *)in->v, ntok * s->V, p);
-    d.in.g = (const float *)upload(in->g, ntok, GDN_CUDA_FP32);
-    d.in.beta = (const float *)upload(in->beta, ntok, GDN_CUDA_FP32);
-    d.in.h0 = (const float *)upload(in->h0, nst, GDN_CUDA_FP32);
-    d.in.workspace = alloc_workspace(s, p);
-    d.in.stream = NULL;
+    d.in = upload_in(&ba->in, &n);
+    const size_t ntok = n.ntok, nst = n.nst, nqk = n.nqk, es = n.es;
     d.d_o = upload((const float *)ba->d_o, ntok * s->V, p);
     d.dht = (const float *)upload(ba->dht, nst, GDN_CUDA_FP32);
     d.dq = gdn_delta_alloc_poisoned(nqk, es);

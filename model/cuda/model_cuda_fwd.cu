@@ -63,13 +63,7 @@ static void seq_halo_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
 }
 
 static void block_forward(gdn_cuda_model *m, int l) {
-    const gdn_config *c = &m->cfg;
-    const gdn_cuda_precision p = m->p;
-    const int N = m->N, D = c->d_model, H = c->n_heads, K = c->head_dim, B = m->B, T = m->T;
-    const int V = gdn_config_head_v(c), F = c->d_ff, W = c->conv_width, HK = H * K, HV = H * V;
-    const gdn_layer_offsets *off = &m->t->layer[l];
-    const gdn_mixer_info *mx = layer_mixer(m, l);
-    const layer_acts *L = &m->L[l];
+    const auto [c, p, N, D, H, K, B, T, V, F, W, HK, HV, off, mx, L] = block_ctx_of(m, l);
     const float *P = m->params, eps = (float)c->norm_eps;
     const float *x = m->x + (size_t)l * N * D;
     float *xm = m->x_mid + (size_t)l * N * D, *xo = m->x + (size_t)(l + 1) * N * D;

@@ -188,5 +188,24 @@ static inline gdn_delta_shape layer_shape(const gdn_cuda_model *m, int l) {
 
 static inline float beta_scale(const gdn_config *c) { return c->allow_neg_eigval ? 2.0f : 1.0f; }
 
+/* What the forward and the backward of block l start from: the config, the precision, the
+ * dimensions (N = B*T rows, width D, H heads of K key and V value columns, F feed-forward
+ * columns, W convolution taps, HK = H*K, HV = H*V), and the layer's parameter offsets, mixer
+ * and saved activations. Both take it apart in one structured binding. */
+struct block_ctx {
+    const gdn_config *c;
+    gdn_cuda_precision p;
+    int N, D, H, K, B, T, V, F, W, HK, HV;
+    const gdn_layer_offsets *off;
+    const gdn_mixer_info *mx;
+    const layer_acts *L;
+};
+static inline block_ctx block_ctx_of(const gdn_cuda_model *m, int l) {
+    const gdn_config *c = &m->cfg;
+    const int H = c->n_heads, K = c->head_dim, V = gdn_config_head_v(c);
+    return block_ctx{c, m->p, m->N, c->d_model, H, K, m->B, m->T, V, c->d_ff, c->conv_width, H * K, H * V,
+                     &m->t->layer[l], layer_mixer(m, l), &m->L[l]};
+}
+
 
 #endif

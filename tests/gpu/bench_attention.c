@@ -7,14 +7,14 @@
  * Usage: bench_attention [repeats [B T H Hkv D [warmup]]]  (one shape; warmup 0 for profilers) */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <cuda_runtime.h>
 
 #include "model/cuda/attention_cuda.h"
+#include "tests/gpu/attention_case.h"
 
 typedef struct {
-    int B, T, H, Hkv, D;
+    att_case c;
     double sdpa_fwd_ms, sdpa_fwdbwd_ms; /* PyTorch SDPA (flash) on an H200, 0 where unknown */
 } bench_shape;
 
@@ -31,14 +31,14 @@ int main(int argc, char **argv) {
         return 1;
     }
     bench_shape shapes[] = {
-        {4, 4096, 16, 16, 128, 0.52, 2.06},
-        {2, 16384, 16, 16, 128, 0, 14.3},
-        {4, 4096, 16, 4, 128, 0, 0},
-        {4, 4096, 16, 16, 64, 0, 0},
+        {{4, 4096, 16, 16, 128, 0}, 0.52, 2.06},
+        {{2, 16384, 16, 16, 128, 0}, 0, 14.3},
+        {{4, 4096, 16, 4, 128, 0}, 0, 0},
+        {{4, 4096, 16, 16, 64, 0}, 0, 0},
     };
     int n = (int)(sizeof shapes / sizeof shapes[0]);
     if (argc >= 7) {
-        const bench_shape one = {atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), 0, 0};
+        const bench_shape one = {{atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), 0}, 0, 0};
         shapes[0] = one;
         n = 1;
         if (argc >= 8) warmup = atoi(argv[7]);
@@ -53,23 +53,15 @@ int main(int argc, char **argv) {
            "f+b TF/s", "SDPA fwd", "SDPA f+b");
     for (int i = 0; i < n; i++)
         for (int w = 4; w <= 8; w += 4) {
-            const bench_shape *s = &shapes[i];
-            gdn_cuda_attention_args a;
-            memset(&a, 0, sizeof a);
-            a.B = s->B;
-            a.T = s->T;
-            a.H = s->H;
-            a.Hkv = s->Hkv;
-            a.D = s->D;
-            a.precision = GDN_CUDA_BF16;
-            a.warps = w;
+            const att_case *s = &shapes[i].c;
+            gdn_cuda_attention_args a = att_args(s, GDN_CUDA_BF16, w);
             gdn_cuda_attention_timing tm;
             gdn_cuda_attention_time(&a, warmup, repeats, &tm);
             const double fl = 2.0 * s->B * s->H * (double)s->T * s->T * s->D; /* causal forward */
             char name[64], sf[16] = "-", sfb[16] = "-";
             snprintf(name, sizeof name, "B%d T%d H%d Hkv%d D%d", s->B, s->T, s->H, s->Hkv, s->D);
-            if (s->sdpa_fwd_ms > 0) snprintf(sf, sizeof sf, "%.2f", s->sdpa_fwd_ms);
-            if (s->sdpa_fwdbwd_ms > 0) snprintf(sfb, sizeof sfb, "%.2f", s->sdpa_fwdbwd_ms);
+            if (shapes[i].sdpa_fwd_ms > 0) snprintf(sf, sizeof sf, "%.2f", shapes[i].sdpa_fwd_ms);
+            if (shapes[i].sdpa_fwdbwd_ms > 0) snprintf(sfb, sizeof sfb, "%.2f", shapes[i].sdpa_fwdbwd_ms);
             printf("%-26s %2d %9.3f %9.3f %9.3f %9.1f %9.1f %12s %12s\n", name, w, tm.fwd_ms, tm.bwd_ms,
                    tm.fwdbwd_ms, fl / (tm.fwd_ms * 1e9), 3.5 * fl / (tm.fwdbwd_ms * 1e9), sf, sfb);
         }

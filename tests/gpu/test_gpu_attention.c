@@ -39,12 +39,8 @@
 #include <cuda_runtime.h>
 
 #include "model/cuda/attention_cuda.h"
+#include "tests/gpu/attention_case.h"
 #include "tests/gpu/gpu_test_util.h"
-
-typedef struct {
-    int B, T, H, Hkv, D;
-    float scale; /* 0: default */
-} att_case;
 
 /* ---- inputs --------------------------------------------------------------------------------- */
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -187,16 +183,7 @@ static void run_gpu(const att_case *c, gdn_cuda_precision p, int warps, const fl
                     const float *v, const float *d_o, att_out *out) {
     const size_t nq = (size_t)c->B * c->T * c->H * c->D, nk = (size_t)c->B * c->T * c->Hkv * c->D;
     const size_t nl = (size_t)c->B * c->H * c->T, es = esize(p);
-    gdn_cuda_attention_args a;
-    memset(&a, 0, sizeof a);
-    a.B = c->B;
-    a.T = c->T;
-    a.H = c->H;
-    a.Hkv = c->Hkv;
-    a.D = c->D;
-    a.scale = c->scale;
-    a.precision = p;
-    a.warps = warps;
+    gdn_cuda_attention_args a = att_args(c, p, warps);
     a.q = dev_upload(q, nq, p);
     a.k = dev_upload(k, nk, p);
     a.v = dev_upload(v, nk, p);
@@ -322,15 +309,7 @@ static void check_host_wrappers(const att_case *c, gdn_cuda_precision p) {
     f.o = xmalloc(nq * 4);
     f.lse = xmalloc(nl * 4);
     f.dq = f.dk = f.dv = NULL;
-    gdn_cuda_attention_args s;
-    memset(&s, 0, sizeof s);
-    s.B = c->B;
-    s.T = c->T;
-    s.H = c->H;
-    s.Hkv = c->Hkv;
-    s.D = c->D;
-    s.scale = c->scale;
-    s.precision = p;
+    const gdn_cuda_attention_args s = att_args(c, p, 0);
     gdn_cuda_attention_fwd_host(&s, q, k, v, f.o, f.lse);
     gdn_cuda_attention_bwd_host(&s, q, k, v, d_o, h.o, h.lse, h.dq, h.dk, h.dv);
     const int same = !memcmp(a.o, h.o, nq * 4) && !memcmp(a.lse, h.lse, nl * 4) &&
@@ -361,14 +340,8 @@ static void check_refusal(const char *what, int D, int H, int Hkv, int null_q, c
         static char buf[64] __attribute__((aligned(16)));
         close(fd[0]);
         dup2(fd[1], 2);
-        gdn_cuda_attention_args a;
-        memset(&a, 0, sizeof a);
-        a.B = 1;
-        a.T = 8;
-        a.H = H;
-        a.Hkv = Hkv;
-        a.D = D;
-        a.precision = GDN_CUDA_BF16;
+        const att_case c = {1, 8, H, Hkv, D, 0};
+        gdn_cuda_attention_args a = att_args(&c, GDN_CUDA_BF16, 0);
         a.q = null_q ? NULL : buf;
         a.k = a.v = a.o = buf;
         a.lse = (float *)buf;

@@ -1,5 +1,5 @@
 # Writes host-C++ copies of the attention sources for the CPU emulator (see run.sh): the inline
-# PTX helpers of attention_common.cuh (cp.async, ldmatrix, mma.sync) become calls into the
+# PTX helpers of mma_common.cuh (cp.async, ldmatrix, mma.sync) become calls into the
 # emulator, the dynamic shared-memory declaration a pointer to the block's emulated shared
 # memory, and each kernel<<<grid, block, smem, stream>>>(p) launch a call that runs the grid.
 # Everything else, the kernels' index math, masking and synchronisation included, is the
@@ -7,7 +7,7 @@
 import os
 import re, sys
 repo, out = sys.argv[1], sys.argv[2]
-h = open(repo + '/model/cuda/attention_common.cuh').read()
+h = open(repo + '/model/cuda/mma_common.cuh').read()
 def replace_fn(src, name, body):
     # replace the whole definition that starts with the line declaring `name(` up to the closing "\n}\n"
     m = re.search(r'(template <int N> )?__device__ __forceinline__ \w+ ' + name + r'\(.*?\n}\n', src, re.S)
@@ -16,12 +16,13 @@ def replace_fn(src, name, body):
 h = replace_fn(h, 'cp_async16', '__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) { emu_cp16(smem, gmem, valid); }\n')
 h = replace_fn(h, 'cp_async_commit', '__device__ __forceinline__ void cp_async_commit() {}\n')
 h = replace_fn(h, 'cp_async_wait', 'template <int N> __device__ __forceinline__ void cp_async_wait() {}\n')
-h = replace_fn(h, 'ldsm_x4', '__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const bf16 *p) { emu_ldsm(r, p, false); }\n')
-h = replace_fn(h, 'ldsm_x4_t', '__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], const bf16 *p) { emu_ldsm(r, p, true); }\n')
+h = replace_fn(h, 'ldsm_x4', '__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void *p) { emu_ldsm(r, p, false); }\n')
+h = replace_fn(h, 'ldsm_x4_t', '__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], const void *p) { emu_ldsm(r, p, true); }\n')
 h = replace_fn(h, 'mma_bf16', '__device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) { emu_mma(c, a, b0, b1); }\n')
-assert 'asm' not in h, 'inline PTX left in the header: emulate it in gen.py'
+assert 'asm' not in h, 'inline PTX left in mma_common.cuh: emulate it in gen.py'
+assert 'asm' not in open(repo + '/model/cuda/attention_common.cuh').read(), 'inline PTX in attention_common.cuh: move it to mma_common.cuh'
 os.makedirs(out + '/model/cuda', exist_ok=True)
-open(out + '/model/cuda/attention_common.cuh', 'w').write(h)
+open(out + '/model/cuda/mma_common.cuh', 'w').write(h)
 
 def split_top(args):
     """Split at commas outside (), <> and []."""

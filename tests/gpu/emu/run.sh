@@ -26,5 +26,7 @@ g++ -std=c++17 $flags -Wall -Wno-unused-function -Wno-unknown-pragmas -I"$here" 
     -c "$work/kernels.cpp" -o "$work/kernels.o"
 g++ -std=c++17 $flags -Wall -I"$here" -c "$here/emu_rt.cpp" -o "$work/emu_rt.o"
 gcc -std=gnu11 $flags -Wall -I"$here" -I"$root" -c "$here/emu_test.c" -o "$work/emu_test.o"
-g++ $flags "$work/emu_test.o" "$work/kernels.o" "$work/emu_rt.o" -o "$work/emu_test" -lm
+# the launchers' fatal errors (GDN_CUDA_DIE) go through gdn_die_at
+gcc -std=gnu11 $flags -Wall -I"$root" -c "$root/model/check.c" -o "$work/check.o"
+g++ $flags "$work/emu_test.o" "$work/kernels.o" "$work/emu_rt.o" "$work/check.o" -o "$work/emu_test" -lm
 "$work/emu_test" "$@"
