@@ -620,8 +620,10 @@ static int shape_checks(void) {
         snprintf(what, sizeof what, "cuda: variant %d (%s) accepted", v, gdn_mixer_get(v)->name);
         f += child_outcome(what, cuda_check_call, &var, NULL);
     }
+    var.variant = GDN_MIXER_A; /* softmax attention: a mixer, but not of the delta-rule family */
+    f += child_outcome("cuda: variant A (attention) rejected", cuda_check_call, &var, "not of the delta-rule family");
     var.variant = GDN_MIXER_COUNT;
-    f += child_outcome("cuda: variant 4 rejected", cuda_check_call, &var, "mixer variant 4");
+    f += child_outcome("cuda: variant past the table rejected", cuda_check_call, &var, "not of the delta-rule family");
     var.variant = -1;
     f += child_outcome("cuda: variant -1 rejected", cuda_check_call, &var, "mixer variant -1");
     /* a NULL input that the variant reads stops the launcher (G and M read g, G and D beta) */
