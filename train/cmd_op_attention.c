@@ -10,10 +10,13 @@
 #include "model/cpu/ops_cpu.h"
 #include "train/commands.h"
 #include "train/op_io.h"
+#ifdef GDN_HAVE_CUDA
+#include "model/cuda/attention_cuda.h"
+#endif
 
 static void attn_usage(FILE *f) {
     fprintf(f,
-            "usage: gdn op attention --in IN.h5 --out OUT.h5 [--backend cpu|cuda] [--precision fp32|fp64]\n\n"
+            "usage: gdn op attention --in IN.h5 --out OUT.h5 [--backend cpu|cuda] [--precision P]\n\n"
             "Causal softmax attention with grouped kv heads, per batch b and query head h:\n"
             "  o_t = sum_{t'<=t} softmax_t'(scale q_t . k_t') v_t',  k and v of kv head h / (H/Hkv)\n"
             "Input datasets (fp32 or fp64): q [B,T,H,D]; k, v [B,T,Hkv,D] (H a multiple of Hkv);\n"
@@ -21,7 +24,9 @@ static void attn_usage(FILE *f) {
             "embedding or norm is applied inside the op. Outputs (fp32): o [B,T,H,D], lse [B,H,T]\n"
             "(log-sum-exp of each row of scaled scores) and, when do is given, the gradients of\n"
             "sum(o * do): dq [B,T,H,D], dk, dv [B,T,Hkv,D].\n"
-            "Precision: cpu computes in fp32 (default) or fp64. The cuda backend is not built yet.\n");
+            "Precision: cpu computes in fp32 (default) or fp64; cuda in bf16 (default: bf16 inputs\n"
+            "and outputs, fp32 accumulation, flash-style tensor-core kernels) or fp32. The cuda\n"
+            "backend takes head dims 64 and 128.\n");
 }
 
 typedef struct {
@@ -77,6 +82,31 @@ static void run_cpu(attn_arrays *a, int fp64, int want_grad) {
     free(v);
 }
 
+#ifdef GDN_HAVE_CUDA
+/* The CUDA kernels on the host arrays (copied in, rounded to bf16 in bf16 mode; copied out). */
+static void run_cuda(attn_arrays *a, gdn_cuda_precision p, int want_grad) {
+    const gdn_attn_shape *s = &a->s;
+    const gdn_cuda_attention_args args = {.B = s->B, .T = s->T, .H = s->H, .Hkv = s->Hkv, .D = s->D,
+                                          .scale = (float)a->scale, .precision = p};
+    float *q = op_to_f32(a->q, a->nq), *k = op_to_f32(a->k, a->nkv), *v = op_to_f32(a->v, a->nkv);
+    a->o = attn_alloc_f32(a->nq);
+    a->lse = attn_alloc_f32(a->nl);
+    if (want_grad) {
+        float *d_o = op_to_f32(a->d_o, a->nq);
+        a->dq = attn_alloc_f32(a->nq);
+        a->dk = attn_alloc_f32(a->nkv);
+        a->dv = attn_alloc_f32(a->nkv);
+        gdn_cuda_attention_bwd_host(&args, q, k, v, d_o, a->o, a->lse, a->dq, a->dk, a->dv);
+        free(d_o);
+    } else {
+        gdn_cuda_attention_fwd_host(&args, q, k, v, a->o, a->lse);
+    }
+    free(q);
+    free(k);
+    free(v);
+}
+#endif
+
 /* Finite inputs can still overflow: an fp64 value beyond fp32's range, scale q.k beyond the
  * computing precision, or an lse beyond the fp32 output. Name the first output that is not
  * finite instead of writing it. */
@@ -99,7 +129,7 @@ static void free_arrays(attn_arrays *a) {
 }
 
 int gdn_cmd_op_attention(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *backend = "cpu", *precision = "fp32";
+    const char *in = NULL, *out = NULL, *backend = "cpu", *precision = NULL;
     for (int i = 1; i < argc; i += 2) { /* OPTION VALUE pairs */
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -120,18 +150,25 @@ int gdn_cmd_op_attention(int argc, char **argv) {
         attn_usage(stderr);
         return 2;
     }
-    if (!strcmp(backend, "cuda")) { /* refused before any input is read */
-        fprintf(stderr, "gdn op attention: --backend cuda is not built yet for attention; use --backend cpu\n");
-        return 2;
-    }
-    if (strcmp(backend, "cpu")) {
+    const int use_cuda = !strcmp(backend, "cuda");
+    if (!use_cuda && strcmp(backend, "cpu")) {
         fprintf(stderr, "gdn op attention: --backend must be cpu or cuda (got '%s')\n", backend);
         return 2;
     }
-    if (strcmp(precision, "fp32") && strcmp(precision, "fp64")) {
-        fprintf(stderr, "gdn op attention: --precision %s is not available on cpu (fp32 or fp64)\n", precision);
+    if (!precision) precision = use_cuda ? "bf16" : "fp32";
+    if (use_cuda ? strcmp(precision, "bf16") && strcmp(precision, "fp32")
+                 : strcmp(precision, "fp32") && strcmp(precision, "fp64")) {
+        fprintf(stderr, "gdn op attention: --precision %s is not available on %s (cpu: fp32, fp64; cuda: bf16, "
+                        "fp32)\n", precision, backend);
         return 2;
     }
+#ifndef GDN_HAVE_CUDA
+    if (use_cuda) { /* refused before any input is read */
+        fprintf(stderr, "gdn op attention: this build has no CUDA backend (rebuild where nvcc is installed); use "
+                        "--backend cpu\n");
+        return 2;
+    }
+#endif
     if (op_same_file(in, out)) {
         fprintf(stderr, "gdn op attention: --out %s is the input file %s (the same file): writing it would "
                         "destroy the input; choose another output path\n", out, in);
@@ -169,7 +206,24 @@ int gdn_cmd_op_attention(int argc, char **argv) {
     a.nkv = (size_t)a.s.B * a.s.T * a.s.Hkv * a.s.D;
     a.nl = (size_t)a.s.B * a.s.H * a.s.T;
     int want_grad = a.d_o != NULL;
-    run_cpu(&a, !strcmp(precision, "fp64"), want_grad);
+    if (use_cuda) {
+#ifdef GDN_HAVE_CUDA
+        if (gdn_cuda_device_count() == 0) {
+            fprintf(stderr, "gdn op attention: --backend cuda: no CUDA device is available\n");
+            free_arrays(&a);
+            return 1;
+        }
+        if (a.s.D != 64 && a.s.D != 128) {
+            fprintf(stderr, "gdn op attention: --backend cuda takes head dims 64 and 128, and %s has D=%d; use "
+                            "--backend cpu\n", in, a.s.D);
+            free_arrays(&a);
+            return 2;
+        }
+        run_cuda(&a, !strcmp(precision, "bf16") ? GDN_CUDA_BF16 : GDN_CUDA_FP32, want_grad);
+#endif
+    } else {
+        run_cpu(&a, !strcmp(precision, "fp64"), want_grad);
+    }
 
     if (check_finite("o", a.o, a.nq, precision) || check_finite("lse", a.lse, a.nl, precision) ||
         check_finite("dq", a.dq, a.nq, precision) || check_finite("dk", a.dk, a.nkv, precision) ||

@@ -5,8 +5,12 @@ Jacobian (itself checked by directional finite differences): o, lse, dq, dk, dv 
 grouped kv heads (H/Hkv = 1, 2, 4), T = 1, odd T and T across the kernel's 64-row blocks, in fp64
 and fp32, with the default and an explicit scale. Also: forward only without do, and the clear
 refusals (missing datasets, H not a multiple of Hkv, mismatched B/T/D, non-finite inputs, an
-overflow in fp32, --backend cuda, bad options).
-Usage: op_attention.py PATH/TO/gdn"""
+overflow in fp32, --backend cuda without CUDA, bad options).
+With --backend cuda (ctest op_attention_cuda, label gpu): the CUDA kernels (head dims 64 and 128)
+against the same reference in fp32 and bf16 (inputs rounded to bf16 for its reference, as the
+op rounds them), with the limits of tests/gpu/test_gpu_attention.c; exit 77 (skip) where the
+build has no CUDA backend or there is no GPU.
+Usage: op_attention.py PATH/TO/gdn [--backend cuda]"""
 import os, subprocess, sys, tempfile
 import numpy as np
 
@@ -14,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from op_common import directional_derivative, rel, run_op  # noqa: E402
 
 gdn = sys.argv[1]
+cuda_mode = sys.argv[2:] == ["--backend", "cuda"]
 tmp = tempfile.mkdtemp()
 rng = np.random.default_rng(15)
 failures = []
@@ -81,6 +86,47 @@ for (B, T, H, Hkv, D) in [(2, 9, 4, 2, 8), (1, 6, 4, 1, 16), (1, 5, 2, 2, 8)]:
     e = abs(analytic - numeric) / abs(numeric)
     check(e < 1e-7, f"reference backward B{B} T{T} H{H} Hkv{Hkv}: directional derivative off by {e:.2e}")
 
+def bf16(a):
+    """a rounded to bfloat16 (nearest, ties to even) and widened back, as the GPU reads it."""
+    u = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def check_cuda():
+    """The CUDA kernels through the op: fp32 within 1e-4 and bf16 within 1e-2 (relative, against
+    the reference on bf16-rounded inputs; lse within 1e-3 absolute). 77 when there is no GPU."""
+    probe = run(inputs(1, 5, 2, 2, 64), ["--backend", "cuda", "--precision", "fp32"])
+    if not isinstance(probe, dict):
+        if "no CUDA device" in probe.stderr or "no CUDA backend" in probe.stderr:
+            print("SKIP: " + probe.stderr.strip())
+            return 77
+        check(False, f"--backend cuda probe: exit {probe.returncode}: {probe.stderr}")
+        return 1
+    for (B, T, H, Hkv, D) in [(1, 1, 2, 1, 64), (2, 17, 4, 2, 64), (1, 130, 4, 1, 128), (2, 70, 2, 2, 128)]:
+        for prec, tol in [("fp32", 1e-4), ("bf16", 1e-2)]:
+            x = inputs(B, T, H, Hkv, D)
+            xr = {n: bf16(a) for n, a in x.items()} if prec == "bf16" else x
+            sc = 1 / np.sqrt(D)
+            o, lse, d = backward(xr, sc)
+            out = run(x, ["--backend", "cuda", "--precision", prec])
+            label = f"cuda B{B} T{T} H{H} Hkv{Hkv} D{D} {prec}"
+            if not isinstance(out, dict):
+                check(False, f"{label}: exit {out.returncode}: {out.stderr}")
+                continue
+            errs = {"o": rel(out["o"], o)}
+            for n in ["q", "k", "v"]:
+                ref = d[n]
+                errs["d" + n] = (rel(out["d" + n], ref) if np.any(ref)
+                                 else np.linalg.norm(out["d" + n]) / np.linalg.norm(xr["do"]))
+            e_lse = float(np.max(np.abs(out["lse"] - lse)))
+            print(f"{label}: " + ", ".join(f"{k} {v:.1e}" for k, v in errs.items()) + f", lse {e_lse:.1e}")
+            check(all(e < tol for e in errs.values()) and e_lse < 1e-3, f"{label}: {errs}, lse {e_lse}")
+    refused(inputs(1, 5, 2, 2, 32), ["--backend", "cuda"], ["head dims 64 and 128", "D=32"], "cuda D=32",
+            code=2)
+    return 0
+
+
 # ---- the op against the reference ---------------------------------------------------------------
 # Outputs are written as fp32 (relative rounding 6e-8: measured 3e-8 in fp64); in fp32 the inputs
 # are rounded too and the sums of up to T terms run in float (measured 3e-7).
@@ -137,6 +183,15 @@ def refused(arrays, args, needles, what, code=None, attrs=None):
     check(ok, f"{what}: {'accepted' if isinstance(r, dict) else (r.returncode, r.stderr)}")
 
 
+if cuda_mode:
+    if check_cuda() == 77:
+        sys.exit(77)
+    if failures:
+        print(f"op_attention --backend cuda: {len(failures)} failures", file=sys.stderr)
+        sys.exit(1)
+    print("op_attention --backend cuda: ok")
+    sys.exit(0)
+
 x = inputs(2, 10, 4, 2, 8)
 for n in ["q", "k", "v"]:
     refused({k: a for k, a in x.items() if k != n}, [], [f"missing dataset '{n}'"], f"without {n}")
@@ -170,11 +225,13 @@ for prec in ["fp32", "fp64"]:
           all(np.all(np.isfinite(a)) for a in out.values()), f"{prec} with scores ~1e19")
 refused(x, ["--precision", "bf16"], ["--precision bf16"], "bf16 on cpu", code=2)
 refused(x, ["--chunk", "16"], ["unknown option '--chunk'"], "--chunk", code=2)
-# --backend cuda: refused before the input is opened
+# --backend cuda without CUDA: refused before the input is opened (a CUDA build reads it first)
 r = subprocess.run([gdn, "op", "attention", "--in", os.path.join(tmp, "absent.h5"), "--out",
                     os.path.join(tmp, "o.h5"), "--backend", "cuda"], capture_output=True, text=True)
-check(r.returncode == 2 and "not built yet" in r.stderr and "absent.h5" not in r.stderr,
-      f"--backend cuda: {r.returncode} {r.stderr}")
+check((r.returncode == 2 and "no CUDA backend" in r.stderr and "absent.h5" not in r.stderr) or
+      (r.returncode == 1 and "absent.h5" in r.stderr), f"--backend cuda: {r.returncode} {r.stderr}")
+refused(x, ["--backend", "cuda", "--precision", "fp64"], ["--precision fp64 is not available on cuda"],
+        "fp64 on cuda", code=2)
 r = subprocess.run([gdn, "op", "attention", "--in", os.path.join(tmp, "in.h5"), "--out",
                     os.path.join(tmp, "in.h5")], capture_output=True, text=True)
 check(r.returncode == 2 and "the same file" in r.stderr, f"--out = --in: {r.returncode} {r.stderr}")
