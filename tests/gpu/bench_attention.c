@@ -3,6 +3,7 @@
  * B2 T16384 H16 D128) and a few neighbours (grouped-query heads, head dim 64). The rate counts
  * the causal half of the products: forward 4*B*H*T*T*D/2 flops, backward 2.5 times that. Each
  * shape runs with both block shapes of the bf16 kernels (4 and 8 warps per block; column w).
+ * PyTorch's SDPA at the same shapes: tests/gpu/bench_sdpa.py (run beside it by tests/gpu/run.sh).
  * Exit 77 without a CUDA device.
  * Usage: bench_attention [repeats [B T H Hkv D [warmup]]]  (one shape; warmup 0 for profilers) */
 #include <stdio.h>
@@ -12,11 +13,6 @@
 
 #include "model/cuda/attention_cuda.h"
 #include "tests/gpu/attention_case.h"
-
-typedef struct {
-    att_case c;
-    double sdpa_fwd_ms, sdpa_fwdbwd_ms; /* PyTorch SDPA (flash) on an H200, 0 where unknown */
-} bench_shape;
 
 int main(int argc, char **argv) {
     if (gdn_cuda_device_count() == 0) {
@@ -30,15 +26,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_attention: cudaGetDeviceProperties failed\n");
         return 1;
     }
-    bench_shape shapes[] = {
-        {{4, 4096, 16, 16, 128, 0}, 0.52, 2.06},
-        {{2, 16384, 16, 16, 128, 0}, 0, 14.3},
-        {{4, 4096, 16, 4, 128, 0}, 0, 0},
-        {{4, 4096, 16, 16, 64, 0}, 0, 0},
+    att_case shapes[] = {
+        {4, 4096, 16, 16, 128, 0},
+        {2, 16384, 16, 16, 128, 0},
+        {4, 4096, 16, 4, 128, 0},
+        {4, 4096, 16, 16, 64, 0},
     };
     int n = (int)(sizeof shapes / sizeof shapes[0]);
     if (argc >= 7) {
-        const bench_shape one = {{atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), 0}, 0, 0};
+        const att_case one = {atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), 0};
         shapes[0] = one;
         n = 1;
         if (argc >= 8) warmup = atoi(argv[7]);
@@ -49,21 +45,18 @@ int main(int argc, char **argv) {
     }
     printf("causal attention, CUDA bf16, %s (%d SMs), median of %d after %d warm-up\n", prop.name,
            prop.multiProcessorCount, repeats, warmup);
-    printf("%-26s %2s %9s %9s %9s %9s %9s %12s %12s\n", "shape", "w", "fwd ms", "bwd ms", "f+b ms", "fwd TF/s",
-           "f+b TF/s", "SDPA fwd", "SDPA f+b");
+    printf("%-26s %2s %9s %9s %9s %9s %9s\n", "shape", "w", "fwd ms", "bwd ms", "f+b ms", "fwd TF/s", "f+b TF/s");
     for (int i = 0; i < n; i++)
         for (int w = 4; w <= 8; w += 4) {
-            const att_case *s = &shapes[i].c;
+            const att_case *s = &shapes[i];
             gdn_cuda_attention_args a = att_args(s, GDN_CUDA_BF16, w);
             gdn_cuda_attention_timing tm;
             gdn_cuda_attention_time(&a, warmup, repeats, &tm);
             const double fl = 2.0 * s->B * s->H * (double)s->T * s->T * s->D; /* causal forward */
-            char name[64], sf[16] = "-", sfb[16] = "-";
+            char name[64];
             snprintf(name, sizeof name, "B%d T%d H%d Hkv%d D%d", s->B, s->T, s->H, s->Hkv, s->D);
-            if (shapes[i].sdpa_fwd_ms > 0) snprintf(sf, sizeof sf, "%.2f", shapes[i].sdpa_fwd_ms);
-            if (shapes[i].sdpa_fwdbwd_ms > 0) snprintf(sfb, sizeof sfb, "%.2f", shapes[i].sdpa_fwdbwd_ms);
-            printf("%-26s %2d %9.3f %9.3f %9.3f %9.1f %9.1f %12s %12s\n", name, w, tm.fwd_ms, tm.bwd_ms,
-                   tm.fwdbwd_ms, fl / (tm.fwd_ms * 1e9), 3.5 * fl / (tm.fwdbwd_ms * 1e9), sf, sfb);
+            printf("%-26s %2d %9.3f %9.3f %9.3f %9.1f %9.1f\n", name, w, tm.fwd_ms, tm.bwd_ms, tm.fwdbwd_ms,
+                   fl / (tm.fwd_ms * 1e9), 3.5 * fl / (tm.fwdbwd_ms * 1e9));
         }
     return 0;
 }

@@ -45,6 +45,7 @@ if [ "${QUICK:-0}" = 1 ]; then
     done
     ./build-gpu/tests/gpu/bench_gpu_delta 20 2>&1 | tee "$out/bench_delta.txt" || status=1
     ./build-gpu/tests/gpu/bench_attention 20 2>&1 | tee "$out/bench_attention.txt" || status=1
+    python3 tests/gpu/bench_sdpa.py 20 2>&1 | tee "$out/bench_sdpa.txt"   # the reference; 77: no torch
     ./build-gpu/gdn bench --backend cuda --what step --preset gdn512m --repeats 5 2>&1 | tail -4
     timeout 300 ./build-gpu/tests/gpu/test_gpu_model --bench > "$out/model_bench.txt" 2>&1 || status=1
     tail -30 "$out/model_bench.txt"
@@ -80,6 +81,8 @@ echo "== benchmarks"
 cat "$out/bench_delta.txt"
 ./build-gpu/tests/gpu/bench_attention 20 > "$out/bench_attention.txt" 2>&1 || status=1
 cat "$out/bench_attention.txt"
+python3 tests/gpu/bench_sdpa.py 20 > "$out/bench_sdpa.txt" 2>&1 # PyTorch's SDPA beside it (77: no torch)
+cat "$out/bench_sdpa.txt"
 ./build-gpu/gdn bench --backend cuda --what delta --repeats 20 --json > "$out/bench.jsonl" || status=1
 ./build-gpu/gdn bench --backend cuda --what step --preset tiny --repeats 20 --json >> "$out/bench.jsonl" || status=1
 ./build-gpu/gdn bench --backend cuda --what step --preset gdn512m --repeats 5 --json >> "$out/bench.jsonl" || status=1
