@@ -15,19 +15,12 @@ import os, subprocess, sys, tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from op_common import directional_derivative, rel, run_op  # noqa: E402
+from op_common import check, directional_derivative, failures, rel, run_op  # noqa: E402
 
 gdn = sys.argv[1]
 cuda_mode = sys.argv[2:] == ["--backend", "cuda"]
 tmp = tempfile.mkdtemp()
 rng = np.random.default_rng(15)
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
 
 
 def expand(kv, H):

@@ -1,9 +1,19 @@
 """Helpers of the gdn op tests (op_gated_delta.py, op_variants.py, op_attention.py): random inputs,
-one run of an op through HDF5 files, relative errors and directional finite differences.
-The scripts import it from their own folder."""
-import os, subprocess
+one run of an op through HDF5 files, relative errors and directional finite differences, and
+the list of failed checks each script reports at its end. The scripts import it from their own
+folder."""
+import os, subprocess, sys
 import h5py
 import numpy as np
+
+failures = []  # what failed, in order; a script exits 1 when it is not empty
+
+
+def check(cond, what):
+    """Records (and prints) a failed check; the script goes on to report the others."""
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
 
 
 def inputs(rng, B, T, H, K, V):

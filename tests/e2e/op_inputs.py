@@ -9,16 +9,12 @@ import hashlib, os, subprocess, sys, tempfile
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from op_common import check, failures  # noqa: E402
+
 gdn = sys.argv[1]
 tmp = tempfile.mkdtemp()
 rng = np.random.default_rng(5)
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
 
 
 def inputs(B=1, T=20, H=2, K=8, V=8):

@@ -15,25 +15,18 @@ import os, subprocess, sys, tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from op_common import directional_derivative, inputs as draw_inputs, rel, run_op  # noqa: E402
+from op_common import check, directional_derivative, failures, inputs as draw_inputs, rel, run_op  # noqa: E402
 
 gdn = sys.argv[1]
 cuda_mode = sys.argv[2:] == ["--backend", "cuda"]
 tmp = tempfile.mkdtemp()
 rng = np.random.default_rng(14)
-failures = []
 
 # which inputs each variant reads (model/mixer.h)
 VARIANTS = {"gdn": dict(decay=True, beta=True, delta=True),
             "deltanet": dict(decay=False, beta=True, delta=True),
             "gla": dict(decay=True, beta=False, delta=False),
             "linear": dict(decay=False, beta=False, delta=False)}
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
 
 
 def forward(var, x, scale, keep=False):
