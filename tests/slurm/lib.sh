@@ -56,8 +56,17 @@ PY
 }
 
 # One field of `scontrol show job` (JobState, ExitCode, Restarts, JobId, ...).
+# scontrol can fail to reach a busy slurmctld for a moment: a failed query is asked again (up to
+# 20 times, 0.25 s apart) before the field is reported empty, so callers never mistake a
+# controller that did not answer for a job it does not know.
 job_field() { # JOB FIELD
-    scontrol -o show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1
+    local out tries=0
+    until out=$(scontrol -o show job "$1" 2>/dev/null) && [ -n "$out" ]; do
+        tries=$((tries + 1))
+        [ $tries -lt 20 ] || return 0
+        sleep 0.25
+    done
+    printf '%s\n' "$out" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1
 }
 
 # Waits until JOB is finished for good (not pending, running, requeued or completing); sets
@@ -81,11 +90,12 @@ wait_job() { # JOB LIMIT
 # Waits until RUN_DIR/metrics.jsonl has at least N lines (the trainer is past its set-up and
 # handles signals); fails if JOB ends first or after LIMIT seconds.
 wait_steps() { # JOB RUN_DIR N LIMIT
-    local end=$((SECONDS + $4))
+    local end=$((SECONDS + $4)) state
     until [ -f "$2/metrics.jsonl" ] && [ "$(wc -l < "$2/metrics.jsonl")" -ge "$3" ]; do
-        case "$(job_field "$1" JobState)" in
+        state=$(job_field "$1" JobState)
+        case "$state" in
             PENDING | RUNNING | CONFIGURING) ;;
-            *) fail "job $1 ended ($(job_field "$1" JobState)) before step $3 of $2" ;;
+            *) fail "job $1 ended (state '$state') before step $3 of $2" ;;
         esac
         [ $SECONDS -lt $end ] || fail "$2 did not reach step $3 within $4 s"
         sleep 0.2

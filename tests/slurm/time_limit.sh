@@ -16,9 +16,10 @@ write_config tl.json steps=1000000 decay_steps=1000 eval_every=0 ckpt_every=0 lo
 job=$(sbatch --parsable --cpus-per-task=1 --time=1 --signal=USR1@20 "$SRC/jobs/train_cpu.sbatch" tl.json run)
 end=$((SECONDS + 150))
 until [ "$(job_field "$job" Restarts)" = 1 ]; do
-    case "$(job_field "$job" JobState)" in
+    state=$(job_field "$job" JobState)
+    case "$state" in
         PENDING | RUNNING | CONFIGURING | COMPLETING | REQUEUED) ;;
-        *) fail "job $job ended ($(job_field "$job" JobState)) without being requeued" ;;
+        *) fail "job $job ended (state '$state') without being requeued" ;;
     esac
     [ $SECONDS -lt $end ] || fail "job $job was not signalled and requeued before its time limit"
     sleep 0.5
