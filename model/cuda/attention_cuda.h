@@ -55,6 +55,9 @@ typedef struct {
     int warps;                    /* bf16 kernels: warps per block, 4 or 8 (16 rows each), or 0
                                      for the default (4); a tuning knob, same results up to the
                                      order of fp32 sums (each choice is bitwise repeatable) */
+    int fwd_algo;                 /* bf16 forward kernel: 0 the fastest this GPU runs (wgmma on
+                                     compute capability 9.0, else mma.sync), 1 mma.sync, 2 wgmma
+                                     (stops with a message where it is not available) */
 } gdn_cuda_attention_args;
 
 /* Dies with a message naming the field when the shape or a pointer of `a` is unusable

@@ -13,6 +13,7 @@
  * fp32: one warp per query row, keys one at a time with the same online softmax (simple and
  * exact; for tests, not speed). */
 #include "model/cuda/attention_common.cuh"
+#include "model/cuda/sm90a/attention_sm90a.h"
 
 namespace attn {
 
@@ -201,6 +202,17 @@ extern "C" void gdn_cuda_attention_fwd(const gdn_cuda_attention_args *a) {
     gdn_cuda_attention_check(a, 0);
     const attn::Params p = attn::make_params(a);
     cudaStream_t st = (cudaStream_t)a->stream;
+    if (a->fwd_algo < 0 || a->fwd_algo > 2)
+        GDN_CUDA_DIE("attention: fwd_algo=%d: use 0 (fastest available), 1 (mma.sync) or 2 (wgmma)", a->fwd_algo);
+    if (a->precision == GDN_CUDA_BF16 && a->fwd_algo != 1) {
+        if (gdn_cuda_attention_sm90a_available()) {
+            attn::sm90a_fwd(p, a->D, a->stream);
+            return;
+        }
+        if (a->fwd_algo == 2)
+            GDN_CUDA_DIE("attention: fwd_algo=2 (wgmma) needs a compute capability 9.0 GPU and a build for "
+                         "architecture 90 (CMAKE_CUDA_ARCHITECTURES)");
+    }
     if (a->precision == GDN_CUDA_BF16) {
         const int w = attn::block_warps(a);
         if (a->D == 64) w == 8 ? attn::fwd_bf16_launch<64, 8>(p, st) : attn::fwd_bf16_launch<64, 4>(p, st);

@@ -184,6 +184,9 @@ static void run_gpu(const att_case *c, gdn_cuda_precision p, int warps, const fl
     const size_t nq = (size_t)c->B * c->T * c->H * c->D, nk = (size_t)c->B * c->T * c->Hkv * c->D;
     const size_t nl = (size_t)c->B * c->H * c->T, es = esize(p);
     gdn_cuda_attention_args a = att_args(c, p, warps);
+    /* bf16 with 8 warps per block also runs the mma.sync forward (fwd_algo 1); the default
+     * (fwd_algo 0) is the wgmma kernel on compute capability 9.0 */
+    a.fwd_algo = warps == 8 ? 1 : 0;
     a.q = dev_upload(q, nq, p);
     a.k = dev_upload(k, nk, p);
     a.v = dev_upload(v, nk, p);

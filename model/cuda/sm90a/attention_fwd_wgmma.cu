@@ -1,0 +1,333 @@
+/* Causal attention forward on Hopper's warpgroup tensor-core instructions (wgmma, sm_90a): the
+ * bf16 path of gdn_cuda_attention_fwd on H100/H200 (attention_fwd.cu picks it; the mma.sync
+ * kernel there remains for other GPUs and as the reference).
+ *
+ * One block of two warpgroups (256 threads) per 128-row query tile of one (b, h); warpgroup w
+ * owns query rows 64w .. 64w+63 and keeps their fp32 output accumulator (64 x D) and running
+ * max / sum in registers. Key/value tiles of 128 rows stream through shared memory (cp.async,
+ * double buffered). Per tile: S = Q K^T by wgmma with both operands in shared memory (64 x 128
+ * per warpgroup, D/16 steps), the causal / length mask on the tiles that need it, the online
+ * softmax in base 2, then O += P V by wgmma with P (rounded to bf16) from registers and V from
+ * shared memory read transposed. Same arithmetic as the mma.sync kernel: fp32 accumulation,
+ * probabilities rounded to bf16 only as the operand of P V.
+ *
+ * Shared-memory tiles use the 128-byte swizzle the wgmma descriptors describe: a tile of R rows x
+ * D columns is stored as D/64 column blocks of R rows x 64 elements (128 bytes per row); the
+ * 16-byte chunk c of row r sits at chunk c ^ (r % 8) of that row, and blocks start on 1024-byte
+ * boundaries (the pattern repeats every 8 rows). Shared memory: Q + 2 K + 2 V tiles = 160 KB
+ * (D 128), 80 KB (D 64). */
+#include "model/cuda/attention_common.cuh"
+#include "model/cuda/sm90a/attention_sm90a.h"
+
+namespace attn {
+namespace sm90a {
+
+constexpr int BM = 128, BN = 128, NTH = 256;
+
+template <int D> constexpr size_t fwd_smem_bytes() {
+    return (size_t)(BM + 4 * BN) * D * sizeof(bf16) + 1024; /* + room to align to 1024 bytes */
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* ---- wgmma ---------------------------------------------------------------------------------- */
+/* Shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride byte
+ * offsets (16-byte units). K-major operands (rows of K contiguous): sbo = 1024, the step from
+ * one 8-row group to the next (lbo unused). MN-major (B read transposed): lbo = the step between
+ * 64-column blocks along N, sbo = 1024 between 8-row groups along K. */
+__device__ __forceinline__ uint64_t desc_sw128(const void *smem, unsigned lbo, unsigned sbo) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 |
+           (uint64_t)((sbo >> 4) & 0x3FFF) << 32 | (uint64_t)1 << 62;
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Shared memory written by cp.async is read next by the tensor cores (the async proxy). */
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/* Register operands of an asynchronous wgmma, fenced after its wait: the compiler must neither
+ * read accumulators before the wait nor reuse the registers of A fragments until then. */
+template <int N> __device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N> __device__ __forceinline__ void fence_regs_u(unsigned (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e])::"memory");
+}
+
+/* d (64 x 128, fp32) = (acc ? d : 0) + A (64 x 16, shared, K-major) * B^T (B: shared, K-major) */
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t da, uint64_t db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+/* d (64 x 128, fp32) = (acc ? d : 0) + A (64 x 16, registers) * B (B: shared, MN-major) */
+__device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const unsigned (&a)[4], uint64_t db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+/* d (64 x 64, fp32) = (acc ? d : 0) + A (64 x 16, registers) * B (B: shared, MN-major) */
+__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const unsigned (&a)[4], uint64_t db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+/* ---- tiles -------------------------------------------------------------------------------- */
+/* ROWS x D bf16 tile from global rows row0.. (row stride ldg) into the swizzled layout above;
+ * rows >= T are zero-filled. All NTH threads take part; the caller commits and waits. */
+template <int ROWS, int D>
+__device__ __forceinline__ void load_sw(bf16 *s, const bf16 *g, long ldg, int row0, int T) {
+    constexpr int CPR = D / 8, TOTAL = ROWS * CPR;
+    static_assert(TOTAL % NTH == 0, "tile and block shapes must divide");
+#pragma unroll
+    for (int i = 0; i < TOTAL / NTH; ++i) {
+        const int idx = threadIdx.x + i * NTH;
+        const int r = idx / CPR, c = idx % CPR;
+        const bool ok = row0 + r < T;
+        bf16 *dst = s + (c >> 3) * (ROWS * 64) + r * 64 + (((c & 7) ^ (r & 7)) << 3);
+        cp_async16(dst, ok ? (const void *)(g + (long)(row0 + r) * ldg + c * 8) : (const void *)g, ok);
+    }
+}
+
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* Issue S = Q K^T for this warpgroup's 64 rows (qw: its rows of the Q tile; tK: a key tile). */
+template <int D>
+__device__ __forceinline__ void issue_s(float (&s)[BN / 2], const bf16 *qw, const bf16 *tK) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+        wgmma_ss_n128(s, desc_sw128(qw + (kk >> 2) * BM * 64 + (kk & 3) * 16, 16, 1024),
+                      desc_sw128(tK + (kk >> 2) * BN * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
+}
+
+/* Issue O += P V (tV: a value tile, read transposed; pf: P in A-fragment layout). */
+template <int D>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&pf)[BN / 16][4], const bf16 *tV) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+        const uint64_t dv = desc_sw128(tV + kk * 16 * 64, BN * 128, 1024);
+        if constexpr (D == 128) wgmma_rs_n128(o, pf[kk], dv, 1);
+        else wgmma_rs_n64(o, pf[kk], dv, 1);
+    }
+}
+
+/* Online softmax of one score tile (keys k0..k0+BN-1) in place: masks, updates the running max
+ * m and sum l (this lane's partial), turns s into probabilities relative to the new max, and
+ * returns in alpha the factor that rescales the output accumulated so far. */
+__device__ __forceinline__ void softmax_tile(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                             int k0, int row_base, int T, float scale_log2) {
+    const int g = (threadIdx.x & 31) >> 2, t4 = threadIdx.x & 3;
+    if (k0 + BN - 1 > row_base || k0 + BN > T) {
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = k0 + 8 * n + 2 * t4 + (e & 1), row = row_base + g + 8 * (e >> 1);
+                if (col > row || col >= T) s[4 * n + e] = -INFINITY;
+            }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]));
+        mx = quad_max(mx) * scale_log2; /* the max of the raw scores, in base-2 units (scale > 0) */
+        const float m_new = fmaxf(m[r], mx);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new; /* no key yet: no inf - inf */
+        alpha[r] = ex2(m[r] - m_use);
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) {
+            s[4 * n + 2 * r] = ex2(fmaf(s[4 * n + 2 * r], scale_log2, -m_use));
+            s[4 * n + 2 * r + 1] = ex2(fmaf(s[4 * n + 2 * r + 1], scale_log2, -m_use));
+            sum += s[4 * n + 2 * r] + s[4 * n + 2 * r + 1];
+        }
+        l[r] = l[r] * alpha[r] + sum;
+        m[r] = m_new;
+    }
+}
+
+/* P as the A operand (16 keys per step): the accumulator layout of keys 16kk.. is the
+ * A-fragment layout of that step. */
+__device__ __forceinline__ void pack_p(unsigned (&pf)[BN / 16][4], const float (&s)[BN / 2]) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pf[kk][i] = pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+}
+
+/* Pipelined per warpgroup: while the tensor cores compute O += P_j V_j, the warps run the
+ * softmax of tile j+1, whose scores S_{j+1} = Q K_{j+1}^T were issued just before. Loads run
+ * two key tiles / one value tile ahead: iteration j fills K_{j+2} and V_{j+1} (cp.async group
+ * j) into the buffers K_j and V_{j-1} left, and waits for group j-1 (K_{j+1}, V_j). */
+template <int D>
+__global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p) {
+    constexpr int NO = D / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const unsigned s0 = (unsigned)__cvta_generic_to_shared(smem_raw);
+    bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw + ((1024 - (s0 & 1023)) & 1023)); /* [D/64][BM][64] */
+    bf16 *sK = sQ + BM * D;     /* 2 buffers of [D/64][BN][64]: K_i in buffer i % 2 */
+    bf16 *sV = sK + 2 * BN * D; /* 2 buffers: V_i in buffer i % 2 */
+
+    const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int hk = h / p.G, T = p.T;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int q0 = qt * BM;
+    const long ldq = (long)p.H * D, ldk = (long)p.Hkv * D;
+    const bf16 *gq = (const bf16 *)p.q + tok_off(b, 0, h, T, p.H, D);
+    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, T, p.Hkv, D);
+    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, T, p.Hkv, D);
+    const int n_kv = (min(T, q0 + BM) + BN - 1) / BN;
+
+    load_sw<BM, D>(sQ, gq, ldq, q0, T);
+    load_sw<BN, D>(sK, gk, ldk, 0, T);
+    cp_async_commit();
+    if (n_kv > 1) load_sw<BN, D>(sK + BN * D, gk, ldk, BN, T);
+    load_sw<BN, D>(sV, gv, ldk, 0, T);
+    cp_async_commit();
+
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+    const int row_base = q0 + wg * 64 + warp * 16; /* the warp's first query row */
+    const int g = lane >> 2, t4 = lane & 3;
+    const bf16 *qw = sQ + wg * 64 * 64; /* this warpgroup's 64 rows of every column block */
+
+    /* tile 0's scores and probabilities */
+    cp_async_wait<1>();
+    fence_proxy_async();
+    __syncthreads();
+    float s[BN / 2];
+    unsigned pf[BN / 16][4];
+    wgmma_fence();
+    issue_s<D>(s, qw, sK);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+    softmax_tile(s, m, l, alpha, 0, row_base, T, p.scale_log2);
+    pack_p(pf, s);
+
+    for (int j = 0; j + 1 < n_kv; ++j) {
+        __syncthreads(); /* the wgmmas of iteration j-1 are done in both warpgroups */
+        if (j + 2 < n_kv) load_sw<BN, D>(sK + (j & 1) * BN * D, gk, ldk, (j + 2) * BN, T);
+        load_sw<BN, D>(sV + ((j + 1) & 1) * BN * D, gv, ldk, (j + 1) * BN, T);
+        cp_async_commit();
+        cp_async_wait<1>();
+        fence_proxy_async();
+        __syncthreads();
+
+        wgmma_fence();
+        issue_s<D>(s, qw, sK + ((j + 1) & 1) * BN * D);
+        wgmma_commit();
+        issue_pv<D>(o, pf, sV + (j & 1) * BN * D);
+        wgmma_commit();
+        wgmma_wait<1>(); /* S_{j+1}; P_j V_j may still run */
+        fence_regs(s);
+        softmax_tile(s, m, l, alpha, (j + 1) * BN, row_base, T, p.scale_log2);
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs_u(pf); /* P_j was read by the tensor cores until here */
+#pragma unroll
+        for (int n = 0; n < NO; ++n) {
+            o[4 * n] *= alpha[0];
+            o[4 * n + 1] *= alpha[0];
+            o[4 * n + 2] *= alpha[1];
+            o[4 * n + 3] *= alpha[1];
+        }
+        pack_p(pf, s);
+    }
+    /* the last tile: P V only */
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    wgmma_fence();
+    issue_pv<D>(o, pf, sV + ((n_kv - 1) & 1) * BN * D);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(o);
+
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] = quad_sum(l[r]);
+        inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    }
+    bf16 *go = (bf16 *)p.o_out + tok_off(b, 0, h, T, p.H, D);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row_base + g + 8 * r;
+        if (row >= T) continue;
+        bf16 *pr = go + (long)row * ldq;
+#pragma unroll
+        for (int n = 0; n < NO; ++n)
+            *reinterpret_cast<__nv_bfloat162 *>(pr + 8 * n + 2 * t4) =
+                __floats2bfloat162_rn(o[4 * n + 2 * r] * inv[r], o[4 * n + 2 * r + 1] * inv[r]);
+        if (t4 == 0) p.lse[((long)b * p.H + h) * T + row] = (m[r] + log2f(l[r])) * ATTN_LN2;
+    }
+}
+#else
+template <int D> __global__ void fwd_kernel(const Params) {} /* not built for sm_90a: never launched */
+#endif
+
+/* 1 when this binary holds the sm_90a kernels for the current device's architecture. */
+__global__ void probe_kernel(int *out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    *out = 1;
+#else
+    *out = 0;
+#endif
+}
+
+template <int D> static void fwd_launch(const Params &p, cudaStream_t st) {
+    constexpr size_t smem = fwd_smem_bytes<D>();
+    static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
+    GDN_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const dim3 grid((p.T + BM - 1) / BM, p.H, p.B);
+    fwd_kernel<D><<<grid, NTH, smem, st>>>(p);
+    GDN_CUDA_CHECK_LAUNCH();
+}
+
+} // namespace sm90a
+} // namespace attn
+
+extern "C" int gdn_cuda_attention_sm90a_available(void) {
+    static int known = -1;
+    if (known >= 0) return known;
+    int dev = 0;
+    cudaDeviceProp prop;
+    GDN_CUDA_CHECK(cudaGetDevice(&dev));
+    GDN_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    known = 0;
+    if (prop.major != 9 || prop.minor != 0) return known;
+    int *d = NULL, h = 0;
+    GDN_CUDA_CHECK(cudaMalloc(&d, sizeof(int)));
+    attn::sm90a::probe_kernel<<<1, 1>>>(d);
+    if (cudaGetLastError() == cudaSuccess && cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess)
+        known = h;
+    (void)cudaGetLastError(); /* a missing kernel image is an answer here, not an error */
+    GDN_CUDA_CHECK(cudaFree(d));
+    return known;
+}
+
+void attn::sm90a_fwd(const attn::Params &p, int D, void *stream) {
+    cudaStream_t st = (cudaStream_t)stream;
+    if (D == 64) attn::sm90a::fwd_launch<64>(p, st);
+    else attn::sm90a::fwd_launch<128>(p, st);
+}
