@@ -21,6 +21,7 @@
  * fp32: the same three steps as simple kernels, one warp per row (dq: per query row over its
  * keys; dkdv: per key row over the group's query heads and the queries after it). */
 #include "model/cuda/attention_common.cuh"
+#include "model/cuda/sm90a/attention_sm90a.h"
 
 namespace attn {
 
@@ -330,11 +331,16 @@ template <typename K> static void raise_smem(K kernel, size_t bytes) {
     GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-template <int D, int W> static void bwd_launch(const Params &p, gdn_cuda_precision prec, cudaStream_t st) {
+template <int D, int W>
+static void bwd_launch(const Params &p, gdn_cuda_precision prec, float *dq_acc, bool sm90a, cudaStream_t st) {
     const long rows = (long)p.B * p.T * p.H, kv_rows = (long)p.B * p.T * p.Hkv;
     if (prec == GDN_CUDA_BF16) {
         delta_kernel<bf16, D><<<(unsigned)((rows + 3) / 4), 128, 0, st>>>(p);
         GDN_CUDA_CHECK_LAUNCH();
+        if (sm90a) {
+            sm90a_bwd(p, D, dq_acc, st);
+            return;
+        }
         static_assert(dkdv_smem_bytes<D, W>() <= 227 * 1024 && dq_smem_bytes<D, W>() <= 227 * 1024,
                       "shared memory over the sm_90 limit");
         raise_smem(dkdv_bf16_kernel<D, W>, dkdv_smem_bytes<D, W>());
@@ -362,6 +368,18 @@ extern "C" void gdn_cuda_attention_bwd(const gdn_cuda_attention_args *a) {
     const attn::Params p = attn::make_params(a);
     cudaStream_t st = (cudaStream_t)a->stream;
     const int w = a->precision == GDN_CUDA_BF16 ? attn::block_warps(a) : 4; /* fp32 ignores it */
-    if (a->D == 64) w == 8 ? attn::bwd_launch<64, 8>(p, a->precision, st) : attn::bwd_launch<64, 4>(p, a->precision, st);
-    else w == 8 ? attn::bwd_launch<128, 8>(p, a->precision, st) : attn::bwd_launch<128, 4>(p, a->precision, st);
+    if (a->bwd_algo < 0 || a->bwd_algo > 2)
+        GDN_CUDA_DIE("attention: bwd_algo=%d: use 0 (fastest available), 1 (mma.sync) or 2 (wgmma)", a->bwd_algo);
+    bool sm90a = false;
+    if (a->precision == GDN_CUDA_BF16 && a->bwd_algo != 1) {
+        sm90a = gdn_cuda_attention_sm90a_available();
+        if (!sm90a && a->bwd_algo == 2)
+            GDN_CUDA_DIE("attention: bwd_algo=2 (wgmma) needs a compute capability 9.0 GPU and a build for "
+                         "architecture 90 (CMAKE_CUDA_ARCHITECTURES)");
+    }
+    float *dq_acc = (float *)a->workspace + attn::dq_acc_offset(a);
+    if (a->D == 64)
+        w == 8 ? attn::bwd_launch<64, 8>(p, a->precision, dq_acc, sm90a, st) : attn::bwd_launch<64, 4>(p, a->precision, dq_acc, sm90a, st);
+    else
+        w == 8 ? attn::bwd_launch<128, 8>(p, a->precision, dq_acc, sm90a, st) : attn::bwd_launch<128, 4>(p, a->precision, dq_acc, sm90a, st);
 }

@@ -39,6 +39,12 @@ struct Params {
 
 Params make_params(const gdn_cuda_attention_args *a);
 
+/* Floats of the backward's workspace before the dQ accumulator: Delta (B*H*T), rounded up to
+ * 16 bytes. */
+inline size_t dq_acc_offset(const gdn_cuda_attention_args *a) {
+    return ((size_t)a->B * a->H * a->T + 3) & ~(size_t)3;
+}
+
 /* Warps per block of the bf16 kernels (gdn_cuda_attention_args.warps, 0: the default). */
 inline int block_warps(const gdn_cuda_attention_args *a) { return a->warps ? a->warps : 4; }
 

@@ -58,15 +58,23 @@ typedef struct {
     int fwd_algo;                 /* bf16 forward kernel: 0 the fastest this GPU runs (wgmma on
                                      compute capability 9.0, else mma.sync), 1 mma.sync, 2 wgmma
                                      (stops with a message where it is not available) */
+    int bwd_algo;                 /* bf16 backward: 0 the fastest this GPU runs (wgmma on compute
+                                     capability 9.0, else mma.sync), 1 mma.sync (bitwise
+                                     repeatable), 2 wgmma (dq repeatable to rounding: its fp32
+                                     sums are atomic; stops where not available) */
 } gdn_cuda_attention_args;
 
 /* Dies with a message naming the field when the shape or a pointer of `a` is unusable
  * (backward = 1 also checks the backward's pointers). */
 void gdn_cuda_attention_check(const gdn_cuda_attention_args *a, int backward);
 
-/* Bytes of device scratch the backward needs (Delta, B*H*T floats); not shared between
- * concurrent calls. */
+/* Bytes of device scratch the backward needs (Delta, B*H*T floats, then the fp32 dQ accumulator
+ * of the wgmma backward, B*T*H*D floats); not shared between concurrent calls. */
 size_t gdn_cuda_attention_workspace_bytes(const gdn_cuda_attention_args *a);
+
+/* 1 when the current device is compute capability 9.0 and this binary carries its wgmma
+ * (sm_90a) kernels (probed once, then cached), else 0. */
+int gdn_cuda_attention_sm90a_available(void);
 
 /* Forward: writes o and lse. */
 void gdn_cuda_attention_fwd(const gdn_cuda_attention_args *a);

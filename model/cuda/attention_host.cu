@@ -50,7 +50,7 @@ extern "C" void gdn_cuda_attention_check(const gdn_cuda_attention_args *a, int b
 }
 
 extern "C" size_t gdn_cuda_attention_workspace_bytes(const gdn_cuda_attention_args *a) {
-    return (size_t)a->B * a->H * a->T * sizeof(float);
+    return (attn::dq_acc_offset(a) + (size_t)a->B * a->T * a->H * a->D) * sizeof(float);
 }
 
 namespace attn {

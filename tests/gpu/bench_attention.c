@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
             const int w = variant == 1 ? 8 : 4;
             const att_case *s = &shapes[i];
             gdn_cuda_attention_args a = att_args(s, GDN_CUDA_BF16, w);
-            a.fwd_algo = variant == 2 ? 0 : 1;
+            a.fwd_algo = a.bwd_algo = variant == 2 ? 0 : 1;
             gdn_cuda_attention_timing tm;
             gdn_cuda_attention_time(&a, warmup, repeats, &tm);
             const double fl = 2.0 * s->B * s->H * (double)s->T * s->T * s->D; /* causal forward */

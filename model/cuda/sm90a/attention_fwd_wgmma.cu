@@ -18,6 +18,7 @@
  * (D 128), 80 KB (D 64). */
 #include "model/cuda/attention_common.cuh"
 #include "model/cuda/sm90a/attention_sm90a.h"
+#include "model/cuda/sm90a/wgmma_common.cuh"
 
 namespace attn {
 namespace sm90a {
@@ -29,90 +30,12 @@ template <int D> constexpr size_t fwd_smem_bytes() {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* ---- wgmma ---------------------------------------------------------------------------------- */
-/* Shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride byte
- * offsets (16-byte units). K-major operands (rows of K contiguous): sbo = 1024, the step from
- * one 8-row group to the next (lbo unused). MN-major (B read transposed): lbo = the step between
- * 64-column blocks along N, sbo = 1024 between 8-row groups along K. */
-__device__ __forceinline__ uint64_t desc_sw128(const void *smem, unsigned lbo, unsigned sbo) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
-    return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 |
-           (uint64_t)((sbo >> 4) & 0x3FFF) << 32 | (uint64_t)1 << 62;
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-/* Shared memory written by cp.async is read next by the tensor cores (the async proxy). */
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-/* Register operands of an asynchronous wgmma, fenced after its wait: the compiler must neither
- * read accumulators before the wait nor reuse the registers of A fragments until then. */
-template <int N> __device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N> __device__ __forceinline__ void fence_regs_u(unsigned (&r)[N][4]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e])::"memory");
-}
-
-/* d (64 x 128, fp32) = (acc ? d : 0) + A (64 x 16, shared, K-major) * B^T (B: shared, K-major) */
-__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t da, uint64_t db, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(acc));
-}
-/* d (64 x 128, fp32) = (acc ? d : 0) + A (64 x 16, registers) * B (B: shared, MN-major) */
-__device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const unsigned (&a)[4], uint64_t db, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
-/* d (64 x 64, fp32) = (acc ? d : 0) + A (64 x 16, registers) * B (B: shared, MN-major) */
-__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const unsigned (&a)[4], uint64_t db, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
-
-/* ---- tiles -------------------------------------------------------------------------------- */
-/* ROWS x D bf16 tile from global rows row0.. (row stride ldg) into the swizzled layout above;
- * rows >= T are zero-filled. All NTH threads take part; the caller commits and waits. */
-template <int ROWS, int D>
-__device__ __forceinline__ void load_sw(bf16 *s, const bf16 *g, long ldg, int row0, int T) {
-    constexpr int CPR = D / 8, TOTAL = ROWS * CPR;
-    static_assert(TOTAL % NTH == 0, "tile and block shapes must divide");
-#pragma unroll
-    for (int i = 0; i < TOTAL / NTH; ++i) {
-        const int idx = threadIdx.x + i * NTH;
-        const int r = idx / CPR, c = idx % CPR;
-        const bool ok = row0 + r < T;
-        bf16 *dst = s + (c >> 3) * (ROWS * 64) + r * 64 + (((c & 7) ^ (r & 7)) << 3);
-        cp_async16(dst, ok ? (const void *)(g + (long)(row0 + r) * ldg + c * 8) : (const void *)g, ok);
-    }
-}
-
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 /* Issue S = Q K^T for this warpgroup's 64 rows (qw: its rows of the Q tile; tK: a key tile). */
 template <int D>
 __device__ __forceinline__ void issue_s(float (&s)[BN / 2], const bf16 *qw, const bf16 *tK) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-        wgmma_ss_n128(s, desc_sw128(qw + (kk >> 2) * BM * 64 + (kk & 3) * 16, 16, 1024),
+        wgmma_ss<0, 0>(s, desc_sw128(qw + (kk >> 2) * BM * 64 + (kk & 3) * 16, 16, 1024),
                       desc_sw128(tK + (kk >> 2) * BN * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
 }
 
@@ -122,8 +45,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&pf)
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
         const uint64_t dv = desc_sw128(tV + kk * 16 * 64, BN * 128, 1024);
-        if constexpr (D == 128) wgmma_rs_n128(o, pf[kk], dv, 1);
-        else wgmma_rs_n64(o, pf[kk], dv, 1);
+        wgmma_rs(o, pf[kk], dv, 1);
     }
 }
 
@@ -180,8 +102,7 @@ template <int D>
 __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p) {
     constexpr int NO = D / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const unsigned s0 = (unsigned)__cvta_generic_to_shared(smem_raw);
-    bf16 *sQ = reinterpret_cast<bf16 *>(smem_raw + ((1024 - (s0 & 1023)) & 1023)); /* [D/64][BM][64] */
+    bf16 *sQ = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][BM][64] */
     bf16 *sK = sQ + BM * D;     /* 2 buffers of [D/64][BN][64]: K_i in buffer i % 2 */
     bf16 *sV = sK + 2 * BN * D; /* 2 buffers: V_i in buffer i % 2 */
 
@@ -195,11 +116,11 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p) {
     const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, T, p.Hkv, D);
     const int n_kv = (min(T, q0 + BM) + BN - 1) / BN;
 
-    load_sw<BM, D>(sQ, gq, ldq, q0, T);
-    load_sw<BN, D>(sK, gk, ldk, 0, T);
+    load_sw<BM, D, NTH>(sQ, gq, ldq, q0, T);
+    load_sw<BN, D, NTH>(sK, gk, ldk, 0, T);
     cp_async_commit();
-    if (n_kv > 1) load_sw<BN, D>(sK + BN * D, gk, ldk, BN, T);
-    load_sw<BN, D>(sV, gv, ldk, 0, T);
+    if (n_kv > 1) load_sw<BN, D, NTH>(sK + BN * D, gk, ldk, BN, T);
+    load_sw<BN, D, NTH>(sV, gv, ldk, 0, T);
     cp_async_commit();
 
     float o[D / 2];
@@ -226,8 +147,8 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p) {
 
     for (int j = 0; j + 1 < n_kv; ++j) {
         __syncthreads(); /* the wgmmas of iteration j-1 are done in both warpgroups */
-        if (j + 2 < n_kv) load_sw<BN, D>(sK + (j & 1) * BN * D, gk, ldk, (j + 2) * BN, T);
-        load_sw<BN, D>(sV + ((j + 1) & 1) * BN * D, gv, ldk, (j + 1) * BN, T);
+        if (j + 2 < n_kv) load_sw<BN, D, NTH>(sK + (j & 1) * BN * D, gk, ldk, (j + 2) * BN, T);
+        load_sw<BN, D, NTH>(sV + ((j + 1) & 1) * BN * D, gv, ldk, (j + 1) * BN, T);
         cp_async_commit();
         cp_async_wait<1>();
         fence_proxy_async();

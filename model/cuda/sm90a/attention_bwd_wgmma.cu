@@ -1,0 +1,251 @@
+/* Causal attention backward on Hopper's wgmma (sm_90a): the bf16 path of gdn_cuda_attention_bwd
+ * on H100/H200 (attention_bwd.cu picks it and computes Delta = rowsum(d_o * o) first).
+ *
+ * One block of two warpgroups (256 threads) per 128-key tile of one (b, kv head); warpgroup w
+ * owns keys 64w .. 64w+63 and keeps their fp32 dK and dV accumulators (64 x D each) in
+ * registers. The block loops over the query heads of the group and, for each, over the 64-row
+ * query tiles on or after the diagonal; Q, dO, lse and Delta tiles stream through shared memory
+ * (double buffered). Per query tile, keys as rows (wgmma, fp32 accumulation):
+ *   S^T = K Q^T and dP^T = V dO^T       (both operands in shared memory)
+ *   P^T = exp(scale S^T - lse)           (masked), dV += P^T dO   (P^T from registers, bf16)
+ *   dS^T = P^T (dP^T - Delta),           dK += dS^T Q             (dS^T from registers, bf16)
+ *   dQ += dS K                           (dS^T through shared memory, read transposed)
+ * dQ of one query tile gets contributions from every key tile, so it is added into an fp32
+ * accumulator in global memory (vector atomics); a last kernel scales and rounds it to bf16. The
+ * warpgroups split dQ's columns (D 128: 64 each) or its keys (D 64: their own 64 keys each).
+ * Unlike the split kernels (attention_bwd.cu), the order of the dQ additions varies from run
+ * to run: dq is repeatable to rounding, not bitwise; dk and dv are bitwise repeatable.
+ * Shared memory (D 128): K, V 64 KB, 2 x (Q, dO) 64 KB, dS^T 16 KB, lse / Delta 1 KB. */
+#include "model/cuda/attention_common.cuh"
+#include "model/cuda/sm90a/attention_sm90a.h"
+#include "model/cuda/sm90a/wgmma_common.cuh"
+
+namespace attn {
+namespace sm90a {
+
+constexpr int KB = 128, QB = 64, BWD_NTH = 256; /* keys per block, queries per tile, threads */
+
+template <int D> constexpr size_t bwd_smem_bytes() {
+    return (size_t)(2 * KB * D + 4 * QB * D + KB * QB) * sizeof(bf16) + 4 * QB * sizeof(float) + 1024;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+template <int D>
+__global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *dq_acc) {
+    constexpr int NQ = QB / 8;                   /* 8-column blocks of S^T (queries) */
+    constexpr int NDQ = D == 128 ? 64 : 64;      /* dQ columns per warpgroup (see above) */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *sK = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][KB][64] */
+    bf16 *sV = sK + KB * D;
+    bf16 *sQ = sV + KB * D;      /* 2 buffers of [D/64][QB][64] */
+    bf16 *sdO = sQ + 2 * QB * D; /* 2 buffers */
+    bf16 *sdS = sdO + 2 * QB * D; /* [KB][QB]: dS^T, one column block */
+    float *sL = reinterpret_cast<float *>(sdS + KB * QB); /* 2 x QB: lse in base 2 */
+    float *sDl = sL + 2 * QB;                              /* 2 x QB: Delta */
+
+    const int kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+    const int T = p.T, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int k0 = kt * KB;
+    const long ldq = (long)p.H * D, ldk = (long)p.Hkv * D;
+    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, T, p.Hkv, D);
+    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, T, p.Hkv, D);
+    /* query tiles i0 .. nq-1 hold the queries >= k0; iteration it = (head it / ni, tile i0 + it % ni) */
+    const int i0 = k0 / QB, nq = (T + QB - 1) / QB, ni = nq - i0, n_it = p.G * ni;
+
+    auto load_q = [&](int it, int buf) {
+        const int h = hk * p.G + it / ni, q0 = (i0 + it % ni) * QB;
+        load_sw<QB, D, BWD_NTH>(sQ + buf * QB * D, (const bf16 *)p.q + tok_off(b, 0, h, T, p.H, D), ldq, q0, T);
+        load_sw<QB, D, BWD_NTH>(sdO + buf * QB * D, (const bf16 *)p.d_o + tok_off(b, 0, h, T, p.H, D), ldq, q0, T);
+        if (threadIdx.x < 2 * QB) { /* plain loads: visible after the barrier that follows */
+            const int i = threadIdx.x & (QB - 1), q = q0 + i;
+            const long row = ((long)b * p.H + h) * T + q;
+            if (threadIdx.x < QB) sL[buf * QB + i] = q < T ? p.lse[row] * ATTN_LOG2E : 0.0f;
+            else sDl[buf * QB + i] = q < T ? p.delta[row] : 0.0f;
+        }
+    };
+
+    load_sw<KB, D, BWD_NTH>(sK, gk, ldk, k0, T);
+    load_sw<KB, D, BWD_NTH>(sV, gv, ldk, k0, T);
+    load_q(0, 0);
+    cp_async_commit();
+
+    float dk[D / 2], dv[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
+    const int key_w = k0 + wg * 64;           /* this warpgroup's first key */
+    const int key_base = key_w + warp * 16;   /* the warp's first key */
+    const bf16 *kw = sK + wg * 64 * 64, *vw = sV + wg * 64 * 64; /* the warpgroup's rows */
+
+    for (int it = 0; it < n_it; ++it) {
+        const int buf = it & 1;
+        if (it + 1 < n_it) {
+            load_q(it + 1, buf ^ 1); /* buffer buf^1 was last read in iteration it-1 (ended by a barrier) */
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();
+        __syncthreads();
+        const int h = hk * p.G + it / ni, q0 = (i0 + it % ni) * QB;
+        const bf16 *tQ = sQ + buf * QB * D, *tdO = sdO + buf * QB * D;
+        const float *tL = sL + buf * QB, *tDl = sDl + buf * QB;
+
+        float st[QB / 2], dpt[QB / 2];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+            wgmma_ss<0, 0>(st, desc_sw128(kw + (kk >> 2) * KB * 64 + (kk & 3) * 16, 16, 1024),
+                           desc_sw128(tQ + (kk >> 2) * QB * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
+        wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+            wgmma_ss<0, 0>(dpt, desc_sw128(vw + (kk >> 2) * KB * 64 + (kk & 3) * 16, 16, 1024),
+                           desc_sw128(tdO + (kk >> 2) * QB * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_regs(st);
+
+        /* P^T: keys as rows, queries as columns; masked: queries before the key or past the end */
+        const bool need_mask = q0 < key_base + 15 || q0 + QB > T;
+#pragma unroll
+        for (int n = 0; n < NQ; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int c = 8 * n + 2 * t4 + (e & 1);
+                float x = ex2(fmaf(st[4 * n + e], p.scale_log2, -tL[c]));
+                if (need_mask) {
+                    const int q = q0 + c, key = key_base + g + 8 * (e >> 1);
+                    if (q < key || q >= T) x = 0.0f;
+                }
+                st[4 * n + e] = x;
+            }
+        unsigned pf[QB / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < QB / 16; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) pf[kk][i] = pack_bf16(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < QB / 16; ++kk)
+            wgmma_rs(dv, pf[kk], desc_sw128(tdO + kk * 16 * 64, QB * 128, 1024), 1);
+        wgmma_commit();
+        wgmma_wait<1>(); /* dP^T; dV may still run */
+        fence_regs(dpt);
+
+#pragma unroll
+        for (int n = 0; n < NQ; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dpt[4 * n + e] = st[4 * n + e] * (dpt[4 * n + e] - tDl[8 * n + 2 * t4 + (e & 1)]);
+        unsigned df[QB / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < QB / 16; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) df[kk][i] = pack_bf16(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
+        /* dS^T into shared memory for dQ: fragment i of step kk is row g + 8 (i & 1), columns
+         * 16 kk + 8 (i >> 1) + 2 t4 .. +1 of the warp's 16 rows */
+        {
+            const int r0 = wg * 64 + warp * 16 + g;
+#pragma unroll
+            for (int kk = 0; kk < QB / 16; ++kk)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    *reinterpret_cast<unsigned *>(sdS + sw_index<KB>(r0 + 8 * (i & 1), 16 * kk + 8 * (i >> 1) + 2 * t4)) =
+                        df[kk][i];
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < QB / 16; ++kk)
+            wgmma_rs(dk, df[kk], desc_sw128(tQ + kk * 16 * 64, QB * 128, 1024), 1);
+        wgmma_commit();
+        fence_proxy_async();
+        __syncthreads(); /* dS^T of both warpgroups is in shared memory */
+
+        /* dQ (64 queries x 64 columns) = dS K: D 128: all keys, columns 64 wg..; D 64: the
+         * warpgroup's own keys, all columns */
+        float dq[NDQ / 2];
+        wgmma_fence();
+        if constexpr (D == 128) {
+#pragma unroll
+            for (int kk = 0; kk < KB / 16; ++kk)
+                wgmma_ss<1, 1>(dq, desc_sw128(sdS + kk * 16 * 64, QB * 128, 1024),
+                               desc_sw128(sK + wg * KB * 64 + kk * 16 * 64, KB * 128, 1024), kk > 0);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk)
+                wgmma_ss<1, 1>(dq, desc_sw128(sdS + (wg * 64 + kk * 16) * 64, QB * 128, 1024),
+                               desc_sw128(sK + (wg * 64 + kk * 16) * 64, KB * 128, 1024), kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(dq);
+        fence_regs(dk);
+        fence_regs(dv);
+        fence_regs_u(pf);
+        fence_regs_u(df);
+
+        const int col0 = D == 128 ? 64 * wg : 0;
+        float *gdq = dq_acc + tok_off(b, 0, h, T, p.H, D) + col0;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int q = q0 + warp * 16 + g + 8 * r;
+            if (q >= T) continue;
+            float *row = gdq + (long)q * ldq;
+#pragma unroll
+            for (int n = 0; n < NDQ / 8; ++n)
+                atomicAdd(reinterpret_cast<float2 *>(row + 8 * n + 2 * t4), make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]));
+        }
+        __syncthreads(); /* every wgmma of this iteration is done before its buffers are refilled */
+    }
+
+    bf16 *gdk = (bf16 *)p.dk + tok_off(b, 0, hk, T, p.Hkv, D), *gdv = (bf16 *)p.dv + tok_off(b, 0, hk, T, p.Hkv, D);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int key = key_base + g + 8 * r;
+        if (key >= T) continue;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            const long o = (long)key * ldk + 8 * n + 2 * t4;
+            *reinterpret_cast<__nv_bfloat162 *>(gdk + o) =
+                __floats2bfloat162_rn(dk[4 * n + 2 * r] * p.scale, dk[4 * n + 2 * r + 1] * p.scale);
+            *reinterpret_cast<__nv_bfloat162 *>(gdv + o) = __floats2bfloat162_rn(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+        }
+    }
+}
+#else
+template <int D> __global__ void bwd_kernel(const Params, float *) {} /* not built for sm_90a: never launched */
+#endif
+
+/* dq = bf16(scale * dq_acc), 8 elements per thread (n is a multiple of 8: D is). */
+__global__ void dq_round_kernel(const float *dq_acc, bf16 *dq, long n, float scale) {
+    const long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    const float4 a = *reinterpret_cast<const float4 *>(dq_acc + i), c = *reinterpret_cast<const float4 *>(dq_acc + i + 4);
+    __nv_bfloat162 r[4] = {__floats2bfloat162_rn(a.x * scale, a.y * scale), __floats2bfloat162_rn(a.z * scale, a.w * scale),
+                           __floats2bfloat162_rn(c.x * scale, c.y * scale), __floats2bfloat162_rn(c.z * scale, c.w * scale)};
+    *reinterpret_cast<uint4 *>(dq + i) = *reinterpret_cast<const uint4 *>(r);
+}
+
+template <int D> static void bwd_launch(const Params &p, float *dq_acc, cudaStream_t st) {
+    constexpr size_t smem = bwd_smem_bytes<D>();
+    static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
+    GDN_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const dim3 grid((p.T + KB - 1) / KB, p.Hkv, p.B);
+    bwd_kernel<D><<<grid, BWD_NTH, smem, st>>>(p, dq_acc);
+    GDN_CUDA_CHECK_LAUNCH();
+}
+
+} // namespace sm90a
+} // namespace attn
+
+void attn::sm90a_bwd(const attn::Params &p, int D, float *dq_acc, void *stream) {
+    cudaStream_t st = (cudaStream_t)stream;
+    const long n = (long)p.B * p.T * p.H * D;
+    GDN_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, (size_t)n * sizeof(float), st));
+    if (D == 64) attn::sm90a::bwd_launch<64>(p, dq_acc, st);
+    else attn::sm90a::bwd_launch<128>(p, dq_acc, st);
+    const long threads = n / 8;
+    attn::sm90a::dq_round_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, st>>>(dq_acc, (attn::bf16 *)p.dq, n, p.scale);
+    GDN_CUDA_CHECK_LAUNCH();
+}
