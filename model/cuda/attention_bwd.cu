@@ -62,6 +62,34 @@ __global__ void __launch_bounds__(128) delta_kernel(const Params p) {
     if (lane == 0) p.delta[((long)b * p.H + h) * p.T + t] = s;
 }
 
+/* bf16: D/8 lanes per row, 16-byte loads (the one-warp-per-row kernel above is bound by its
+ * instruction count at these sizes). */
+template <int D>
+__global__ void __launch_bounds__(128) delta_bf16_kernel(const Params p) {
+    constexpr int L = D / 8; /* lanes per row: 16 (D 128) or 8 (D 64) */
+    const long row = ((long)blockIdx.x * 128 + threadIdx.x) / L;
+    const int c = threadIdx.x % L;
+    const bool ok = row < (long)p.B * p.T * p.H;
+    float s = 0.0f;
+    if (ok) {
+        const uint4 x = *reinterpret_cast<const uint4 *>((const bf16 *)p.o + row * D + 8 * c);
+        const uint4 y = *reinterpret_cast<const uint4 *>((const bf16 *)p.d_o + row * D + 8 * c);
+        const __nv_bfloat162 *xa = reinterpret_cast<const __nv_bfloat162 *>(&x);
+        const __nv_bfloat162 *ya = reinterpret_cast<const __nv_bfloat162 *>(&y);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 a = __bfloat1622float2(xa[i]), b = __bfloat1622float2(ya[i]);
+            s += a.x * b.x + a.y * b.y;
+        }
+    }
+#pragma unroll
+    for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (ok && c == 0) {
+        const int h = (int)(row % p.H), t = (int)((row / p.H) % p.T), b = (int)(row / ((long)p.H * p.T));
+        p.delta[((long)b * p.H + h) * p.T + t] = s;
+    }
+}
+
 /* ---- dK, dV (bf16) ---------------------------------------------------------------------------- */
 template <int D, int W>
 __global__ void __launch_bounds__(W * 32) dkdv_bf16_kernel(const Params p) {
@@ -335,7 +363,7 @@ template <int D, int W>
 static void bwd_launch(const Params &p, gdn_cuda_precision prec, float *dq_acc, bool sm90a, cudaStream_t st) {
     const long rows = (long)p.B * p.T * p.H, kv_rows = (long)p.B * p.T * p.Hkv;
     if (prec == GDN_CUDA_BF16) {
-        delta_kernel<bf16, D><<<(unsigned)((rows + 3) / 4), 128, 0, st>>>(p);
+        delta_bf16_kernel<D><<<(unsigned)((rows * (D / 8) + 127) / 128), 128, 0, st>>>(p);
         GDN_CUDA_CHECK_LAUNCH();
         if (sm90a) {
             sm90a_bwd(p, D, dq_acc, st);

@@ -5,7 +5,7 @@
  * owns keys 64w .. 64w+63 and keeps their fp32 dK and dV accumulators (64 x D each) in
  * registers. The block loops over the query heads of the group and, for each, over the 64-row
  * query tiles on or after the diagonal; Q, dO, lse and Delta tiles stream through shared memory
- * (double buffered). Per query tile, keys as rows (wgmma, fp32 accumulation):
+ * (cp.async, three buffers, so that one barrier per tile guards them). Per query tile, keys as rows (wgmma, fp32 accumulation):
  *   S^T = K Q^T and dP^T = V dO^T       (both operands in shared memory)
  *   P^T = exp(scale S^T - lse)           (masked), dV += P^T dO   (P^T from registers, bf16)
  *   dS^T = P^T (dP^T - Delta),           dK += dS^T Q             (dS^T from registers, bf16)
@@ -15,7 +15,7 @@
  * warpgroups split dQ's columns (D 128: 64 each) or its keys (D 64: their own 64 keys each).
  * Unlike the split kernels (attention_bwd.cu), the order of the dQ additions varies from run
  * to run: dq is repeatable to rounding, not bitwise; dk and dv are bitwise repeatable.
- * Shared memory (D 128): K, V 64 KB, 2 x (Q, dO) 64 KB, dS^T 16 KB, lse / Delta 1 KB. */
+ * Shared memory (D 128): K, V 64 KB, 3 x (Q, dO) 96 KB, 2 x dS^T 32 KB, lse / Delta 1.5 KB. */
 #include "model/cuda/attention_common.cuh"
 #include "model/cuda/sm90a/attention_sm90a.h"
 #include "model/cuda/sm90a/wgmma_common.cuh"
@@ -26,24 +26,26 @@ namespace sm90a {
 constexpr int KB = 128, QB = 64, BWD_NTH = 256; /* keys per block, queries per tile, threads */
 
 template <int D> constexpr size_t bwd_smem_bytes() {
-    return (size_t)(2 * KB * D + 4 * QB * D + KB * QB) * sizeof(bf16) + 4 * QB * sizeof(float) + 1024;
+    return (size_t)(2 * KB * D + 6 * QB * D + 2 * KB * QB) * sizeof(bf16) + 6 * QB * sizeof(float) + 1024;
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 template <int D>
-__global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *dq_acc) {
+__global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *dq_acc, const BlockOrder order) {
     constexpr int NQ = QB / 8;                   /* 8-column blocks of S^T (queries) */
     constexpr int NDQ = D == 128 ? 64 : 64;      /* dQ columns per warpgroup (see above) */
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sK = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][KB][64] */
     bf16 *sV = sK + KB * D;
-    bf16 *sQ = sV + KB * D;      /* 2 buffers of [D/64][QB][64] */
-    bf16 *sdO = sQ + 2 * QB * D; /* 2 buffers */
-    bf16 *sdS = sdO + 2 * QB * D; /* [KB][QB]: dS^T, one column block */
-    float *sL = reinterpret_cast<float *>(sdS + KB * QB); /* 2 x QB: lse in base 2 */
-    float *sDl = sL + 2 * QB;                              /* 2 x QB: Delta */
+    bf16 *sQ = sV + KB * D;       /* 3 buffers of [D/64][QB][64]: tile it in buffer it % 3 */
+    bf16 *sdO = sQ + 3 * QB * D;  /* 3 buffers */
+    bf16 *sdS = sdO + 3 * QB * D; /* 2 buffers of [KB][QB]: dS^T, one column block */
+    float *sL = reinterpret_cast<float *>(sdS + 2 * KB * QB); /* 3 x QB: lse */
+    float *sDl = sL + 3 * QB;                                  /* 3 x QB: Delta */
 
-    const int kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+    int kt, pair;
+    order.map(blockIdx.x, kt, pair); /* earlier key tiles see more queries */
+    const int hk = pair % p.Hkv, b = pair / p.Hkv;
     const int T = p.T, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
     const int k0 = kt * KB;
@@ -57,11 +59,11 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
         const int h = hk * p.G + it / ni, q0 = (i0 + it % ni) * QB;
         load_sw<QB, D, BWD_NTH>(sQ + buf * QB * D, (const bf16 *)p.q + tok_off(b, 0, h, T, p.H, D), ldq, q0, T);
         load_sw<QB, D, BWD_NTH>(sdO + buf * QB * D, (const bf16 *)p.d_o + tok_off(b, 0, h, T, p.H, D), ldq, q0, T);
-        if (threadIdx.x < 2 * QB) { /* plain loads: visible after the barrier that follows */
+        if (threadIdx.x < 2 * QB) { /* 4-byte copies, zero past the end */
             const int i = threadIdx.x & (QB - 1), q = q0 + i;
-            const long row = ((long)b * p.H + h) * T + q;
-            if (threadIdx.x < QB) sL[buf * QB + i] = q < T ? p.lse[row] * ATTN_LOG2E : 0.0f;
-            else sDl[buf * QB + i] = q < T ? p.delta[row] : 0.0f;
+            const long row = ((long)b * p.H + h) * T + min(q, T - 1);
+            if (threadIdx.x < QB) cp_async4(sL + buf * QB + i, p.lse + row, q < T);
+            else cp_async4(sDl + buf * QB + i, p.delta + row, q < T);
         }
     };
 
@@ -78,9 +80,11 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
     const bf16 *kw = sK + wg * 64 * 64, *vw = sV + wg * 64 * 64; /* the warpgroup's rows */
 
     for (int it = 0; it < n_it; ++it) {
-        const int buf = it & 1;
+        const int buf = it % 3;
         if (it + 1 < n_it) {
-            load_q(it + 1, buf ^ 1); /* buffer buf^1 was last read in iteration it-1 (ended by a barrier) */
+            /* buffer (it+1) % 3 was last read in iteration it-2, finished before the first
+             * barrier of iteration it-1: one barrier per iteration guards the buffers */
+            load_q(it + 1, (it + 1) % 3);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -114,7 +118,7 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int c = 8 * n + 2 * t4 + (e & 1);
-                float x = ex2(fmaf(st[4 * n + e], p.scale_log2, -tL[c]));
+                float x = ex2(fmaf(st[4 * n + e], p.scale_log2, -tL[c] * ATTN_LOG2E));
                 if (need_mask) {
                     const int q = q0 + c, key = key_base + g + 8 * (e >> 1);
                     if (q < key || q >= T) x = 0.0f;
@@ -145,13 +149,14 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
             for (int i = 0; i < 4; ++i) df[kk][i] = pack_bf16(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
         /* dS^T into shared memory for dQ: fragment i of step kk is row g + 8 (i & 1), columns
          * 16 kk + 8 (i >> 1) + 2 t4 .. +1 of the warp's 16 rows */
+        bf16 *tdS = sdS + (it & 1) * KB * QB; /* last read in iteration it-2 */
         {
             const int r0 = wg * 64 + warp * 16 + g;
 #pragma unroll
             for (int kk = 0; kk < QB / 16; ++kk)
 #pragma unroll
                 for (int i = 0; i < 4; ++i)
-                    *reinterpret_cast<unsigned *>(sdS + sw_index<KB>(r0 + 8 * (i & 1), 16 * kk + 8 * (i >> 1) + 2 * t4)) =
+                    *reinterpret_cast<unsigned *>(tdS + sw_index<KB>(r0 + 8 * (i & 1), 16 * kk + 8 * (i >> 1) + 2 * t4)) =
                         df[kk][i];
         }
         wgmma_fence();
@@ -169,12 +174,12 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
         if constexpr (D == 128) {
 #pragma unroll
             for (int kk = 0; kk < KB / 16; ++kk)
-                wgmma_ss<1, 1>(dq, desc_sw128(sdS + kk * 16 * 64, QB * 128, 1024),
+                wgmma_ss<1, 1>(dq, desc_sw128(tdS + kk * 16 * 64, QB * 128, 1024),
                                desc_sw128(sK + wg * KB * 64 + kk * 16 * 64, KB * 128, 1024), kk > 0);
         } else {
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk)
-                wgmma_ss<1, 1>(dq, desc_sw128(sdS + (wg * 64 + kk * 16) * 64, QB * 128, 1024),
+                wgmma_ss<1, 1>(dq, desc_sw128(tdS + (wg * 64 + kk * 16) * 64, QB * 128, 1024),
                                desc_sw128(sK + (wg * 64 + kk * 16) * 64, KB * 128, 1024), kk > 0);
         }
         wgmma_commit();
@@ -185,18 +190,21 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
         fence_regs_u(pf);
         fence_regs_u(df);
 
+        /* 16-byte atomics: lanes t4 = 2i, 2i+1 swap halves so that the even lane holds columns
+         * 4i..4i+3 of row g and the odd lane those of row g + 8 */
         const int col0 = D == 128 ? 64 * wg : 0;
-        float *gdq = dq_acc + tok_off(b, 0, h, T, p.H, D) + col0;
+        const bool odd = t4 & 1;
+        const int q = q0 + warp * 16 + g + (odd ? 8 : 0);
+        float *row = dq_acc + tok_off(b, 0, h, T, p.H, D) + col0 + (long)q * ldq + 4 * (t4 >> 1);
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int q = q0 + warp * 16 + g + 8 * r;
-            if (q >= T) continue;
-            float *row = gdq + (long)q * ldq;
-#pragma unroll
-            for (int n = 0; n < NDQ / 8; ++n)
-                atomicAdd(reinterpret_cast<float2 *>(row + 8 * n + 2 * t4), make_float2(dq[4 * n + 2 * r], dq[4 * n + 2 * r + 1]));
+        for (int n = 0; n < NDQ / 8; ++n) {
+            /* even lane sends its row g+8 pair, odd lane its row g pair */
+            const float s0 = odd ? dq[4 * n] : dq[4 * n + 2], s1 = odd ? dq[4 * n + 1] : dq[4 * n + 3];
+            const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1), r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+            const float4 v = odd ? make_float4(r0, r1, dq[4 * n + 2], dq[4 * n + 3])
+                                 : make_float4(dq[4 * n], dq[4 * n + 1], r0, r1);
+            if (q < T) atomicAdd(reinterpret_cast<float4 *>(row + 8 * n), v);
         }
-        __syncthreads(); /* every wgmma of this iteration is done before its buffers are refilled */
     }
 
     bf16 *gdk = (bf16 *)p.dk + tok_off(b, 0, hk, T, p.Hkv, D), *gdv = (bf16 *)p.dv + tok_off(b, 0, hk, T, p.Hkv, D);
@@ -214,7 +222,7 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
     }
 }
 #else
-template <int D> __global__ void bwd_kernel(const Params, float *) {} /* not built for sm_90a: never launched */
+template <int D> __global__ void bwd_kernel(const Params, float *, const BlockOrder) {} /* not built for sm_90a: never launched */
 #endif
 
 /* dq = bf16(scale * dq_acc), 8 elements per thread (n is a multiple of 8: D is). */
@@ -231,8 +239,11 @@ template <int D> static void bwd_launch(const Params &p, float *dq_acc, cudaStre
     constexpr size_t smem = bwd_smem_bytes<D>();
     static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
     GDN_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const dim3 grid((p.T + KB - 1) / KB, p.Hkv, p.B);
-    bwd_kernel<D><<<grid, BWD_NTH, smem, st>>>(p, dq_acc);
+    const int tiles = (p.T + KB - 1) / KB;
+    if ((double)tiles * p.B * p.Hkv > 2147483647.0) GDN_CUDA_DIE("attention: B*Hkv*T/%d blocks over the grid limit", KB);
+    /* per kv head: its keys and values, and the queries and output gradients of its group */
+    const BlockOrder order = block_order(tiles, p.B * p.Hkv, (size_t)p.T * D * (2 + 2 * p.G) * sizeof(bf16));
+    bwd_kernel<D><<<(unsigned)(tiles * p.B * p.Hkv), BWD_NTH, smem, st>>>(p, dq_acc, order);
     GDN_CUDA_CHECK_LAUNCH();
 }
 

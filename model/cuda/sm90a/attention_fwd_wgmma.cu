@@ -5,17 +5,19 @@
  * One block of two warpgroups (256 threads) per 128-row query tile of one (b, h); warpgroup w
  * owns query rows 64w .. 64w+63 and keeps their fp32 output accumulator (64 x D) and running
  * max / sum in registers. Key/value tiles of 128 rows stream through shared memory (cp.async,
- * double buffered). Per tile: S = Q K^T by wgmma with both operands in shared memory (64 x 128
+ * three buffers each). Per tile: S = Q K^T by wgmma with both operands in shared memory (64 x 128
  * per warpgroup, D/16 steps), the causal / length mask on the tiles that need it, the online
  * softmax in base 2, then O += P V by wgmma with P (rounded to bf16) from registers and V from
  * shared memory read transposed. Same arithmetic as the mma.sync kernel: fp32 accumulation,
- * probabilities rounded to bf16 only as the operand of P V.
+ * probabilities rounded to bf16 only as the operand of P V. Per warpgroup the products are
+ * pipelined: S of the next tile is issued together with P V of this one, and the softmax of the
+ * next tile runs while P V is on the tensor cores.
  *
  * Shared-memory tiles use the 128-byte swizzle the wgmma descriptors describe: a tile of R rows x
  * D columns is stored as D/64 column blocks of R rows x 64 elements (128 bytes per row); the
  * 16-byte chunk c of row r sits at chunk c ^ (r % 8) of that row, and blocks start on 1024-byte
- * boundaries (the pattern repeats every 8 rows). Shared memory: Q + 2 K + 2 V tiles = 160 KB
- * (D 128), 80 KB (D 64). */
+ * boundaries (the pattern repeats every 8 rows). Shared memory: Q + 3 K + 3 V tiles = 224 KB
+ * (D 128), 112 KB (D 64). */
 #include "model/cuda/attention_common.cuh"
 #include "model/cuda/sm90a/attention_sm90a.h"
 #include "model/cuda/sm90a/wgmma_common.cuh"
@@ -26,7 +28,7 @@ namespace sm90a {
 constexpr int BM = 128, BN = 128, NTH = 256;
 
 template <int D> constexpr size_t fwd_smem_bytes() {
-    return (size_t)(BM + 4 * BN) * D * sizeof(bf16) + 1024; /* + room to align to 1024 bytes */
+    return (size_t)(BM + 6 * BN) * D * sizeof(bf16) + 1024; /* + room to align to 1024 bytes */
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -97,16 +99,18 @@ __device__ __forceinline__ void pack_p(unsigned (&pf)[BN / 16][4], const float (
 /* Pipelined per warpgroup: while the tensor cores compute O += P_j V_j, the warps run the
  * softmax of tile j+1, whose scores S_{j+1} = Q K_{j+1}^T were issued just before. Loads run
  * two key tiles / one value tile ahead: iteration j fills K_{j+2} and V_{j+1} (cp.async group
- * j) into the buffers K_j and V_{j-1} left, and waits for group j-1 (K_{j+1}, V_j). */
+ * j) and waits for group j-1 (K_{j+1}, V_j). */
 template <int D>
-__global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p) {
+__global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p, const BlockOrder order) {
     constexpr int NO = D / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][BM][64] */
-    bf16 *sK = sQ + BM * D;     /* 2 buffers of [D/64][BN][64]: K_i in buffer i % 2 */
-    bf16 *sV = sK + 2 * BN * D; /* 2 buffers: V_i in buffer i % 2 */
+    bf16 *sK = sQ + BM * D;     /* 3 buffers of [D/64][BN][64]: K_i in buffer i % 3 */
+    bf16 *sV = sK + 3 * BN * D; /* 3 buffers: V_i in buffer i % 3 */
 
-    const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int rank, pair;
+    order.map(blockIdx.x, rank, pair);
+    const int qt = order.tiles - 1 - rank, h = pair % p.H, b = pair / p.H; /* later query tiles are longer */
     const int hk = h / p.G, T = p.T;
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int q0 = qt * BM;
@@ -146,18 +150,19 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p) {
     pack_p(pf, s);
 
     for (int j = 0; j + 1 < n_kv; ++j) {
-        __syncthreads(); /* the wgmmas of iteration j-1 are done in both warpgroups */
-        if (j + 2 < n_kv) load_sw<BN, D, NTH>(sK + (j & 1) * BN * D, gk, ldk, (j + 2) * BN, T);
-        load_sw<BN, D, NTH>(sV + ((j + 1) & 1) * BN * D, gv, ldk, (j + 1) * BN, T);
+        /* three buffers: K_{j+2} and V_{j+1} overwrite K_{j-1} and V_{j-2}, whose readers
+         * finished before the barrier of iteration j-1, so one barrier per iteration suffices */
+        if (j + 2 < n_kv) load_sw<BN, D, NTH>(sK + ((j + 2) % 3) * BN * D, gk, ldk, (j + 2) * BN, T);
+        load_sw<BN, D, NTH>(sV + ((j + 1) % 3) * BN * D, gv, ldk, (j + 1) * BN, T);
         cp_async_commit();
         cp_async_wait<1>();
         fence_proxy_async();
         __syncthreads();
 
         wgmma_fence();
-        issue_s<D>(s, qw, sK + ((j + 1) & 1) * BN * D);
+        issue_s<D>(s, qw, sK + ((j + 1) % 3) * BN * D);
         wgmma_commit();
-        issue_pv<D>(o, pf, sV + (j & 1) * BN * D);
+        issue_pv<D>(o, pf, sV + (j % 3) * BN * D);
         wgmma_commit();
         wgmma_wait<1>(); /* S_{j+1}; P_j V_j may still run */
         fence_regs(s);
@@ -179,7 +184,7 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p) {
     fence_proxy_async();
     __syncthreads();
     wgmma_fence();
-    issue_pv<D>(o, pf, sV + ((n_kv - 1) & 1) * BN * D);
+    issue_pv<D>(o, pf, sV + ((n_kv - 1) % 3) * BN * D);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(o);
@@ -204,7 +209,7 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p) {
     }
 }
 #else
-template <int D> __global__ void fwd_kernel(const Params) {} /* not built for sm_90a: never launched */
+template <int D> __global__ void fwd_kernel(const Params, const BlockOrder) {} /* not built for sm_90a: never launched */
 #endif
 
 /* 1 when this binary holds the sm_90a kernels for the current device's architecture. */
@@ -220,13 +225,30 @@ template <int D> static void fwd_launch(const Params &p, cudaStream_t st) {
     constexpr size_t smem = fwd_smem_bytes<D>();
     static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
     GDN_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const dim3 grid((p.T + BM - 1) / BM, p.H, p.B);
-    fwd_kernel<D><<<grid, NTH, smem, st>>>(p);
+    const int tiles = (p.T + BM - 1) / BM;
+    if ((double)tiles * p.B * p.H > 2147483647.0) GDN_CUDA_DIE("attention: B*H*T/%d blocks over the grid limit", BM);
+    const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.T * D * 2 * sizeof(bf16));
+    fwd_kernel<D><<<(unsigned)(tiles * p.B * p.H), NTH, smem, st>>>(p, order);
     GDN_CUDA_CHECK_LAUNCH();
 }
 
 } // namespace sm90a
 } // namespace attn
+
+attn::BlockOrder attn::block_order(int tiles, int n_heads, size_t kv_bytes) {
+    static int l2 = -1;
+    if (l2 < 0) {
+        int dev = 0;
+        GDN_CUDA_CHECK(cudaGetDevice(&dev));
+        GDN_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    }
+    BlockOrder o;
+    o.tiles = tiles;
+    o.n_heads = n_heads;
+    const size_t fit = (size_t)l2 / (kv_bytes ? kv_bytes : 1);
+    o.heads = (int)(fit < 1 ? 1 : fit > (size_t)n_heads ? (size_t)n_heads : fit);
+    return o;
+}
 
 extern "C" int gdn_cuda_attention_sm90a_available(void) {
     static int known = -1;

@@ -8,6 +8,22 @@
 #include "model/cuda/attention_common.cuh"
 
 namespace attn {
+/* Block order of the wgmma kernels: blocks run in sections of `heads` (b, head) pairs whose keys
+ * and values fit in the L2 cache together; within a section the longest tiles come first
+ * (causal attention: tile lengths differ up to T / 128 times), so the last blocks of the grid
+ * are short and the section's keys and values stay in the cache. */
+struct BlockOrder {
+    int tiles, heads, n_heads; /* tiles per head, heads per section, (b, head) pairs in all */
+    /* block `bid` -> its tile rank (0: the longest) and its (b, head) pair */
+    __device__ __forceinline__ void map(int bid, int &rank, int &pair) const {
+        const int per = heads * tiles, sec = bid / per, r = bid % per;
+        const int in_sec = min(heads, n_heads - sec * heads);
+        rank = r / in_sec;
+        pair = sec * heads + r % in_sec;
+    }
+};
+/* The order for n_heads pairs of `tiles` tiles whose keys and values take kv_bytes each. */
+BlockOrder block_order(int tiles, int n_heads, size_t kv_bytes);
 /* bf16 forward, D 64 or 128, asynchronous on stream (a cudaStream_t). */
 void sm90a_fwd(const Params &p, int D, void *stream);
 /* bf16 backward, D 64 or 128: reads p.delta (rowsum(d_o * o), computed by the caller); dq_acc:

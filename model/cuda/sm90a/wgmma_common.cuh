@@ -114,6 +114,11 @@ __device__ __forceinline__ void load_sw(bf16 *s, const bf16 *g, long ldg, int ro
         cp_async16(dst, ok ? (const void *)(g + (long)(row0 + r) * ldg + c * 8) : (const void *)g, ok);
     }
 }
+/* One float from global memory into shared memory (zero-filled when !valid). */
+__device__ __forceinline__ void cp_async4(float *smem, const float *gmem, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0) : "memory");
+}
 /* Element (r, c) of a swizzled tile of ROWS rows. */
 template <int ROWS> __device__ __forceinline__ int sw_index(int r, int c) {
     return (c >> 6) * (ROWS * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
