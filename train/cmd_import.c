@@ -158,16 +158,39 @@ static int load_tensors(weights *w, const gdn_param_table *t, float *params, con
     return 0;
 }
 
+/* With tied embeddings a stored lm_head.weight is dropped, as transformers drops it; a warning
+ * when it is not the embedding table. */
+static int tied_head(weights *w, int f, const st_tensor *s, const gdn_param_table *t,
+                     const float *params, char *err, int err_len) {
+    const gdn_param *e = gdn_param_find(t, "model.embeddings.weight");
+    if (s->numel == e->numel) {
+        float *h = GDN_MALLOC(s->numel * sizeof *h);
+        int rc = st_read_f32(&w->files[f], s, h, err, err_len);
+        int same = !rc && !memcmp(h, params + e->offset, s->numel * sizeof *h);
+        free(h);
+        if (rc) return -1;
+        if (same) return 0;
+    }
+    fprintf(stderr, "gdn import: warning: %s: lm_head.weight differs from the embedding table, but "
+            "config.json ties them (tie_word_embeddings): the head is the embedding table, as in "
+            "transformers, and lm_head.weight is not used\n", w->files[f].path);
+    return 0;
+}
+
 /* Tensors of the files the model did not take: the rotary tables older checkpoints store and,
  * with tied embeddings, a stored copy of the head are dropped; anything else is refused. */
-static int check_unused(weights *w, int tied, char *err, int err_len) {
+static int check_unused(weights *w, int tied, const gdn_param_table *t, const float *params,
+                        char *err, int err_len) {
     for (int f = 0; f < w->n_files; f++)
         for (int i = 0; i < w->files[f].n; i++) {
             const char *name = w->files[f].t[i].name;
             size_t n = strlen(name);
             if (w->used[f][i]) continue;
             if (n >= 9 && !strcmp(name + n - 9, ".inv_freq")) continue;
-            if (tied && !strcmp(name, "lm_head.weight")) continue;
+            if (tied && !strcmp(name, "lm_head.weight")) {
+                if (tied_head(w, f, &w->files[f].t[i], t, params, err, err_len)) return -1;
+                continue;
+            }
             snprintf(err, (size_t)err_len, "%s: tensor '%.200s' has no place in the gdn model (a feature "
                      "the import does not support, or a config.json that does not match the weights)",
                      w->files[f].path, name);
@@ -241,7 +264,7 @@ int gdn_cmd_import(int argc, char **argv) {
     float *params = GDN_MALLOC(t.total * sizeof *params);
     char *config_json = NULL;
     rc = 1;
-    if (load_tensors(&w, &t, params, dir, err, sizeof err) || check_unused(&w, cfg.tie_embeddings, err, sizeof err)) {
+    if (load_tensors(&w, &t, params, dir, err, sizeof err) || check_unused(&w, cfg.tie_embeddings, &t, params, err, sizeof err)) {
         fprintf(stderr, "gdn import: %s\n", err);
         goto done;
     }
