@@ -37,14 +37,14 @@ def run(*args):
     return subprocess.run([GDN, *args], capture_output=True, text=True)
 
 
-def logits_of(ckpt, ids, tmp):
+def logits_of(ckpt, ids, tmp, *extra):
     """gdn op logits of ids [B,T] with checkpoint ckpt, or None (the failure recorded)."""
     path_in, path_out = os.path.join(tmp, "ids.h5"), os.path.join(tmp, "logits.h5")
     if os.path.exists(path_out):
         os.remove(path_out)
     with h5py.File(path_in, "w") as f:
         f["ids"] = np.asarray(ids, dtype=np.int32)
-    r = run("op", "logits", "--ckpt", ckpt, "--in", path_in, "--out", path_out)
+    r = run("op", "logits", "--ckpt", ckpt, "--in", path_in, "--out", path_out, *extra)
     check(r.returncode == 0, f"gdn op logits on {ckpt} failed: {r.stderr}")
     if r.returncode:
         return None
@@ -69,6 +69,10 @@ def compare(name, src, tmp, label):
         err = np.abs(got - ref).max() / np.abs(ref).max()
         print(f"{label}: max |diff| / max |ref| = {err:.2e} (max |ref| {np.abs(ref).max():.3f})")
         check(err <= TOL, f"{label}: logits differ from transformers by {err:.2e} relative (> {TOL})")
+        g64 = logits_of(ckpt, exp["ids"], tmp, "--precision", "fp64")
+        if g64 is not None:
+            err64 = np.abs(g64 - ref).max() / np.abs(ref).max()
+            check(err64 <= TOL, f"{label}: fp64 logits differ from transformers by {err64:.2e} relative")
     return ckpt
 
 
