@@ -147,6 +147,18 @@ def main():
             edit_config(d, old_rope_form)
             compare(name, d, tmp, name + " (top-level rope_theta)")
 
+        # the comparison is sensitive: the wrong RoPE base (the default 10000 for Qwen3's 1e6)
+        # moves the logits far beyond the tolerance
+        d = copy_fixture("qwen3_qknorm_fp16", tmp, "theta")
+        edit_config(d, lambda c: c["rope_parameters"].update(rope_theta=10000.0))
+        exp = json.load(open(os.path.join(FIX, "qwen3_qknorm_fp16", "expected.json")))
+        r = run("import", d, "--out", d + ".h5")
+        got = logits_of(d + ".h5", exp["ids"], tmp) if r.returncode == 0 else None
+        if got is not None:
+            ref = np.array(exp["logits"]).reshape(exp["logits_shape"])
+            err = np.abs(got - ref).max() / np.abs(ref).max()
+            check(err > 100 * TOL, f"a wrong rope_theta changes the logits by only {err:.2e}")
+
         # the imported checkpoints are ordinary ones
         ck = ckpts["qwen3_qknorm_fp16"]
         if ck:
