@@ -36,7 +36,7 @@ static void op_usage(FILE *f) {
             "An input the variant ignores may be absent; when present it is checked like the others\n"
             "and its gradient (dg or dbeta) is written as zeros. Both backends run every variant.\n"
             "Precision: cpu computes in fp32 (default) or fp64; cuda in fp32 or bf16 (default).\n"
-            "Softmax attention: gdn op attention --help.\n");
+            "Softmax attention: gdn op attention --help. A model's logits: gdn op logits --help.\n");
 }
 
 /* The valid --variant words, "gdn, deltanet, gla, linear", from the mixer table. */
@@ -257,6 +257,7 @@ int gdn_cmd_op(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "gated-delta")) return cmd_gated_delta(argc - 1, argv + 1);
     if (!strcmp(argv[1], "attention")) return gdn_cmd_op_attention(argc - 1, argv + 1);
-    fprintf(stderr, "gdn op: unknown operator '%s' (available: gated-delta, attention)\n", argv[1]);
+    if (!strcmp(argv[1], "logits")) return gdn_cmd_op_logits(argc - 1, argv + 1);
+    fprintf(stderr, "gdn op: unknown operator '%s' (available: gated-delta, attention, logits)\n", argv[1]);
     return 2;
 }

@@ -10,5 +10,8 @@ int gdn_cmd_op(int argc, char **argv);      /* train/cmd_op.c: gdn op gated-delt
 int gdn_cmd_op_attention(int argc, char **argv); /* train/cmd_op_attention.c: gdn op attention */
 int gdn_cmd_inspect(int argc, char **argv); /* train/cmd_inspect.c: checkpoint summary */
 int gdn_cmd_bench(int argc, char **argv);   /* train/cmd_bench.c */
+int gdn_cmd_import(int argc, char **argv);  /* train/cmd_import.c: Hugging Face -> checkpoint */
+int gdn_cmd_op_logits(int argc, char **argv); /* train/cmd_op_logits.c: gdn op logits */
+int gdn_cmd_eval(int argc, char **argv);    /* train/cmd_eval.c: loss, perplexity, bits per byte */
 
 #endif

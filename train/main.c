@@ -15,9 +15,11 @@ static const gdn_command commands[] = {
     {"train", gdn_cmd_train, "train a model (gdn train --help)"},
     {"sample", gdn_cmd_sample, "generate text from a trained model"},
     {"data", gdn_cmd_data, "turn text into token shards"},
-    {"op", gdn_cmd_op, "run one operator on arrays from an HDF5 file (gdn op gated-delta | attention)"},
+    {"op", gdn_cmd_op, "run one operator on arrays from an HDF5 file (gdn op gated-delta | attention | logits)"},
     {"inspect", gdn_cmd_inspect, "print and verify a checkpoint"},
     {"bench", gdn_cmd_bench, "time the delta rule and training steps"},
+    {"import", gdn_cmd_import, "convert a Hugging Face Llama/Qwen2/Qwen3 checkpoint (gdn import --help)"},
+    {"eval", gdn_cmd_eval, "loss, perplexity and bits per byte of a checkpoint on held-out data"},
 };
 
 static void usage(FILE *f) {
