@@ -4,9 +4,10 @@
  * sequence-parallel exchanges, the loss and every parameter gradient after the all-reduce must
  * equal those of a single-process step over the whole batch (computed on every rank) within a
  * relative error of 1e-5; both exchanges must agree with each other; every rank must end with
- * bitwise-identical gradients; the forward-only (validation) loss must match too. Two steps with
- * different tokens run on the same buffers. Every rank checks; rank 0 prints; the exit status is
- * nonzero on every rank when any check failed on any rank. */
+ * bitwise-identical gradients; the forward-only (validation) loss must match too; the most any
+ * rank's hooks send in a step is what gdn_seqpar_bytes says. Two steps with different tokens run
+ * on the same buffers. Every rank checks; rank 0 prints; the exit status is nonzero on every rank
+ * when any check failed on any rank. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -151,8 +152,16 @@ static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table 
             memcpy(tgt + (size_t)i * Ts, targets + src, (size_t)Ts * sizeof(int));
         }
         float *g = calloc(n, sizeof(float));
+        const gdn_comm_bytes b0 = c->bytes;
         double loss = gdn_cpu_forward_f32(mine, t, P, tok, tgt, gs, &nv, NULL, NULL) * gs;
         gdn_cpu_backward_f32(mine, t, P, g);
+        /* what the hooks sent, at most over the ranks, is what gdn_seqpar_bytes says */
+        double sent = (double)(c->bytes.send - b0.send) + (double)(c->bytes.all_gather - b0.all_gather) +
+                      (double)(c->bytes.reduce_scatter - b0.reduce_scatter);
+        gdn_all_reduce(c, GDN_WORLD, &sent, 1, GDN_F64, GDN_MAX, "sequence-parallel bytes");
+        const double want = (double)gdn_seqpar_bytes(cfg, b, Ts, sp, mode, 1);
+        check(sent == want, "dp %d x sp %d %s: the hooks sent %.0f bytes, gdn_seqpar_bytes says %.0f", dp, sp,
+              gdn_sp_exchange_name(mode), sent, want);
         gdn_all_reduce(c, GDN_WORLD, g, n, GDN_F32, GDN_SUM, "gradients");
         gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "loss");
         double el = fabs(loss - loss_ref) / fabs(loss_ref);
