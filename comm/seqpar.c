@@ -24,6 +24,11 @@ struct gdn_seqpar {
     float *recv_halo;                                         /* [n_halo] */
     /* GATHER: per-layer gathered maps [L][sp][M | H], this rank's map and E */
     float *maps, *my_map, *my_E, *all_E, *tmp; /* tmp [n_state] */
+    /* attention layers: C = n_kv_heads * attn_head_dim; n_kv = B*T*C, one segment's keys (or
+     * values); kv [sp][k | v] of every segment, gathered (forward) or reduced (backward) */
+    int C;
+    size_t n_kv;
+    float *kv;
 };
 
 int gdn_sp_exchange_parse(const char *name, gdn_sp_exchange *out) {
@@ -35,8 +40,15 @@ int gdn_sp_exchange_parse(const char *name, gdn_sp_exchange *out) {
 
 const char *gdn_sp_exchange_name(gdn_sp_exchange mode) { return mode == GDN_SP_PASS ? "pass" : "gather"; }
 
-uint64_t gdn_seqpar_bytes(const gdn_config *cfg, int B, int sp, gdn_sp_exchange mode, int with_backward) {
+uint64_t gdn_seqpar_bytes(const gdn_config *cfg, int B, int T_seg, int sp, gdn_sp_exchange mode,
+                          int with_backward) {
     if (sp <= 1) return 0;
+    /* attention layers: this rank's keys and values into the all-gather; backward the whole
+     * reduce-scatter input, the gradients of every segment's (zeros for the later ones) */
+    const uint64_t n_attn = (uint64_t)gdn_config_count_mixer(cfg, GDN_MIXER_A);
+    const uint64_t kv = 2 * (uint64_t)B * (uint64_t)T_seg * (uint64_t)gdn_config_kv_heads(cfg) *
+                        (uint64_t)gdn_config_attn_dim(cfg);
+    const uint64_t attn = n_attn * (kv + (with_backward ? (uint64_t)sp * kv : 0));
     const uint64_t H = (uint64_t)cfg->n_heads, K = (uint64_t)cfg->head_dim;
     const uint64_t V = (uint64_t)gdn_config_head_v(cfg);
     const uint64_t halo = (uint64_t)B * (uint64_t)(cfg->conv_width - 1) * H * (2 * K + V);
@@ -47,7 +59,7 @@ uint64_t gdn_seqpar_bytes(const gdn_config *cfg, int B, int sp, gdn_sp_exchange 
     const uint64_t p2p_fwd = mode == GDN_SP_PASS ? halo + state : halo, p2p_bwd = p2p_fwd;
     const uint64_t gathered = mode == GDN_SP_PASS ? 0 : map + (with_backward ? state : 0);
     uint64_t p2p = with_backward ? (sp > 2 ? p2p_fwd + p2p_bwd : p2p_fwd) : p2p_fwd;
-    return 4 * (uint64_t)cfg->n_layers * (p2p + gathered);
+    return 4 * (((uint64_t)cfg->n_layers - n_attn) * (p2p + gathered) + attn);
 }
 
 static float *alloc_f(size_t n) { return GDN_CALLOC(n ? n : 1, sizeof(float)); }
@@ -86,6 +98,9 @@ gdn_seqpar *gdn_seqpar_create(gdn_comm *c, const gdn_config *cfg, int B, int T_s
         s->my_E = alloc_f(s->n_state);
         s->all_E = alloc_f(sp * s->n_state);
     }
+    s->C = gdn_config_kv_heads(cfg) * gdn_config_attn_dim(cfg);
+    s->n_kv = (size_t)B * (size_t)T_seg * (size_t)s->C;
+    if (gdn_config_count_mixer(cfg, GDN_MIXER_A)) s->kv = alloc_f(sp * 2 * s->n_kv);
     return s;
 }
 
@@ -93,7 +108,7 @@ void gdn_seqpar_free(gdn_seqpar *s) {
     if (!s) return;
     gdn_wait_sends(s->c);
     float *all[] = {s->send_halo, s->send_dhalo, s->recv_halo, s->tmp, s->send_state,
-                    s->send_dstate, s->maps, s->my_map, s->my_E, s->all_E};
+                    s->send_dstate, s->maps, s->my_map, s->my_E, s->all_E, s->kv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     free(s);
 }
@@ -268,8 +283,73 @@ static void hook_bwd_halo(void *user, int l, void *const dtail_v[3], const void 
     }
 }
 
+/* ---- attention layers: the prefix's keys and values, their gradients back to their owners ---- */
+
+static void check_kv_size(const gdn_seqpar *s, size_t n) {
+    if (!s->kv)
+        GDN_DIE("sequence parallelism: an attention layer's keys reached hooks made for a model without "
+                "attention layers: attach to a model of the same configuration");
+    if (n != s->n_kv)
+        GDN_DIE("sequence parallelism: the model's attention keys have %zu elements, the hooks were made for "
+                "%zu (batch %d, %d tokens, %d per row): attach to a model of the same shape", n, s->n_kv, s->B,
+                s->T, s->C);
+}
+
+/* Segment j's rows of a prefix array [B,Tk,C] (Tk = (sp_rank + 1) * T) <-> a block [B,T,C]. */
+static void segment_rows(const gdn_seqpar *s, float *prefix, float *block, int j, int to_prefix) {
+    const int Tk = (s->c->sp_rank + 1) * s->T;
+    const size_t rows = (size_t)s->T * s->C;
+    for (int b = 0; b < s->B; b++) {
+        float *p = prefix + ((size_t)b * Tk + (size_t)j * s->T) * s->C, *q = block + (size_t)b * rows;
+        if (to_prefix) memcpy(p, q, rows * sizeof(float));
+        else memcpy(q, p, rows * sizeof(float));
+    }
+}
+
+/* Every segment's keys and values gathered in rank order; those of segments 0 .. sp_rank laid out
+ * as the prefix. The later segments' arrive too (an all-gather is one collective). */
+static void hook_attn_kv_fwd(void *user, int l, void *const all[2], const void *const own[2], size_t n) {
+    gdn_seqpar *s = user;
+    gdn_comm *c = s->c;
+    (void)l;
+    check_kv_size(s, n);
+    float *mine = s->kv + (size_t)c->sp_rank * 2 * n;
+    memcpy(mine, own[0], n * sizeof(float));
+    memcpy(mine + n, own[1], n * sizeof(float));
+    gdn_all_gather(c, GDN_SP, mine, s->kv, 2 * n, GDN_F32, "attention keys and values");
+    for (int j = 0; j <= c->sp_rank; j++)
+        for (int i = 0; i < 2; i++) segment_rows(s, all[i], s->kv + ((size_t)j * 2 + i) * n, j, 1);
+}
+
+/* Block j of the reduce-scatter input: this rank's gradient of segment j's keys and values (zeros
+ * for the segments after it, which it did not read); block sp_rank of the sum is ours. */
+static void hook_attn_kv_bwd(void *user, int l, void *const dkv[2], void *const dkv_all[2], size_t n) {
+    gdn_seqpar *s = user;
+    gdn_comm *c = s->c;
+    (void)l;
+    check_kv_size(s, n);
+    for (int j = 0; j < c->sp; j++)
+        for (int i = 0; i < 2; i++) {
+            float *block = s->kv + ((size_t)j * 2 + i) * n;
+            if (j <= c->sp_rank) segment_rows(s, dkv_all[i], block, j, 0);
+            else memset(block, 0, n * sizeof(float));
+        }
+    float *mine = s->kv + (size_t)c->sp_rank * 2 * n;
+    gdn_reduce_scatter(c, GDN_SP, s->kv, mine, 2 * n, GDN_F32, GDN_SUM, "attention key and value gradients");
+    memcpy(dkv[0], mine, n * sizeof(float));
+    memcpy(dkv[1], mine + n, n * sizeof(float));
+}
+
 gdn_seq_hooks gdn_seqpar_hooks(gdn_seqpar *s) {
-    const gdn_seq_hooks h = {s, hook_fwd_halo, hook_fwd_state_in, hook_fwd_state_out,
-                             hook_bwd_state_out, hook_bwd_state_in, hook_bwd_halo};
+    const gdn_seq_hooks h = {.user = s,
+                             .fwd_halo = hook_fwd_halo,
+                             .fwd_state_in = hook_fwd_state_in,
+                             .fwd_state_out = hook_fwd_state_out,
+                             .bwd_state_out = hook_bwd_state_out,
+                             .bwd_state_in = hook_bwd_state_in,
+                             .bwd_halo = hook_bwd_halo,
+                             .attn_kv_fwd = hook_attn_kv_fwd,
+                             .attn_kv_bwd = hook_attn_kv_bwd,
+                             .pos0 = s->c->sp_rank * s->T};
     return h;
 }

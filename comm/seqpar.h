@@ -15,7 +15,12 @@
  *   computes E (gdn_delta_transition_adjoint), the group all-gathers E (B*H*K*V per rank) and
  *   each rank folds M^T and E of the ranks after it, reusing the maps kept from the forward
  *   pass. More arithmetic, no serial chain across ranks.
- * docs/distributed.md compares the two; gdn train defaults to the measured faster one. */
+ * docs/distributed.md compares the two; gdn train defaults to the measured faster one.
+ *
+ * Per attention layer (either mode) the group all-gathers every rank's keys and values (after
+ * RoPE; 2*B*T_seg*C per rank, C = n_kv_heads * attn_head_dim) and each rank attends over those
+ * of the ranks up to itself; backward, each rank's gradients of all segments' keys and values
+ * (zeros for the later ones) are reduce-scattered, each rank keeping its own segment's sum. */
 #ifndef GDN_COMM_SEQPAR_H
 #define GDN_COMM_SEQPAR_H
 
@@ -42,9 +47,11 @@ void gdn_seqpar_free(gdn_seqpar *s);
  * set_seq_hooks). s must outlive their use. */
 gdn_seq_hooks gdn_seqpar_hooks(gdn_seqpar *s);
 
-/* Payload bytes one rank sends per forward + backward pass of a micro-batch, from the shapes:
- * the most any rank of the group sends (a middle rank when sp > 2), all-gather contributions
- * included. Forward only when with_backward is 0. */
-uint64_t gdn_seqpar_bytes(const gdn_config *cfg, int B, int sp, gdn_sp_exchange mode, int with_backward);
+/* Payload bytes one rank sends per forward + backward pass of a micro-batch of B x T_seg tokens
+ * per rank, from the shapes: the most any rank of the group sends (a middle rank when sp > 2),
+ * all-gather contributions and reduce-scatter inputs included (comm/comm.h counts them so).
+ * Forward only when with_backward is 0. */
+uint64_t gdn_seqpar_bytes(const gdn_config *cfg, int B, int T_seg, int sp, gdn_sp_exchange mode,
+                          int with_backward);
 
 #endif

@@ -25,6 +25,12 @@ struct gdn_seqpar_cuda {
     size_t buf_bytes[SEND_KINDS];
     cudaEvent_t sent[SEND_KINDS][SLOTS]; /* recorded on the NCCL stream after the send from the slot */
     cudaEvent_t state_in, dstate_out;    /* recorded after the receive of the state / its gradient */
+    /* attention layers: B x T_seg tokens per rank; kv [sp][k | v] (act-typed, device; allocated at
+     * the first attention layer) gathered in the forward pass, reduced in the backward; n_kv the
+     * elements of one segment's keys (0: not seen yet) */
+    int B, T;
+    size_t n_kv;
+    char *kv;
 };
 
 static const char *kind_name[SEND_KINDS] = {"convolution halo", "delta-rule state", "delta-rule state gradient",
@@ -45,7 +51,8 @@ uint64_t gdn_seqpar_cuda_bytes(const gdn_config *cfg, int B, int sp, size_t act_
      * rank (sp > 2) sends both; with sp = 2 the first rank sends the forward part, the second the
      * backward part (the same size) */
     const uint64_t one_way = halo + state;
-    return (uint64_t)cfg->n_layers * (with_backward && sp > 2 ? 2 * one_way : one_way);
+    const uint64_t n_delta = (uint64_t)(cfg->n_layers - gdn_config_count_mixer(cfg, GDN_MIXER_A));
+    return n_delta * (with_backward && sp > 2 ? 2 * one_way : one_way);
 }
 
 gdn_seqpar_cuda *gdn_seqpar_cuda_create(gdn_comm *nccl, const gdn_config *cfg, int B, int T_seg,
@@ -60,6 +67,8 @@ gdn_seqpar_cuda *gdn_seqpar_cuda_create(gdn_comm *nccl, const gdn_config *cfg, i
     s->act = p == GDN_CUDA_BF16 ? GDN_BF16 : GDN_F32;
     s->act_bytes = gdn_dtype_size(s->act);
     s->L = cfg->n_layers;
+    s->B = B;
+    s->T = T_seg;
     s->prev = nccl->sp_rank > 0 ? nccl->sp_rank - 1 : -1;
     s->next = nccl->sp_rank + 1 < nccl->sp ? nccl->sp_rank + 1 : -1;
     for (int k = 0; k < SEND_KINDS; k++)
@@ -81,6 +90,7 @@ void gdn_seqpar_cuda_free(gdn_seqpar_cuda *s) {
         }
     check(s, cudaEventDestroy(s->state_in), "shutdown", kind_name[SEND_STATE]);
     check(s, cudaEventDestroy(s->dstate_out), "shutdown", kind_name[SEND_DSTATE]);
+    if (s->kv) check(s, cudaFree(s->kv), "shutdown", "attention keys and values");
     free(s);
 }
 
@@ -231,6 +241,72 @@ static void hook_bwd_halo(void *user, int l, void *const dtail[3], const void *c
     halo_transfer(s, SEND_DHALO, l, out, s->prev, dtail, s->next, kind_name[SEND_DHALO]);
 }
 
+/* ---- attention layers: the prefix's keys and values (all-gather), their gradients back to their
+ * owners (reduce-scatter); both collectives of the NCCL grid, ordered after the model's work so far
+ * and before its next work ---- */
+
+static const char *const kv_what = "attention keys and values", *const dkv_what = "attention key and value gradients";
+
+/* The first attention layer fixes the size of a segment's keys, [B,T,C], and allocates kv. */
+static void kv_prepare(gdn_seqpar_cuda *s, size_t n) {
+    const size_t rows = (size_t)s->B * (size_t)s->T;
+    if (!s->n_kv) {
+        if (n == 0 || n % rows)
+            GDN_DIE("sequence parallelism: attention keys of %zu elements are not [%d, %d, C]", n, s->B, s->T);
+        const size_t bytes = (size_t)s->c->sp * 2 * n * s->act_bytes;
+        if (cudaMalloc((void **)&s->kv, bytes) != cudaSuccess) {
+            (void)cudaGetLastError();
+            gdn_comm_abort(s->c, "sequence parallelism: cannot allocate %zu bytes for the %s of the group: use a "
+                           "smaller batch or sequence", bytes, kv_what);
+        }
+        s->n_kv = n;
+    }
+    if (n != s->n_kv)
+        GDN_DIE("sequence parallelism: attention keys of %zu elements, earlier %zu (the model changed shape)", n,
+                s->n_kv);
+}
+
+/* Segment j's rows of a prefix array [B,Tk,C] (Tk = (sp_rank + 1) * T) <-> a block [B,T,C], on the
+ * model's stream. */
+static void segment_rows(gdn_seqpar_cuda *s, char *prefix, char *block, int j, int to_prefix, const char *what) {
+    const size_t es = s->act_bytes, C = s->n_kv / ((size_t)s->B * (size_t)s->T);
+    const size_t seg = (size_t)s->T * C * es, pitch = (size_t)(s->c->sp_rank + 1) * seg;
+    char *p = prefix + (size_t)j * seg;
+    check(s, to_prefix ? cudaMemcpy2DAsync(p, pitch, block, seg, seg, (size_t)s->B, cudaMemcpyDeviceToDevice, s->stream)
+                       : cudaMemcpy2DAsync(block, seg, p, pitch, seg, (size_t)s->B, cudaMemcpyDeviceToDevice, s->stream),
+          "copy", what);
+}
+
+static void hook_attn_kv_fwd(void *user, int l, void *const all[2], const void *const own[2], size_t n) {
+    gdn_seqpar_cuda *s = user;
+    (void)l;
+    kv_prepare(s, n);
+    const size_t blk = n * s->act_bytes;
+    char *mine = s->kv + (size_t)s->c->sp_rank * 2 * blk;
+    for (int i = 0; i < 2; i++)
+        check(s, cudaMemcpyAsync(mine + i * blk, own[i], blk, cudaMemcpyDeviceToDevice, s->stream), "copy", kv_what);
+    gdn_all_gather(s->c, GDN_SP, mine, s->kv, 2 * n, s->act, kv_what);
+    for (int j = 0; j <= s->c->sp_rank; j++)
+        for (int i = 0; i < 2; i++) segment_rows(s, all[i], s->kv + ((size_t)j * 2 + i) * blk, j, 1, kv_what);
+}
+
+static void hook_attn_kv_bwd(void *user, int l, void *const dkv[2], void *const dkv_all[2], size_t n) {
+    gdn_seqpar_cuda *s = user;
+    (void)l;
+    kv_prepare(s, n);
+    const size_t blk = n * s->act_bytes;
+    for (int j = 0; j < s->c->sp; j++)
+        for (int i = 0; i < 2; i++) {
+            char *block = s->kv + ((size_t)j * 2 + i) * blk;
+            if (j <= s->c->sp_rank) segment_rows(s, dkv_all[i], block, j, 0, dkv_what);
+            else check(s, cudaMemsetAsync(block, 0, blk, s->stream), "zero fill", dkv_what);
+        }
+    char *mine = s->kv + (size_t)s->c->sp_rank * 2 * blk;
+    gdn_reduce_scatter(s->c, GDN_SP, s->kv, mine, 2 * n, s->act, GDN_SUM, dkv_what);
+    for (int i = 0; i < 2; i++)
+        check(s, cudaMemcpyAsync(dkv[i], mine + i * blk, blk, cudaMemcpyDeviceToDevice, s->stream), "copy", dkv_what);
+}
+
 gdn_seq_hooks gdn_seqpar_cuda_hooks(gdn_seqpar_cuda *s) {
     gdn_seq_hooks h = {.user = s,
                        .fwd_halo = hook_fwd_halo,
@@ -238,6 +314,9 @@ gdn_seq_hooks gdn_seqpar_cuda_hooks(gdn_seqpar_cuda *s) {
                        .fwd_state_out = hook_fwd_state_out,
                        .bwd_state_out = hook_bwd_state_out,
                        .bwd_state_in = hook_bwd_state_in,
-                       .bwd_halo = hook_bwd_halo};
+                       .bwd_halo = hook_bwd_halo,
+                       .attn_kv_fwd = hook_attn_kv_fwd,
+                       .attn_kv_bwd = hook_attn_kv_bwd,
+                       .pos0 = s->c->sp_rank * s->T};
     return h;
 }

@@ -22,7 +22,16 @@
  * after the last layer's hooks, the host waits (with the GDN_COMM_TIMEOUT deadline) for the
  * NCCL stream, so a peer that stops responding ends the job with a message instead of a hang in
  * the model's synchronous end of the forward pass; the backward's transfers are waited for with
- * the gradients (gdn_nccl_wait). Built only with CUDA and NCCL (GDN_HAVE_NCCL). */
+ * the gradients (gdn_nccl_wait). Built only with CUDA and NCCL (GDN_HAVE_NCCL).
+ *
+ * Attention layers (the hooks attn_kv_fwd / attn_kv_bwd, as comm/seqpar.h over MPI): the group
+ * all-gathers every rank's keys and values (act-typed) and each rank lays out those of the ranks
+ * up to itself as its prefix; backward, the gradients of every segment's keys and values (zeros
+ * for the later segments) are reduce-scattered, each rank keeping its own. Both are NCCL
+ * collectives that the host waits for. Written and compiled, not yet run: the CUDA model has no
+ * attention layers under sequence parallelism, and gdn train refuses sp > 1 with attention
+ * layers on the GPU (train/run_config.c). gdn_seqpar_cuda_bytes counts the delta-rule layers'
+ * point-to-point transfers only. */
 #ifndef GDN_COMM_SEQPAR_CUDA_H
 #define GDN_COMM_SEQPAR_CUDA_H
 

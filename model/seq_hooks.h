@@ -7,7 +7,14 @@
  * (the halo) and the delta-rule state entering the segment; in the backward pass the gradients
  * of this segment's last W-1 rows and of its leaving state. The model stays free of any
  * communication library (comm/seqpar.c implements the hooks over MPI, comm/seqpar_cuda.c over
- * NCCL). All six must be set.
+ * NCCL). The six delta-rule hooks must be set; the two attention hooks and pos0 are read only by
+ * a model with attention layers (mixer A).
+ *
+ * Attention layers need every key and value before the segment's own rows: per layer the hooks
+ * hand the model those of the whole prefix, positions 0 .. pos0+T-1 (an all-gather over the
+ * segments), and in the backward pass take the gradient the segment computed for all of them,
+ * returning the gradient of its own rows summed over every segment that read them (a
+ * reduce-scatter). Keys are after the k norm and RoPE at their global positions.
  *
  * Buffers are the model's: element type float (or double for the CPU model's fp64 build) for
  * states, the model's activation type for halos (bf16 for the CUDA model in bf16 mode). Arrays of
@@ -20,6 +27,9 @@
  * reads a buffer orders its reads after the work enqueued so far. Buffers a hook reads (tail,
  * S_out, dS_in, dhalo) are per layer and stay unchanged until the same hook is called for the same
  * layer in the next pass, so sends may complete late. On the CPU every call is synchronous.
+ *
+ * Attention arrays of two are k, v: this segment's [B,T,C] (n_kv elements each, C = n_kv_heads *
+ * attn_head_dim, the model's activation type) and the prefix's [B,pos0+T,C].
  *
  * delta: the backend's description of the layer's delta-rule inputs, for exchanges that need
  * more than the state (the CPU "gather" exchange computes the segment's affine map from it): a
@@ -51,6 +61,17 @@ typedef struct {
      * the previous segment); fill dtail with the gradient of this segment's tail rows from the
      * next segment (zeros for the last), which the model adds to its own. */
     void (*bwd_halo)(void *user, int layer, void *const dtail[3], const void *const dhalo[3], const size_t n_halo[3]);
+    /* Attention layer, forward, after RoPE: kv holds this segment's keys and values; fill kv_all
+     * with those of positions 0 .. pos0+T-1 of the sequence (this segment's included, at pos0). */
+    void (*attn_kv_fwd)(void *user, int layer, void *const kv_all[2], const void *const kv[2], size_t n_kv);
+    /* Attention layer, backward, after the attention op: dkv_all is this segment's gradient of the
+     * keys and values of positions 0 .. pos0+T-1; fill dkv with the gradient of this segment's own
+     * rows, summed over this segment and every later one (each read them). dkv_all may be
+     * overwritten. */
+    void (*attn_kv_bwd)(void *user, int layer, void *const dkv[2], void *const dkv_all[2], size_t n_kv);
+    /* Position of this segment's first token in the sequence: RoPE and the causal mask of the
+     * attention layers (for the delta-rule layers the halo and state carry the position). */
+    int pos0;
 } gdn_seq_hooks;
 
 #endif

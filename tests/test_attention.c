@@ -291,6 +291,165 @@ static void test_attn_optional(void **state) {
     problem_free(&p);
 }
 
+/* ---- queries at the end of longer keys (a segment of a sequence) ----------------------------- */
+
+/* T query rows at positions Tk-T .. Tk-1 of Tk keys and values. */
+typedef struct {
+    attn_problem p; /* s.T is the query count; k, v hold Tk rows */
+    int Tk;
+    size_t nk;
+    double *o;
+} attn_kv_ctx;
+
+static attn_kv_ctx kv_problem_make(int B, int T, int Tk, int H, int Hkv, int D, unsigned long long seed) {
+    attn_kv_ctx c = {problem_make(B, T, H, Hkv, D, 1.5, seed), Tk, (size_t)B * Tk * Hkv * D, NULL};
+    free(c.p.k);
+    free(c.p.v);
+    c.p.k = ref_uniform(c.nk, -1.5, 1.5, seed + 11);
+    c.p.v = ref_uniform(c.nk, -1, 1, seed + 12);
+    c.o = ref_nan_array(c.p.nq);
+    return c;
+}
+
+static void kv_problem_free(attn_kv_ctx *c) {
+    free(c->o);
+    problem_free(&c->p);
+}
+
+static double attn_kv_loss(void *c_) {
+    attn_kv_ctx *c = c_;
+    gdn_attn_fwd_kv_f64(&c->p.s, c->Tk, c->p.q, c->p.k, c->p.v, c->p.scale, c->o, NULL);
+    double L = 0;
+    for (size_t i = 0; i < c->p.nq; i++) L += c->o[i] * c->p.w[i];
+    return L;
+}
+
+static const struct {
+    int B, T, Tk, H, Hkv, D;
+} kv_cases[] = {{2, 5, 12, 4, 2, 8}, {1, 1, 9, 4, 1, 8}, {1, 3, 70, 2, 1, 8}, {1, 66, 70, 2, 2, 8},
+                {2, 7, 7, 4, 4, 8}, {1, 65, 130, 4, 2, 16}};
+
+static void test_attn_kv_vs_fd(void **state) {
+    (void)state;
+    double mx = 0;
+    for (size_t c = 0; c < sizeof kv_cases / sizeof kv_cases[0]; c++) {
+        attn_kv_ctx x = kv_problem_make(kv_cases[c].B, kv_cases[c].T, kv_cases[c].Tk, kv_cases[c].H,
+                                        kv_cases[c].Hkv, kv_cases[c].D, 700 + 20 * c);
+        attn_problem *p = &x.p;
+        double *o = ref_nan_array(p->nq), *lse = ref_nan_array(p->nl), *dq = ref_nan_array(p->nq);
+        double *dk = ref_nan_array(x.nk), *dv = ref_nan_array(x.nk);
+        gdn_attn_fwd_kv_f64(&p->s, x.Tk, p->q, p->k, p->v, p->scale, o, lse);
+        gdn_attn_bwd_kv_f64(&p->s, x.Tk, p->q, p->k, p->v, o, lse, p->scale, p->w, dq, dk, dv);
+        double err[3] = {fd_check(attn_kv_loss, &x, p->q, dq, p->nq, 300, FD_EPS),
+                         fd_check(attn_kv_loss, &x, p->k, dk, x.nk, 300, FD_EPS),
+                         fd_check(attn_kv_loss, &x, p->v, dv, x.nk, 300, FD_EPS)};
+        char label[96];
+        snprintf(label, sizeof label, "f64 vs FD B%d T%d of Tk%d H%d Hkv%d D%d", p->s.B, p->s.T, x.Tk,
+                 p->s.H, p->s.Hkv, p->s.D);
+        report(label, err, grad_names + 2, 3, FD_TOL, &mx);
+        free(o); free(lse); free(dq); free(dk); free(dv);
+        kv_problem_free(&x);
+    }
+    printf("attention with earlier keys, f64 backward vs finite differences: max relative error %.2e "
+           "(limit %.0e)\n", mx, FD_TOL);
+}
+
+/* The naive reference over all Tk rows with d_o zero on the first Tk-T: its last T rows of o, lse
+ * and dq, and its dk, dv, are what the op computes for the last T queries alone. */
+static void test_attn_kv_vs_naive(void **state) {
+    (void)state;
+    double mx = 0;
+    for (size_t c = 0; c < sizeof kv_cases / sizeof kv_cases[0]; c++) {
+        const int B = kv_cases[c].B, T = kv_cases[c].T, Tk = kv_cases[c].Tk, H = kv_cases[c].H;
+        const int Hkv = kv_cases[c].Hkv, D = kv_cases[c].D, off = Tk - T;
+        attn_problem full = problem_make(B, Tk, H, Hkv, D, 1.5, 900 + 20 * c);
+        const size_t qrow = (size_t)H * D;
+        for (int b = 0; b < B; b++) /* no gradient from the rows before the queries */
+            memset(full.w + (size_t)b * Tk * qrow, 0, sizeof(double) * (size_t)off * qrow);
+        double *o = ref_nan_array(full.nq), *lse = ref_nan_array(full.nl), *dq = ref_nan_array(full.nq);
+        double *dk = ref_nan_array(full.nkv), *dv = ref_nan_array(full.nkv);
+        attn_ref_fwd(&full.s, full.q, full.k, full.v, full.scale, o, lse);
+        attn_ref_bwd(&full.s, full.q, full.k, full.v, full.scale, full.w, dq, dk, dv);
+        /* the last T rows of each sequence: q, w in; o, lse, dq to compare */
+        gdn_attn_shape s = {B, T, H, Hkv, D};
+        const size_t nq = (size_t)B * T * qrow, nl = (size_t)B * H * T;
+        double *q = malloc(sizeof(double) * nq), *w = malloc(sizeof(double) * nq);
+        double *o_ref = malloc(sizeof(double) * nq), *dq_ref = malloc(sizeof(double) * nq);
+        double *l_ref = malloc(sizeof(double) * nl);
+        for (int b = 0; b < B; b++) {
+            const size_t src = ((size_t)b * Tk + off) * qrow, dst = (size_t)b * T * qrow;
+            memcpy(q + dst, full.q + src, sizeof(double) * T * qrow);
+            memcpy(w + dst, full.w + src, sizeof(double) * T * qrow);
+            memcpy(o_ref + dst, o + src, sizeof(double) * T * qrow);
+            memcpy(dq_ref + dst, dq + src, sizeof(double) * T * qrow);
+            for (int h = 0; h < H; h++)
+                memcpy(l_ref + ((size_t)b * H + h) * T, lse + ((size_t)b * H + h) * Tk + off, sizeof(double) * T);
+        }
+        double *o2 = ref_nan_array(nq), *l2 = ref_nan_array(nl), *dq2 = ref_nan_array(nq);
+        double *dk2 = ref_nan_array(full.nkv), *dv2 = ref_nan_array(full.nkv);
+        gdn_attn_fwd_kv_f64(&s, Tk, q, full.k, full.v, full.scale, o2, l2);
+        gdn_attn_bwd_kv_f64(&s, Tk, q, full.k, full.v, o2, l2, full.scale, w, dq2, dk2, dv2);
+        double err[5] = {fd_rel_err(o2, o_ref, nq), fd_rel_err(l2, l_ref, nl),
+                         err_vs(dq2, NULL, dq_ref, nq, w, nq), err_vs(dk2, NULL, dk, full.nkv, w, nq),
+                         fd_rel_err(dv2, dv, full.nkv)};
+        char label[96];
+        snprintf(label, sizeof label, "f64 vs naive T%d of Tk%d H%d Hkv%d D%d", T, Tk, H, Hkv, D);
+        report(label, err, grad_names, 5, REF_TOL, &mx);
+        /* f32: the same within float rounding */
+        float *q32 = ref_to_f32(q, nq), *k32 = ref_to_f32(full.k, full.nkv), *v32 = ref_to_f32(full.v, full.nkv);
+        float *w32 = ref_to_f32(w, nq), *o32 = ref_nan_f32(nq), *l32 = ref_nan_f32(nl), *dq32 = ref_nan_f32(nq);
+        float *dk32 = ref_nan_f32(full.nkv), *dv32 = ref_nan_f32(full.nkv);
+        gdn_attn_fwd_kv_f32(&s, Tk, q32, k32, v32, (float)full.scale, o32, l32);
+        gdn_attn_bwd_kv_f32(&s, Tk, q32, k32, v32, o32, l32, (float)full.scale, w32, dq32, dk32, dv32);
+        double e32[5] = {fd_rel_err_f32(o32, o2, nq), fd_rel_err_f32(l32, l2, nl), fd_rel_err_f32(dq32, dq2, nq),
+                         fd_rel_err_f32(dk32, dk2, full.nkv), fd_rel_err_f32(dv32, dv2, full.nkv)};
+        double mx32 = 0;
+        snprintf(label, sizeof label, "f32 vs f64 T%d of Tk%d H%d Hkv%d D%d", T, Tk, H, Hkv, D);
+        report(label, e32, grad_names, 5, F32_TOL, &mx32);
+        free(q32); free(k32); free(v32); free(w32); free(o32); free(l32); free(dq32); free(dk32); free(dv32);
+        free(q); free(w); free(o_ref); free(dq_ref); free(l_ref);
+        free(o); free(lse); free(dq); free(dk); free(dv);
+        free(o2); free(l2); free(dq2); free(dk2); free(dv2);
+        problem_free(&full);
+    }
+    printf("attention with earlier keys, f64 vs naive f64: max relative error %.2e (limit %.0e)\n", mx, REF_TOL);
+}
+
+/* Tk = T is gdn_attn_fwd / gdn_attn_bwd bit for bit; fewer keys than queries is refused. */
+static jmp_buf kv_die_jump;
+static char kv_die_message[512];
+static void kv_die_to_test(const char *message) {
+    snprintf(kv_die_message, sizeof kv_die_message, "%s", message);
+    longjmp(kv_die_jump, 1);
+}
+
+static void test_attn_kv_equal_and_refused(void **state) {
+    (void)state;
+    attn_problem p = problem_make(2, 70, 4, 2, 8, 1.5, 1100);
+    double *o = ref_nan_array(p.nq), *l = ref_nan_array(p.nl), *o2 = ref_nan_array(p.nq), *l2 = ref_nan_array(p.nl);
+    double *g[3] = {ref_nan_array(p.nq), ref_nan_array(p.nkv), ref_nan_array(p.nkv)};
+    double *g2[3] = {ref_nan_array(p.nq), ref_nan_array(p.nkv), ref_nan_array(p.nkv)};
+    gdn_attn_fwd_f64(&p.s, p.q, p.k, p.v, p.scale, o, l);
+    gdn_attn_bwd_f64(&p.s, p.q, p.k, p.v, o, l, p.scale, p.w, g[0], g[1], g[2]);
+    gdn_attn_fwd_kv_f64(&p.s, p.s.T, p.q, p.k, p.v, p.scale, o2, l2);
+    gdn_attn_bwd_kv_f64(&p.s, p.s.T, p.q, p.k, p.v, o2, l2, p.scale, p.w, g2[0], g2[1], g2[2]);
+    assert_memory_equal(o, o2, sizeof(double) * p.nq);
+    assert_memory_equal(l, l2, sizeof(double) * p.nl);
+    assert_memory_equal(g[0], g2[0], sizeof(double) * p.nq);
+    assert_memory_equal(g[1], g2[1], sizeof(double) * p.nkv);
+    assert_memory_equal(g[2], g2[2], sizeof(double) * p.nkv);
+    kv_die_message[0] = 0;
+    gdn_set_die_handler(kv_die_to_test);
+    const int died = setjmp(kv_die_jump) != 0;
+    if (!died) gdn_attn_fwd_kv_f64(&p.s, p.s.T - 1, p.q, p.k, p.v, p.scale, o2, l2);
+    gdn_set_die_handler(NULL);
+    assert_true(died);
+    assert_non_null(strstr(kv_die_message, "key rows for 70 query rows"));
+    free(o); free(l); free(o2); free(l2);
+    for (int i = 0; i < 3; i++) { free(g[i]); free(g2[i]); }
+    problem_free(&p);
+}
+
 /* ---- rotary embedding ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -452,6 +611,9 @@ int main(void) {
         cmocka_unit_test(test_attn_large_scores),
         cmocka_unit_test(test_attn_thread_count),
         cmocka_unit_test(test_attn_optional),
+        cmocka_unit_test(test_attn_kv_vs_fd),
+        cmocka_unit_test(test_attn_kv_vs_naive),
+        cmocka_unit_test(test_attn_kv_equal_and_refused),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_rope_relative),
         cmocka_unit_test(test_qk_norm_rope_attention_fd),

@@ -392,6 +392,16 @@ static void test_decoding_f32_greedy(void **state) {
 
 /* A cache shorter than the text, a backward pass through a cache and sequence-parallel hooks on
  * a model with attention layers die with a message naming the problem. */
+/* Delta-rule sequence-parallel hooks that are never called (the refusal comes first). */
+static void no_halo(void *user, int l, void *const halo[3], const void *const tail[3], const size_t n[3]) {
+    (void)user, (void)l, (void)halo, (void)tail, (void)n;
+}
+static void *no_state_in(void *user, int l, const void *delta, void *S, size_t n) {
+    (void)user, (void)l, (void)delta, (void)S, (void)n;
+    return NULL;
+}
+static void no_state(void *user, int l, const void *S, size_t n) { (void)user, (void)l, (void)S, (void)n; }
+
 static void test_refusals(void **state) {
     (void)state;
     model_case c;
@@ -414,26 +424,31 @@ static void test_refusals(void **state) {
     }
     free(g);
     assert_non_null(strstr(die_message, "KV cache"));
-    if (setjmp(die_jump) == 0) {
-        gdn_seq_hooks h = {0}; /* refused before the hooks are looked at */
+    if (setjmp(die_jump) == 0) { /* the delta-rule hooks alone do not serve an attention layer */
+        gdn_seq_hooks h = {.fwd_halo = no_halo, .fwd_state_in = no_state_in, .fwd_state_out = no_state,
+                           .bwd_state_out = no_state_in, .bwd_state_in = no_state, .bwd_halo = no_halo};
         gdn_cpu_acts_set_seq_hooks_f64(c.acts, &h);
-        fail_msg("sequence-parallel hooks were accepted with an attention layer");
+        fail_msg("sequence-parallel hooks without the attention hooks were accepted with an attention layer");
     }
     printf("sequence parallelism: %s\n", die_message);
-    assert_non_null(strstr(die_message, "attention layers yet (layer 1 is 'A')"));
+    assert_non_null(strstr(die_message, "the hooks attn_kv_fwd and attn_kv_bwd must be set"));
     gdn_set_die_handler(NULL);
     carries_free(&k);
     case_free(&c);
 
-    /* the trainer's settings: sp > 1 with an attention layer is refused before anything runs */
+    /* the trainer's settings: sp > 1 with an attention layer runs on the CPU backend only; on the
+     * GPU it is refused before anything runs */
     static gdn_run_config rc;
     char err[1024];
-    char *argv[] = {"train", "--out=/nonexistent/never", "--mixers=GA", "--sp=2"};
-    assert_int_equal(gdn_run_config_parse(&rc, 4, argv, err, sizeof err), -1);
-    printf("sp 2 with GA: %s\n", err);
-    assert_non_null(strstr(err, "sequence parallelism does not support attention layers"));
-    char *ok[] = {"train", "--out=/nonexistent/never", "--mixers=GA", "--sp=1"};
-    assert_int_equal(gdn_run_config_parse(&rc, 4, ok, err, sizeof err), 0);
+    char *argv[] = {"train", "--out=/nonexistent/never", "--mixers=GA", "--sp=2", "--backend=cuda"};
+    assert_int_equal(gdn_run_config_parse(&rc, 5, argv, err, sizeof err), -1);
+    printf("sp 2 with GA on cuda: %s\n", err);
+    assert_non_null(strstr(err, "sequence parallelism of attention layers (mixer A in mixers \"GA\") runs on the "
+                                "CPU backend only"));
+    char *cpu[] = {"train", "--out=/nonexistent/never", "--mixers=GA", "--sp=2", "--backend=cpu"};
+    assert_int_equal(gdn_run_config_parse(&rc, 5, cpu, err, sizeof err), 0);
+    char *ok[] = {"train", "--out=/nonexistent/never", "--mixers=GA", "--sp=1", "--backend=cuda"};
+    assert_int_equal(gdn_run_config_parse(&rc, 5, ok, err, sizeof err), 0);
 }
 
 /* ---- presets ---------------------------------------------------------------------------------- */

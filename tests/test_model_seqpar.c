@@ -1,7 +1,8 @@
 /* The sequence-parallel hooks of the CPU model, without any communication: segments of one
  * sequence run one after another in this process, the hooks handing states, halos and their
  * gradients over through memory, in both ways docs/design.md section 5 describes (passing the state on, or
- * folding every earlier segment's affine map). Loss, logits and every parameter gradient must
+ * folding every earlier segment's affine map), and for attention layers every earlier segment's
+ * keys and values and, backward, their gradients. Loss, logits and every parameter gradient must
  * equal one pass over the whole sequence (fp64). */
 #include <math.h>
 #include <setjmp.h>
@@ -27,11 +28,14 @@ enum { PASS_STATE, FOLD_MAPS };
 typedef struct {
     int mode, n_seg, B, H, K, V, Wm1, HK, HV;
     size_t n_state, n_map;
+    int C, len[MAX_SEG], pos[MAX_SEG];        /* attention: kv row width; segment lengths, starts */
     double *S[MAX_SEG + 1][MAX_LAYERS];       /* state entering segment i (passing) */
     double *M[MAX_SEG][MAX_LAYERS], *Hm[MAX_SEG][MAX_LAYERS], *E[MAX_SEG][MAX_LAYERS]; /* maps */
     double *dS[MAX_SEG + 1][MAX_LAYERS];      /* gradient of the state entering segment i */
     double *halo[MAX_SEG + 1][MAX_LAYERS][3]; /* tail rows of segment i-1 */
     double *dhalo[MAX_SEG + 1][MAX_LAYERS][3];/* gradient of those rows, from segment i */
+    double *kv[MAX_SEG][MAX_LAYERS][2];       /* attention: segment i's keys and values [B,len,C] */
+    double *dkv[MAX_SEG][MAX_LAYERS][2];      /* the later segments' gradients of them, summed */
 } exchange;
 
 typedef struct {
@@ -158,6 +162,44 @@ static void bwd_halo(void *user, int l, void *const dtail[3], const void *const 
     }
 }
 
+/* Attention: the prefix [B,pos+len,C] from the earlier segments' keys and values and this one's. */
+static void attn_kv_fwd(void *user, int l, void *const all[2], const void *const kv[2], size_t n) {
+    seg_user *u = user;
+    exchange *x = u->x;
+    const int me = u->seg, Tk = x->pos[me] + x->len[me];
+    const size_t C = (size_t)x->C;
+    assert_int_equal(n, (size_t)x->B * x->len[me] * C);
+    for (int i = 0; i < 2; i++) {
+        x->kv[me][l][i] = malloc(n * sizeof(double));
+        memcpy(x->kv[me][l][i], kv[i], n * sizeof(double));
+        for (int j = 0; j <= me; j++)
+            for (int b = 0; b < x->B; b++)
+                memcpy((double *)all[i] + ((size_t)b * Tk + x->pos[j]) * C,
+                       x->kv[j][l][i] + (size_t)b * x->len[j] * C, (size_t)x->len[j] * C * sizeof(double));
+    }
+}
+
+/* Backward, last segment first: this segment's rows of dkv_all plus what the later segments left
+ * for it; its gradients of the earlier segments' rows are left for them. */
+static void attn_kv_bwd(void *user, int l, void *const dkv[2], void *const dkv_all[2], size_t n) {
+    seg_user *u = user;
+    exchange *x = u->x;
+    const int me = u->seg, Tk = x->pos[me] + x->len[me];
+    const size_t C = (size_t)x->C;
+    assert_int_equal(n, (size_t)x->B * x->len[me] * C);
+    for (int i = 0; i < 2; i++) {
+        const double *all = dkv_all[i];
+        for (int j = 0; j <= me; j++) {
+            const size_t nj = (size_t)x->B * x->len[j] * C;
+            if (!x->dkv[j][l][i]) x->dkv[j][l][i] = calloc(nj, sizeof(double));
+            for (int b = 0; b < x->B; b++)
+                for (size_t e = 0; e < (size_t)x->len[j] * C; e++)
+                    x->dkv[j][l][i][(size_t)b * x->len[j] * C + e] += all[((size_t)b * Tk + x->pos[j]) * C + e];
+        }
+        memcpy(dkv[i], x->dkv[me][l][i], n * sizeof(double));
+    }
+}
+
 /* Frees everything handed over and clears the pointers (the next pass starts empty). */
 static void exchange_clear(exchange *x) {
     double **all = (double **)&x->S[0][0];
@@ -169,11 +211,14 @@ static void exchange_clear(exchange *x) {
     }
 }
 
-/* mixers: the layer pattern (model/mixer.h), one layer per letter */
+/* mixers: the layer pattern (model/mixer.h), one layer per letter; attention layers with grouped
+ * kv heads (2 query heads per kv head), q/k norms, q/k/v biases and RoPE turning visibly over the
+ * sequence */
 static gdn_config tiny_config(const char *mixers) {
     gdn_config c = {.vocab_size = 32, .d_model = 16, .n_layers = (int)strlen(mixers), .n_heads = 2,
                     .head_dim = 8, .expand_v = 2, .d_ff = 32, .conv_width = 4, .chunk_size = 16,
-                    .tie_embeddings = 0, .allow_neg_eigval = 0, .norm_eps = 1e-6};
+                    .tie_embeddings = 0, .allow_neg_eigval = 0, .norm_eps = 1e-6, .n_kv_heads = 1,
+                    .attn_head_dim = 6, .rope_theta = 300.0, .qk_norm = 1, .qkv_bias = 1};
     snprintf(c.mixers, sizeof c.mixers, "%s", mixers);
     return c;
 }
@@ -233,6 +278,11 @@ static double run_segments_of(const char *mixers, int mode, const int *len, int 
     x.HV = x.H * x.V;
     x.n_state = (size_t)B * x.H * x.K * x.V;
     x.n_map = (size_t)B * x.H * x.K * x.K;
+    x.C = gdn_config_kv_heads(&cfg) * gdn_config_attn_dim(&cfg);
+    for (int s = 0, p = 0; s < n_seg; p += len[s], s++) {
+        x.len[s] = len[s];
+        x.pos[s] = p;
+    }
     gdn_cpu_acts_f64 *acts[MAX_SEG];
     seg_user users[MAX_SEG];
     double *g = calloc(t.total, sizeof *g), loss = 0;
@@ -246,8 +296,8 @@ static double run_segments_of(const char *mixers, int mode, const int *len, int 
             memcpy(tgt + b * Ts, targets + b * T + t0, (size_t)Ts * sizeof(int));
         }
         users[s] = (seg_user){&x, s};
-        const gdn_seq_hooks h = {&users[s], fwd_halo, fwd_state_in, fwd_state_out,
-                                 bwd_state_out, bwd_state_in, bwd_halo};
+        const gdn_seq_hooks h = {&users[s], fwd_halo, fwd_state_in, fwd_state_out, bwd_state_out,
+                                 bwd_state_in, bwd_halo, attn_kv_fwd, attn_kv_bwd, t0};
         acts[s] = gdn_cpu_acts_create_f64(&t, B, Ts);
         gdn_cpu_acts_set_seq_hooks_f64(acts[s], &h);
         int n = 0;
@@ -333,6 +383,18 @@ static void test_mixers_gdml(void **state) {
     assert_true(run_segments_of("GDML", FOLD_MAPS, split3, 3) < 1e-12);
 }
 
+/* Hybrids with softmax-attention layers (grouped kv heads, q/k norms, biases): every segment
+ * attends over the keys and values of the earlier ones, at their global RoPE positions; both
+ * exchanges of the delta-rule layers; segments of unequal length, some shorter than a block. */
+static void test_attention_layers(void **state) {
+    (void)state;
+    assert_true(run_segments_of("GA", PASS_STATE, split2, 2) < 1e-12);
+    assert_true(run_segments_of("GA", FOLD_MAPS, split3, 3) < 1e-12);
+    assert_true(run_segments_of("AGGA", PASS_STATE, split4, 4) < 1e-12);
+    assert_true(run_segments_of("GGAA", FOLD_MAPS, split4, 4) < 1e-12);
+    assert_true(run_segments_of("A", PASS_STATE, split3, 3) < 1e-12);
+}
+
 /* ---- a CPU hook may not hand back a ready event (model/seq_hooks.h) ------------------------- */
 static jmp_buf die_jump;
 static char die_message[2048];
@@ -372,7 +434,8 @@ static void test_cpu_hook_event_refused(void **state) {
     int tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8}, n = 0;
     static gdn_cpu_acts_f64 *a;
     a = gdn_cpu_acts_create_f64(&t, B, T);
-    const gdn_seq_hooks h = {NULL, zero_halo, event_state_in, drop_state, zero_state, drop_state, zero_dtail};
+    const gdn_seq_hooks h = {NULL, zero_halo, event_state_in, drop_state, zero_state, drop_state, zero_dtail,
+                             NULL, NULL, 0};
     gdn_cpu_acts_set_seq_hooks_f64(a, &h);
     die_message[0] = 0;
     gdn_set_die_handler(die_to_test);
@@ -391,6 +454,7 @@ int main(void) {
         cmocka_unit_test(test_pass_state),
         cmocka_unit_test(test_fold_maps),
         cmocka_unit_test(test_mixers_gdml),
+        cmocka_unit_test(test_attention_layers),
         cmocka_unit_test(test_cpu_hook_event_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -462,9 +462,11 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
     CHECK(rc->sp == 1 || rc->seq_len / rc->sp >= rc->model.conv_width - 1,
           "sp = %d leaves %d tokens per rank; sequence parallelism needs at least conv_width - 1 = %d: "
           "use a smaller sp or a longer seq_len", rc->sp, rc->seq_len / rc->sp, rc->model.conv_width - 1);
-    CHECK(rc->sp == 1 || gdn_config_count_mixer(&rc->model, GDN_MIXER_A) == 0,
-          "sp = %d: sequence parallelism does not support attention layers (mixer A in mixers "
-          "\"%.64s\") yet; use sp = 1 for this model", rc->sp, gdn_config_mixers(&rc->model));
+    /* --backend auto never picks the GPU for a run of several ranks (train/train_backend.c) */
+    CHECK(rc->sp == 1 || strcmp(rc->backend, "cuda") || gdn_config_count_mixer(&rc->model, GDN_MIXER_A) == 0,
+          "sp = %d with --backend cuda: sequence parallelism of attention layers (mixer A in mixers "
+          "\"%.64s\") runs on the CPU backend only for now; use --backend cpu, or sp = 1 on the GPU",
+          rc->sp, gdn_config_mixers(&rc->model));
     CHECK(rc->val_tokens >= 0, "val_tokens must be >= 0");
     CHECK(rc->zero == 0 || rc->zero == 1,
           "zero must be 0 (every rank holds the optimizer state) or 1 (sharded over the ranks); got %d",

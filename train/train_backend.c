@@ -144,7 +144,7 @@ uint64_t gdn_train_backend_sp_bytes(const gdn_train_backend *tb, const gdn_run_c
                                      tb->precision == GDN_PRECISION_FP32 ? 4 : 2, 1);
 #endif
     (void)tb;
-    return gdn_seqpar_bytes(&rc->model, rc->batch_size, sp, sp_mode(rc), 1);
+    return gdn_seqpar_bytes(&rc->model, rc->batch_size, rc->seq_len / sp, sp, sp_mode(rc), 1);
 }
 
 void gdn_train_backend_data_line(const gdn_train_backend *tb, int zero, char *out, size_t n) {

@@ -35,28 +35,29 @@ static void attn_check_shape(const gdn_attn_shape *s, const char *who) {
                 s->T, s->H, s->D);
 }
 
-/* Scores of query rows t0..t0+n-1 against keys 0..t0+n-1: S [n, t0+n] = scale Q K^T. q and k
- * point at row 0 of this (b, head) with row strides qs and ks. */
-static void attn_scores(real *S, const real *q, const real *k, int t0, int n, int D, size_t qs,
+/* Scores of query rows t0..t0+n-1 (at key positions off+t0..) against keys 0..off+t0+n-1:
+ * S [n, off+t0+n] = scale Q K^T. q and k point at row 0 of this (b, head) with row strides qs
+ * and ks. */
+static void attn_scores(real *S, const real *q, const real *k, int off, int t0, int n, int D, size_t qs,
                         size_t ks, real scale) {
-    int m = t0 + n;
+    int m = off + t0 + n;
     R(gdn_gemm)(0, 1, n, m, D, scale, q + (size_t)t0 * qs, (int)qs, k, (int)ks, 0, S, m);
 }
 
-/* Probabilities of the query block at t0 (n = min(ATTN_BLOCK, T - t0) rows) against keys
- * 0..t0+n-1: P [n, t0+n], zero past each row's own position. With lse_in (the backward) they
- * are exp(score - lse); else (the forward) the row softmax, its log-sum-exp into lse_out where
- * that is not NULL. Returns n. */
-static int attn_block_probs(real *P, const real *qb, const real *kb, int t0, int T, int D, size_t qs,
-                            size_t ks, real scale, const real *lse_in, real *lse_out) {
-    const int n = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, m = t0 + n;
-    attn_scores(P, qb, kb, t0, n, D, qs, ks, scale);
+/* Probabilities of the query block at t0 (n = min(ATTN_BLOCK, T - t0) rows; query row t is at key
+ * position off + t) against keys 0..off+t0+n-1: P [n, off+t0+n], zero past each row's own
+ * position. With lse_in (the backward) they are exp(score - lse); else (the forward) the row
+ * softmax, its log-sum-exp into lse_out where that is not NULL. Returns n. */
+static int attn_block_probs(real *P, const real *qb, const real *kb, int off, int t0, int T, int D,
+                            size_t qs, size_t ks, real scale, const real *lse_in, real *lse_out) {
+    const int n = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, m = off + t0 + n;
+    attn_scores(P, qb, kb, off, t0, n, D, qs, ks, scale);
     for (int r = 0; r < n; r++) {
         real *row = P + (size_t)r * m;
-        int t = t0 + r;
+        int t = off + t0 + r; /* this row's key position; lse is indexed by query row */
         for (int j = t + 1; j < m; j++) row[j] = 0; /* the future */
         if (lse_in) {
-            for (int j = 0; j <= t; j++) row[j] = REXP(row[j] - lse_in[t]);
+            for (int j = 0; j <= t; j++) row[j] = REXP(row[j] - lse_in[t0 + r]);
             continue;
         }
         real mx = row[0];
@@ -69,59 +70,74 @@ static int attn_block_probs(real *P, const real *qb, const real *kb, int t0, int
         }
         real inv = (real)(1.0 / sum);
         for (int j = 0; j <= t; j++) row[j] *= inv;
-        if (lse_out) lse_out[t] = (real)((double)mx + log(sum));
+        if (lse_out) lse_out[t0 + r] = (real)((double)mx + log(sum));
     }
     return n;
 }
 
 /* ---- forward -------------------------------------------------------------------------------- */
 
-static void attn_fwd_pair(const gdn_attn_shape *s, int b, int h, const real *q, const real *k,
+/* The keys and values have Tk >= s->T rows per sequence; the T query rows are the last T
+ * positions (off = Tk - T), as for a segment of a longer sequence. */
+static void attn_fwd_pair(const gdn_attn_shape *s, int Tk, int b, int h, const real *q, const real *k,
                           const real *v, real scale, real *o, real *lse, real *S) {
-    const int T = s->T, D = s->D, hk = h / (s->H / s->Hkv);
+    const int T = s->T, D = s->D, hk = h / (s->H / s->Hkv), off = Tk - T;
     const size_t qs = (size_t)s->H * D, ks = (size_t)s->Hkv * D;
     const real *qb = q + (size_t)b * T * qs + (size_t)h * D;
-    const real *kb = k + (size_t)b * T * ks + (size_t)hk * D;
-    const real *vb = v + (size_t)b * T * ks + (size_t)hk * D;
+    const real *kb = k + (size_t)b * Tk * ks + (size_t)hk * D;
+    const real *vb = v + (size_t)b * Tk * ks + (size_t)hk * D;
     real *ob = o + (size_t)b * T * qs + (size_t)h * D;
     real *lb = lse ? lse + ((size_t)b * s->H + h) * T : NULL;
     for (int t0 = 0; t0 < T; t0 += ATTN_BLOCK) {
-        const int n = attn_block_probs(S, qb, kb, t0, T, D, qs, ks, scale, NULL, lb), m = t0 + n;
+        const int n = attn_block_probs(S, qb, kb, off, t0, T, D, qs, ks, scale, NULL, lb), m = off + t0 + n;
         R(gdn_gemm)(0, 0, n, D, m, 1, S, m, vb, (int)ks, 0, ob + (size_t)t0 * qs, (int)qs);
     }
 }
 
-void R(gdn_attn_fwd)(const gdn_attn_shape *s, const real *q, const real *k, const real *v,
-                     real scale, real *o, real *lse) {
-    attn_check_shape(s, "gdn_attn_fwd");
+static void attn_check_keys(const gdn_attn_shape *s, int Tk, const char *who) {
+    attn_check_shape(s, who);
+    if (Tk < s->T || Tk > INT_MAX - ATTN_BLOCK)
+        GDN_DIE("%s: %d key rows for %d query rows (need T <= Tk < INT_MAX - %d: the queries are the last "
+                "T positions of the keys)", who, Tk, s->T, ATTN_BLOCK);
+}
+
+void R(gdn_attn_fwd_kv)(const gdn_attn_shape *s, int Tk, const real *q, const real *k, const real *v,
+                        real scale, real *o, real *lse) {
+    attn_check_keys(s, Tk, "gdn_attn_fwd");
     if (s->T == 0) return;
     const int npairs = s->B * s->H, blas_threads = delta_blas_single_begin();
 #pragma omp parallel
     {
-        real *S = GDN_MALLOC(sizeof(real) * ATTN_BLOCK * (size_t)s->T);
+        real *S = GDN_MALLOC(sizeof(real) * ATTN_BLOCK * (size_t)Tk);
 #pragma omp for schedule(dynamic, 1)
-        for (int p = 0; p < npairs; p++) attn_fwd_pair(s, p / s->H, p % s->H, q, k, v, scale, o, lse, S);
+        for (int p = 0; p < npairs; p++) attn_fwd_pair(s, Tk, p / s->H, p % s->H, q, k, v, scale, o, lse, S);
         free(S);
     }
     delta_blas_single_end(blas_threads);
 }
 
+void R(gdn_attn_fwd)(const gdn_attn_shape *s, const real *q, const real *k, const real *v,
+                     real scale, real *o, real *lse) {
+    R(gdn_attn_fwd_kv)(s, s->T, q, k, v, scale, o, lse);
+}
+
 /* ---- backward ------------------------------------------------------------------------------- */
 
 /* One query head h's contribution: dq of its rows (overwritten), dk and dv of its kv head
- * (accumulated). With P recomputed from lse and Di = dO_i . O_i:
+ * (accumulated; Tk rows, the queries the last T of them). With P recomputed from lse and
+ * Di = dO_i . O_i:
  *   dV += P^T dO,  dP = dO V^T,  dS = P o (dP - Di),  dQ = scale dS K,  dK += scale dS^T Q. */
-static void attn_bwd_head(const gdn_attn_shape *s, int b, int h, int hk, const real *q,
+static void attn_bwd_head(const gdn_attn_shape *s, int Tk, int b, int h, int hk, const real *q,
                           const real *k, const real *v, const real *o, const real *lse, real scale,
                           const real *d_o, real *dq, real *dk, real *dv, real *P, real *dP) {
-    const int T = s->T, D = s->D;
+    const int T = s->T, D = s->D, off = Tk - T;
     const size_t qs = (size_t)s->H * D, ks = (size_t)s->Hkv * D;
-    const size_t qoff = (size_t)b * T * qs + (size_t)h * D, koff = (size_t)b * T * ks + (size_t)hk * D;
+    const size_t qoff = (size_t)b * T * qs + (size_t)h * D, koff = (size_t)b * Tk * ks + (size_t)hk * D;
     const real *qb = q + qoff, *ob = o + qoff, *dob = d_o + qoff, *kb = k + koff, *vb = v + koff;
     const real *lb = lse + ((size_t)b * s->H + h) * T;
     real *dqb = dq + qoff, *dkb = dk + koff, *dvb = dv + koff;
     for (int t0 = 0; t0 < T; t0 += ATTN_BLOCK) {
-        const int n = attn_block_probs(P, qb, kb, t0, T, D, qs, ks, scale, lb, NULL), m = t0 + n;
+        const int n = attn_block_probs(P, qb, kb, off, t0, T, D, qs, ks, scale, lb, NULL), m = off + t0 + n;
         const real *dob_blk = dob + (size_t)t0 * qs;
         R(gdn_gemm)(1, 0, m, D, n, 1, P, m, dob_blk, (int)qs, 1, dvb, (int)ks);
         R(gdn_gemm)(0, 1, n, m, D, 1, dob_blk, (int)qs, vb, (int)ks, 0, dP, m);
@@ -137,31 +153,42 @@ static void attn_bwd_head(const gdn_attn_shape *s, int b, int h, int hk, const r
     }
 }
 
-void R(gdn_attn_bwd)(const gdn_attn_shape *s, const real *q, const real *k, const real *v,
-                     const real *o, const real *lse, real scale, const real *d_o, real *dq,
-                     real *dk, real *dv) {
-    attn_check_shape(s, "gdn_attn_bwd");
-    if (s->T == 0) return;
-    const int group = s->H / s->Hkv, ntask = s->B * s->Hkv, blas_threads = delta_blas_single_begin();
+void R(gdn_attn_bwd_kv)(const gdn_attn_shape *s, int Tk, const real *q, const real *k, const real *v,
+                        const real *o, const real *lse, real scale, const real *d_o, real *dq,
+                        real *dk, real *dv) {
+    attn_check_keys(s, Tk, "gdn_attn_bwd");
+    const int group = s->H / s->Hkv, ntask = s->B * s->Hkv;
     const size_t ks = (size_t)s->Hkv * s->D;
+    if (s->T == 0) { /* no query reads any key */
+        memset(dk, 0, sizeof(real) * (size_t)s->B * Tk * ks);
+        memset(dv, 0, sizeof(real) * (size_t)s->B * Tk * ks);
+        return;
+    }
+    const int blas_threads = delta_blas_single_begin();
 #pragma omp parallel
     {
-        real *P = GDN_MALLOC(sizeof(real) * 2 * ATTN_BLOCK * (size_t)s->T);
+        real *P = GDN_MALLOC(sizeof(real) * 2 * ATTN_BLOCK * (size_t)Tk);
 #pragma omp for schedule(dynamic, 1)
         for (int p = 0; p < ntask; p++) {
             int b = p / s->Hkv, hk = p % s->Hkv;
-            for (int t = 0; t < s->T; t++) { /* this task owns these rows of dk and dv */
-                size_t off = ((size_t)b * s->T + t) * ks + (size_t)hk * s->D;
+            for (int t = 0; t < Tk; t++) { /* this task owns these rows of dk and dv */
+                size_t off = ((size_t)b * Tk + t) * ks + (size_t)hk * s->D;
                 memset(dk + off, 0, sizeof(real) * s->D);
                 memset(dv + off, 0, sizeof(real) * s->D);
             }
             for (int h = hk * group; h < (hk + 1) * group; h++)
-                attn_bwd_head(s, b, h, hk, q, k, v, o, lse, scale, d_o, dq, dk, dv, P,
-                              P + ATTN_BLOCK * (size_t)s->T);
+                attn_bwd_head(s, Tk, b, h, hk, q, k, v, o, lse, scale, d_o, dq, dk, dv, P,
+                              P + ATTN_BLOCK * (size_t)Tk);
         }
         free(P);
     }
     delta_blas_single_end(blas_threads);
+}
+
+void R(gdn_attn_bwd)(const gdn_attn_shape *s, const real *q, const real *k, const real *v,
+                     const real *o, const real *lse, real scale, const real *d_o, real *dq,
+                     real *dk, real *dv) {
+    R(gdn_attn_bwd_kv)(s, s->T, q, k, v, o, lse, scale, d_o, dq, dk, dv);
 }
 
 /* ---- decoding: new rows against a cache ------------------------------------------------------ */

@@ -75,6 +75,10 @@ struct R(gdn_cpu_acts) {
     int pos0;          /* position of the first token (a carried KV cache); the backward needs 0 */
     int n_attn;        /* attention layers */
     hooks_t hooks;
+    /* sequence parallelism with attention layers: the prefix's keys and values [B,pos0+T,C] per
+     * attention layer (k, v; kept for the backward), then the gradients of one layer's (dk, dv) */
+    real *sp_kv;
+    size_t sp_kv_n;    /* elements of one of those arrays */
     grad_scratch s;
     real *arena;
     size_t arena_n;    /* elements of arena */

@@ -2,7 +2,9 @@
  *   x_mid = x_in + o_proj(attention(rope(qnorm(q)), rope(knorm(k)), v)),
  * q, k, v = proj(rmsnorm(x_in)) (+ bias), the norms optional, causal grouped-query attention,
  * and its backward; with a carry, RoPE starts at the carried position and the keys and values
- * go through the carried KV cache (decoding). */
+ * go through the carried KV cache (decoding); under sequence parallelism RoPE starts at the
+ * segment's position and the earlier segments' keys and values come through the hooks
+ * (model/seq_hooks.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +74,18 @@ static real *kv_cache_fill(const acts_t *a, const gdn_param_table *t, int l, con
     return dst;
 }
 
+/* Position of the segment's first token: a carried KV cache's, or under sequence parallelism the
+ * segment's place in the sequence. */
+static int rope_pos0(const acts_t *a) { return a->seq_parallel ? a->hooks.pos0 : a->pos0; }
+
+/* Sequence parallelism: layer l's keys and values of the prefix [B,pos0+T,C], kept from the
+ * forward for the backward. */
+static void sp_prefix(const acts_t *a, const gdn_param_table *t, int l, real *kv_all[2]) {
+    const size_t ai = (size_t)attn_index(t, l);
+    kv_all[0] = a->sp_kv + 2 * ai * a->sp_kv_n;
+    kv_all[1] = kv_all[0] + a->sp_kv_n;
+}
+
 void R(gdn_cpu_attn_forward)(acts_t *a, const gdn_param_table *t, const real *P, int l,
                              const carry_t *cin, carry_t *cout) {
     const gdn_config *c = &a->cfg;
@@ -100,14 +114,22 @@ void R(gdn_cpu_attn_forward)(acts_t *a, const gdn_param_table *t, const real *P,
         memcpy(L->q, L->qp, sizeof(real) * (size_t)N * QW);
         memcpy(L->k, L->kp, sizeof(real) * (size_t)N * KW);
     }
-    R(gdn_rope_fwd)(L->q, L->q, B, T, H, Da, a->pos0, theta);
-    R(gdn_rope_fwd)(L->k, L->k, B, T, Hkv, Da, a->pos0, theta);
+    const int p0 = rope_pos0(a);
+    R(gdn_rope_fwd)(L->q, L->q, B, T, H, Da, p0, theta);
+    R(gdn_rope_fwd)(L->k, L->k, B, T, Hkv, Da, p0, theta);
 
     gdn_attn_shape shape = {B, T, H, Hkv, Da};
     const real scale = (real)(1.0 / sqrt((double)Da));
     if (cout && !cout->kv_k != !cout->kv_v)
         GDN_DIE("gdn_cpu_forward: carry_out has only one of kv_k, kv_v; give both or neither");
-    if (a->pos0 == 0) { /* the whole sequence so far is this segment: the blocked op */
+    if (a->seq_parallel) { /* the earlier segments' keys and values through the hooks */
+        real *kv_all[2];
+        sp_prefix(a, t, l, kv_all);
+        void *const all[2] = {kv_all[0], kv_all[1]};
+        const void *const own[2] = {L->k, L->vp};
+        a->hooks.attn_kv_fwd(a->hooks.user, l, all, own, (size_t)N * KW);
+        R(gdn_attn_fwd_kv)(&shape, p0 + T, L->q, kv_all[0], kv_all[1], scale, L->o, L->lse);
+    } else if (a->pos0 == 0) { /* the whole sequence so far is this segment: the blocked op */
         R(gdn_attn_fwd)(&shape, L->q, L->k, L->vp, scale, L->o, L->lse);
         real *own_k = NULL, *own_v = NULL;
         if (cout && cout->kv_k) {
@@ -141,9 +163,20 @@ void R(gdn_cpu_attn_backward)(acts_t *a, const gdn_param_table *t, const real *P
     R(gdn_linear_bwd)(s->ado, G + off->o_proj, s->dx, L->o, P + off->o_proj, N, QW, D);
     gdn_attn_shape shape = {B, T, H, Hkv, Da};
     const real scale = (real)(1.0 / sqrt((double)Da));
-    R(gdn_attn_bwd)(&shape, L->q, L->k, L->vp, L->o, L->lse, scale, s->ado, s->adq, s->adk, s->adv);
-    R(gdn_rope_bwd)(s->adq, s->adq, B, T, H, Da, 0, theta);
-    R(gdn_rope_bwd)(s->adk, s->adk, B, T, Hkv, Da, 0, theta);
+    const int p0 = rope_pos0(a); /* 0 without hooks: gdn_cpu_backward refuses a carried cache */
+    if (a->seq_parallel) { /* gradients of the prefix's keys and values; the hooks sum our rows' */
+        real *kv_all[2];
+        sp_prefix(a, t, l, kv_all);
+        real *dk_all = a->sp_kv + 2 * (size_t)a->n_attn * a->sp_kv_n, *dv_all = dk_all + a->sp_kv_n;
+        R(gdn_attn_bwd_kv)(&shape, p0 + T, L->q, kv_all[0], kv_all[1], L->o, L->lse, scale, s->ado, s->adq,
+                           dk_all, dv_all);
+        void *const dkv[2] = {s->adk, s->adv}, *const dkv_all[2] = {dk_all, dv_all};
+        a->hooks.attn_kv_bwd(a->hooks.user, l, dkv, dkv_all, (size_t)N * KW);
+    } else {
+        R(gdn_attn_bwd)(&shape, L->q, L->k, L->vp, L->o, L->lse, scale, s->ado, s->adq, s->adk, s->adv);
+    }
+    R(gdn_rope_bwd)(s->adq, s->adq, B, T, H, Da, p0, theta);
+    R(gdn_rope_bwd)(s->adk, s->adk, B, T, Hkv, Da, p0, theta);
     const real *dqp = s->adq, *dkp = s->adk;
     if (c->qk_norm) {
         R(gdn_rmsnorm_bwd)(s->adqp, G + off->q_norm, s->adq, L->qp, P + off->q_norm, L->rq, N * H, Da);

@@ -6,6 +6,7 @@
  *           x_in[l+1] = x_mid + down(silu(gate(h2)) * up(h2)),  h2 = rmsnorm(x_mid)
  * with q, k, v = silu(conv4(proj(h1))), q and k L2-normalised per head, h1 = rmsnorm(x_in).
  * An attention layer (mixer A) has its own mixer, model/cpu/model_attn.c. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,6 +93,7 @@ acts_t *R(gdn_cpu_acts_create)(const gdn_param_table *t, int B, int T) {
 void R(gdn_cpu_acts_free)(acts_t *a) {
     if (!a) return;
     free(a->arena);
+    free(a->sp_kv);
     free(a->tokens);
     free(a->L);
     free(a);
@@ -106,23 +108,35 @@ const real *R(gdn_cpu_hidden)(const acts_t *a, int layer) {
     return a->x + (size_t)(layer + 1) * a->N * (size_t)a->cfg.d_model;
 }
 
-size_t R(gdn_cpu_acts_bytes)(const acts_t *a) { return a->arena_n * sizeof(real) + a->N * sizeof *a->tokens; }
+size_t R(gdn_cpu_acts_bytes)(const acts_t *a) {
+    const size_t sp_kv = a->sp_kv ? a->sp_kv_n * 2 * ((size_t)a->n_attn + 1) : 0;
+    return (a->arena_n + sp_kv) * sizeof(real) + a->N * sizeof *a->tokens;
+}
 
 void R(gdn_cpu_acts_set_seq_hooks)(acts_t *a, const hooks_t *hooks) {
     a->seq_parallel = 0;
+    free(a->sp_kv);
+    a->sp_kv = NULL;
+    a->sp_kv_n = 0;
     if (!hooks) return;
-    for (int l = 0; l < a->cfg.n_layers; l++) {
-        const gdn_mixer_info *mx = gdn_mixer_get(gdn_config_layer_mixer(&a->cfg, l));
-        if (!mx->is_delta)
-            GDN_DIE("sequence parallelism does not support %s layers yet (layer %d is '%c'): "
-                    "train this model with sp = 1", mx->name, l, mx->kind);
-    }
     if (!hooks->fwd_halo || !hooks->fwd_state_in || !hooks->fwd_state_out || !hooks->bwd_state_out ||
         !hooks->bwd_state_in || !hooks->bwd_halo)
         GDN_DIE("gdn_cpu_acts_set_seq_hooks: every sequence-parallel hook must be set");
     if (a->T < a->cfg.conv_width - 1)
         GDN_DIE("sequence parallelism needs at least conv_width - 1 = %d tokens per segment, got %d: "
                 "use a smaller sp or a longer seq_len", a->cfg.conv_width - 1, a->T);
+    if (a->n_attn) {
+        if (!hooks->attn_kv_fwd || !hooks->attn_kv_bwd)
+            GDN_DIE("gdn_cpu_acts_set_seq_hooks: the model has attention layers; the hooks attn_kv_fwd "
+                    "and attn_kv_bwd must be set");
+        if (hooks->pos0 < 0 || hooks->pos0 > INT_MAX - a->T)
+            GDN_DIE("gdn_cpu_acts_set_seq_hooks: segment position pos0 = %d (must be >= 0, with pos0 + T "
+                    "an int)", hooks->pos0);
+        /* the prefix's keys and values per attention layer, and one layer's gradients of them */
+        const size_t C = (size_t)gdn_config_kv_heads(&a->cfg) * (size_t)gdn_config_attn_dim(&a->cfg);
+        a->sp_kv_n = (size_t)a->B * ((size_t)hooks->pos0 + (size_t)a->T) * C;
+        a->sp_kv = GDN_CALLOC(a->sp_kv_n * 2 * ((size_t)a->n_attn + 1), sizeof(real));
+    }
     a->hooks = *hooks;
     a->seq_parallel = 1;
 }

@@ -41,8 +41,10 @@ void R_(gdn_cpu_acts_free)(R_(gdn_cpu_acts) *a);
 /* Runs every later forward/backward on a as one segment of a longer sequence through hooks
  * (model/seq_hooks.h; copied; NULL switches back to whole sequences). Needs T >= conv_width - 1;
  * carry_in and carry_out must then be NULL. The hooks see host buffers of real_ (states
- * [B,H,K,V], n_state = B*H*K*V; halos n_halo = B*(W-1)*{H*K, H*K, H*V}), `delta` is a
- * const R_(gdn_cpu_delta_args) *, every call is synchronous and the state hooks return NULL. */
+ * [B,H,K,V], n_state = B*H*K*V; halos n_halo = B*(W-1)*{H*K, H*K, H*V}; attention keys and
+ * values n_kv = B*T*n_kv_heads*attn_head_dim, their prefix [B,pos0+T,...], held per attention
+ * layer from set_seq_hooks on), `delta` is a const R_(gdn_cpu_delta_args) *, every call is
+ * synchronous and the state hooks return NULL. */
 void R_(gdn_cpu_acts_set_seq_hooks)(R_(gdn_cpu_acts) *a, const gdn_seq_hooks *hooks);
 
 /* Forward over tokens [B,T] with next-token targets [B,T] (target < 0: ignored; targets may be

@@ -64,6 +64,16 @@ void R_(gdn_attn_bwd)(const gdn_attn_shape *s, const real_ *q, const real_ *k, c
                       const real_ *o, const real_ *lse, real_ scale, const real_ *d_o, real_ *dq,
                       real_ *dk, real_ *dv);
 
+/* The same with Tk >= T keys and values [B,Tk,Hkv,D] of which the T query rows are the last T
+ * positions (query row t sees keys 0 .. Tk-T+t): a segment of a longer sequence whose earlier
+ * keys and values come from elsewhere (sequence parallelism). lse [B,H,T]. Tk = T is
+ * gdn_attn_fwd / gdn_attn_bwd; dk, dv [B,Tk,Hkv,D] are overwritten (zero where no query reads). */
+void R_(gdn_attn_fwd_kv)(const gdn_attn_shape *s, int Tk, const real_ *q, const real_ *k, const real_ *v,
+                         real_ scale, real_ *o, real_ *lse);
+void R_(gdn_attn_bwd_kv)(const gdn_attn_shape *s, int Tk, const real_ *q, const real_ *k, const real_ *v,
+                         const real_ *o, const real_ *lse, real_ scale, const real_ *d_o, real_ *dq,
+                         real_ *dk, real_ *dv);
+
 /* Decoding form of gdn_attn_fwd: T new query rows at positions pos0 .. pos0+T-1 against the
  * keys and values of positions 0 .. pos0+T-1, held in caches k, v [B,len,Hkv,D]
  * (len >= pos0 + T). q, o [B,T,H,D]; lse [B,H,T] (may be NULL). At pos0 = 0 it equals

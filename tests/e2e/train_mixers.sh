@@ -55,7 +55,7 @@ expect_usage "mixers is empty" --mixers ""
 expect_usage "only n_layers = 4" --mixers GDMLG
 expect_usage "use --backend cpu" --mixers GD --backend cuda
 [ ! -e "$dir/x/metrics.jsonl" ] || fail "a refused run wrote metrics"
-expect_usage "sequence parallelism does not support attention layers" --mixers GA --sp 2
+expect_usage "sequence parallelism of attention layers (mixer A in mixers \"GA\") runs on the CPU backend only" --mixers GA --sp 2 --backend cuda
 
 # softmax attention (mixer A): a hybrid GGGA and a softmax-only model train (the loss falls),
 # sample, and show the attention settings in `gdn inspect`; the cuda backend refuses them

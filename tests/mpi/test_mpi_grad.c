@@ -1,11 +1,13 @@
-/* Distributed training step against one rank, under mpiexec -n N: for every process grid
+/* Distributed training step against one rank, under mpiexec -n N: for a gated-delta-rule model
+ * and a hybrid with softmax-attention layers, for every process grid
  * dp x sp = N the program can form (sp dividing N and the sequence length), and for both
  * sequence-parallel exchanges, the loss and every parameter gradient after the all-reduce must
  * equal those of a single-process step over the whole batch (computed on every rank) within a
  * relative error of 1e-5; both exchanges must agree with each other; every rank must end with
- * bitwise-identical gradients; the forward-only (validation) loss must match too. Two steps with
- * different tokens run on the same buffers. Every rank checks; rank 0 prints; the exit status is
- * nonzero on every rank when any check failed on any rank. */
+ * bitwise-identical gradients; the forward-only (validation) loss must match too; the most any
+ * rank's hooks send in a step is what gdn_seqpar_bytes says. Two steps with different tokens run
+ * on the same buffers. Every rank checks; rank 0 prints; the exit status is nonzero on every rank
+ * when any check failed on any rank. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -38,6 +40,23 @@ static gdn_config test_config(void) {
     return (gdn_config){.vocab_size = 48, .d_model = 32, .n_layers = 2, .n_heads = 2, .head_dim = 16,
                         .expand_v = 2, .d_ff = 64, .conv_width = 4, .chunk_size = 16,
                         .tie_embeddings = 0, .allow_neg_eigval = 0, .norm_eps = 1e-6};
+}
+
+/* A hybrid: softmax attention first and last (keys and values all-gathered, their gradients
+ * reduce-scattered), with grouped kv heads, q/k norms, q/k/v biases and RoPE at global positions;
+ * gated delta rule between. */
+static gdn_config hybrid_config(void) {
+    gdn_config c = test_config();
+    c.n_layers = 4;
+    c.n_heads = 4;
+    c.head_dim = 8;
+    c.n_kv_heads = 2;
+    c.attn_head_dim = 8;
+    c.rope_theta = 100.0; /* angles that turn visibly over 48 positions */
+    c.qk_norm = 1;
+    c.qkv_bias = 1;
+    snprintf(c.mixers, sizeof c.mixers, "AGGA");
+    return c;
 }
 
 /* Parameters: the initialiser's, each scaled by a factor in [1, 2) so that no two are alike.
@@ -133,8 +152,16 @@ static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table 
             memcpy(tgt + (size_t)i * Ts, targets + src, (size_t)Ts * sizeof(int));
         }
         float *g = calloc(n, sizeof(float));
+        const gdn_comm_bytes b0 = c->bytes;
         double loss = gdn_cpu_forward_f32(mine, t, P, tok, tgt, gs, &nv, NULL, NULL) * gs;
         gdn_cpu_backward_f32(mine, t, P, g);
+        /* what the hooks sent, at most over the ranks, is what gdn_seqpar_bytes says */
+        double sent = (double)(c->bytes.send - b0.send) + (double)(c->bytes.all_gather - b0.all_gather) +
+                      (double)(c->bytes.reduce_scatter - b0.reduce_scatter);
+        gdn_all_reduce(c, GDN_WORLD, &sent, 1, GDN_F64, GDN_MAX, "sequence-parallel bytes");
+        const double want = (double)gdn_seqpar_bytes(cfg, b, Ts, sp, mode, 1);
+        check(sent == want, "dp %d x sp %d %s: the hooks sent %.0f bytes, gdn_seqpar_bytes says %.0f", dp, sp,
+              gdn_sp_exchange_name(mode), sent, want);
         gdn_all_reduce(c, GDN_WORLD, g, n, GDN_F32, GDN_SUM, "gradients");
         gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "loss");
         double el = fabs(loss - loss_ref) / fabs(loss_ref);
@@ -190,19 +217,17 @@ static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table 
     return res;
 }
 
-int main(int argc, char **argv) {
-    mpi_test_init(&argc, &argv);
-    omp_set_num_threads(gdn_dist_threads(world, 0));
-    const gdn_config cfg = test_config();
+/* Every grid of the world and both exchanges for one model. */
+static void run_model(const gdn_config *cfg, const char *what) {
     gdn_param_table t;
-    gdn_param_table_build(&t, &cfg);
+    gdn_param_table_build(&t, cfg);
     float *P = make_params(&t);
     if (world->rank == 0)
-        printf("one training step on %d ranks vs one process (batch %d per data-parallel rank, %d tokens, "
+        printf("%s: one training step on %d ranks vs one process (batch %d per data-parallel rank, %d tokens, "
                "%zu parameters; fp32 rounding of one process against fp64: gradients %.1e): relative "
-               "errors\n", world->size, B_PER_DP, T_FULL, t.total, f32_rounding(&t, P, B_PER_DP, T_FULL));
+               "errors\n", what, world->size, B_PER_DP, T_FULL, t.total, f32_rounding(&t, P, B_PER_DP, T_FULL));
     for (int sp = 1; sp <= world->size; sp++) {
-        if (world->size % sp || T_FULL % sp || T_FULL / sp < cfg.conv_width - 1) continue;
+        if (world->size % sp || T_FULL % sp || T_FULL / sp < cfg->conv_width - 1) continue;
         if (sp == 1) {
             case_result r = run_case(1, GDN_SP_PASS, &t, P);
             for (int k = 0; k < N_STEPS; k++) free(r.grads[k]);
@@ -223,6 +248,14 @@ int main(int argc, char **argv) {
     }
     free(P);
     gdn_param_table_free(&t);
+}
+
+int main(int argc, char **argv) {
+    mpi_test_init(&argc, &argv);
+    omp_set_num_threads(gdn_dist_threads(world, 0));
+    const gdn_config cfg = test_config(), hybrid = hybrid_config();
+    run_model(&cfg, "gated delta rule");
+    run_model(&hybrid, "hybrid AGGA (softmax attention, 4 heads on 2 kv heads, q/k norms, biases)");
     int bad = gdn_comm_agree(world, failures != 0);
     if (world->rank == 0) printf(bad < 0 ? "all checks passed\n" : "FAILED (first on rank %d)\n", bad);
     gdn_comm_finalize(world);
