@@ -397,7 +397,8 @@ extern "C" void gdn_cuda_attention_bwd(const gdn_cuda_attention_args *a) {
     cudaStream_t st = (cudaStream_t)a->stream;
     const int w = a->precision == GDN_CUDA_BF16 ? attn::block_warps(a) : 4; /* fp32 ignores it */
     if (a->bwd_algo < 0 || a->bwd_algo > 2)
-        GDN_CUDA_DIE("attention: bwd_algo=%d: use 0 (fastest available), 1 (mma.sync) or 2 (wgmma)", a->bwd_algo);
+        GDN_CUDA_DIE("attention: bwd_algo=%d: use 0 (fastest repeatable), 1 (mma.sync) or 2 (wgmma, atomic dQ)",
+                     a->bwd_algo);
     bool sm90a = false;
     if (a->precision == GDN_CUDA_BF16 && a->bwd_algo != 1) {
         sm90a = gdn_cuda_attention_sm90a_available();
@@ -405,7 +406,8 @@ extern "C" void gdn_cuda_attention_bwd(const gdn_cuda_attention_args *a) {
             GDN_CUDA_DIE("attention: bwd_algo=2 (wgmma) needs a compute capability 9.0 GPU and a build for "
                          "architecture 90 (CMAKE_CUDA_ARCHITECTURES)");
     }
-    float *dq_acc = (float *)a->workspace + attn::dq_acc_offset(a);
+    /* NULL: the repeatable two-kernel wgmma backward */
+    float *dq_acc = a->bwd_algo == 2 ? (float *)a->workspace + attn::dq_acc_offset(a) : NULL;
     if (a->D == 64)
         w == 8 ? attn::bwd_launch<64, 8>(p, a->precision, dq_acc, sm90a, st) : attn::bwd_launch<64, 4>(p, a->precision, dq_acc, sm90a, st);
     else

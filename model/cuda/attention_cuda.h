@@ -58,10 +58,11 @@ typedef struct {
     int fwd_algo;                 /* bf16 forward kernel: 0 the fastest this GPU runs (wgmma on
                                      compute capability 9.0, else mma.sync), 1 mma.sync, 2 wgmma
                                      (stops with a message where it is not available) */
-    int bwd_algo;                 /* bf16 backward: 0 the fastest this GPU runs (wgmma on compute
-                                     capability 9.0, else mma.sync), 1 mma.sync (bitwise
-                                     repeatable), 2 wgmma (dq repeatable to rounding: its fp32
-                                     sums are atomic; stops where not available) */
+    int bwd_algo;                 /* bf16 backward: 0 the fastest bitwise repeatable kernels
+                                     this GPU runs (wgmma on compute capability 9.0: dK/dV and
+                                     dQ kernels; else mma.sync), 1 mma.sync, 2 wgmma in one
+                                     kernel with atomic fp32 dQ sums (faster; dq repeatable to
+                                     rounding only; stops where not available) */
 } gdn_cuda_attention_args;
 
 /* Dies with a message naming the field when the shape or a pointer of `a` is unusable

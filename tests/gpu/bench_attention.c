@@ -46,20 +46,23 @@ int main(int argc, char **argv) {
     printf("causal attention, CUDA bf16, %s (%d SMs), median of %d after %d warm-up\n", prop.name,
            prop.multiProcessorCount, repeats, warmup);
     printf("%-26s %2s %9s %9s %9s %9s %9s\n", "shape", "w", "fwd ms", "bwd ms", "f+b ms", "fwd TF/s", "f+b TF/s");
-    /* per shape: the mma.sync kernels with 4 and 8 warps per block (w 4, 8), then the default
-     * (wgmma forward where the GPU has it; w "wg") */
+    /* per shape: the mma.sync kernels with 4 and 8 warps per block (w 4, 8), the default (wgmma
+     * kernels where the GPU has them, bitwise repeatable; "wg"), and the wgmma backward with
+     * atomic dQ sums ("at") */
+    const int variants = gdn_cuda_attention_sm90a_available() ? 4 : 2;
     for (int i = 0; i < n; i++)
-        for (int variant = 0; variant < 3; variant++) {
+        for (int variant = 0; variant < variants; variant++) {
             const int w = variant == 1 ? 8 : 4;
             const att_case *s = &shapes[i];
             gdn_cuda_attention_args a = att_args(s, GDN_CUDA_BF16, w);
-            a.fwd_algo = a.bwd_algo = variant == 2 ? 0 : 1;
+            a.fwd_algo = variant >= 2 ? 0 : 1;
+            a.bwd_algo = variant == 3 ? 2 : variant == 2 ? 0 : 1;
             gdn_cuda_attention_timing tm;
             gdn_cuda_attention_time(&a, warmup, repeats, &tm);
             const double fl = 2.0 * s->B * s->H * (double)s->T * s->T * s->D; /* causal forward */
             char name[64];
             snprintf(name, sizeof name, "B%d T%d H%d Hkv%d D%d", s->B, s->T, s->H, s->Hkv, s->D);
-            printf("%-26s %2s %9.3f %9.3f %9.3f %9.1f %9.1f\n", name, variant == 2 ? "wg" : w == 8 ? "8" : "4", tm.fwd_ms, tm.bwd_ms, tm.fwdbwd_ms,
+            printf("%-26s %2s %9.3f %9.3f %9.3f %9.1f %9.1f\n", name, variant == 3 ? "at" : variant == 2 ? "wg" : w == 8 ? "8" : "4", tm.fwd_ms, tm.bwd_ms, tm.fwdbwd_ms,
                    fl / (tm.fwd_ms * 1e9), 3.5 * fl / (tm.fwdbwd_ms * 1e9));
         }
     return 0;

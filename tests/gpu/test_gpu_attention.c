@@ -179,14 +179,14 @@ typedef struct {
 } att_out;
 
 /* Forward then backward on the GPU (outputs poisoned first); host float results. */
-static void run_gpu(const att_case *c, gdn_cuda_precision p, int warps, const float *q, const float *k,
+/* algo: the kernels (gdn_cuda_attention_args.bwd_algo; the forward takes the same, 2 as 0) */
+static void run_gpu(const att_case *c, gdn_cuda_precision p, int warps, int algo, const float *q, const float *k,
                     const float *v, const float *d_o, att_out *out) {
     const size_t nq = (size_t)c->B * c->T * c->H * c->D, nk = (size_t)c->B * c->T * c->Hkv * c->D;
     const size_t nl = (size_t)c->B * c->H * c->T, es = esize(p);
     gdn_cuda_attention_args a = att_args(c, p, warps);
-    /* bf16 with 8 warps per block runs the mma.sync kernels (fwd_algo, bwd_algo 1); the default
-     * (0) is the wgmma kernels on compute capability 9.0 */
-    a.fwd_algo = a.bwd_algo = warps == 8 ? 1 : 0;
+    a.fwd_algo = algo == 2 ? 0 : algo;
+    a.bwd_algo = algo;
     a.q = dev_upload(q, nq, p);
     a.k = dev_upload(k, nk, p);
     a.v = dev_upload(v, nk, p);
@@ -248,13 +248,14 @@ static void check_case(const att_case *c) {
     float *q = rand_bf(nq, 2.0), *k = rand_bf(nk, 1.5), *v = rand_bf(nk, 1.0), *d_o = rand_bf(nq, 1.0);
     att_ref r;
     reference(c, scale, q, k, v, d_o, &r);
-    /* fp32; bf16 with the default block shape (4 warps); bf16 with 8 warps per block */
-    for (int pi = 0; pi < 3; pi++) {
+    /* fp32; bf16 default (the wgmma kernels on compute capability 9.0); bf16 mma.sync kernels with 8
+     * warps per block; bf16 wgmma backward with atomic dQ (where available) */
+    for (int pi = 0; pi < 3 + gdn_cuda_attention_sm90a_available(); pi++) {
         const gdn_cuda_precision p = pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32;
-        const int warps = pi == 2 ? 8 : 0;
+        const int warps = pi == 2 ? 8 : 0, algo = pi == 2 ? 1 : pi == 3 ? 2 : 0;
         const double tol = p == GDN_CUDA_BF16 ? 1e-2 : 1e-4, tol_lse = p == GDN_CUDA_BF16 ? 1e-3 : 1e-4;
         att_out g;
-        run_gpu(c, p, warps, q, k, v, d_o, &g);
+        run_gpu(c, p, warps, algo, q, k, v, d_o, &g);
         double mo, ml, mq, mk, mv;
         const double eo = rel_err(g.o, r.o, nq, &mo), el = rel_err(g.lse, r.lse, nl, &ml);
         const double eq = rel_err(g.dq, r.dq, nq, &mq), ek = rel_err(g.dk, r.dk, nk, &mk);
@@ -262,7 +263,7 @@ static void check_case(const att_case *c) {
         const int ok = eo < tol && ml < tol_lse && eq < tol && ek < tol && ev < tol;
         printf("%-7s D%-3d T%-4d B%d H%d Hkv%d scale %-7s | rel (max abs): o %.1e (%.1e) lse %.1e (%.1e)"
                " dq %.1e (%.1e) dk %.1e (%.1e) dv %.1e (%.1e) | %s\n",
-               pi == 0 ? "fp32" : pi == 1 ? "bf16" : "bf16 w8", c->D, c->T, c->B, c->H, c->Hkv,
+               pi == 0 ? "fp32" : pi == 1 ? "bf16" : pi == 2 ? "bf16 w8" : "bf16 at", c->D, c->T, c->B, c->H, c->Hkv,
                c->scale > 0 ? "given" : "default", eo, mo, el, ml, eq, mq, ek, mk, ev, mv,
                ok ? "ok" : "FAIL");
         if (!ok) failures++;
@@ -286,20 +287,20 @@ static int within_bf16_ulp(const float *a, const float *b, size_t n) {
     return 1;
 }
 
-/* Two runs on the same inputs: every output bitwise equal, except dq of the default bf16
- * backward on compute capability 9.0 (wgmma), whose fp32 sums are atomic: within one bf16 ulp. */
-static void check_repeat(const att_case *c, gdn_cuda_precision p, int warps) {
+/* Two runs on the same inputs: every output bitwise equal, except dq of the wgmma backward with
+ * atomic dQ sums (algo 2): within one bf16 ulp. */
+static void check_repeat(const att_case *c, gdn_cuda_precision p, int warps, int algo) {
     const size_t nq = (size_t)c->B * c->T * c->H * c->D, nk = (size_t)c->B * c->T * c->Hkv * c->D;
     const size_t nl = (size_t)c->B * c->H * c->T;
     float *q = rand_bf(nq, 2.0), *k = rand_bf(nk, 1.5), *v = rand_bf(nk, 1.0), *d_o = rand_bf(nq, 1.0);
     att_out a, b;
-    run_gpu(c, p, warps, q, k, v, d_o, &a);
-    run_gpu(c, p, warps, q, k, v, d_o, &b);
-    const int atomic_dq = p == GDN_CUDA_BF16 && warps != 8 && gdn_cuda_attention_sm90a_available();
+    run_gpu(c, p, warps, algo, q, k, v, d_o, &a);
+    run_gpu(c, p, warps, algo, q, k, v, d_o, &b);
+    const int atomic_dq = algo == 2;
     const int same = !memcmp(a.o, b.o, nq * 4) && !memcmp(a.lse, b.lse, nl * 4) &&
                      (atomic_dq ? within_bf16_ulp(a.dq, b.dq, nq) : !memcmp(a.dq, b.dq, nq * 4)) &&
                      !memcmp(a.dk, b.dk, nk * 4) && !memcmp(a.dv, b.dv, nk * 4);
-    printf("%-4s w%d D%-3d T%-4d B%d H%d Hkv%d repeat: %s\n", p == GDN_CUDA_BF16 ? "bf16" : "fp32", warps, c->D,
+    printf("%-4s w%d a%d D%-3d T%-4d B%d H%d Hkv%d repeat: %s\n", p == GDN_CUDA_BF16 ? "bf16" : "fp32", warps, algo, c->D,
            c->T, c->B, c->H, c->Hkv, same ? "bitwise equal ok" : "outputs differ between runs FAIL");
     if (!same) failures++;
     out_free(&a);
@@ -316,7 +317,7 @@ static void check_host_wrappers(const att_case *c, gdn_cuda_precision p) {
     const size_t nl = (size_t)c->B * c->H * c->T;
     float *q = rand_bf(nq, 2.0), *k = rand_bf(nk, 1.5), *v = rand_bf(nk, 1.0), *d_o = rand_bf(nq, 1.0);
     att_out a, h, f;
-    run_gpu(c, p, 8, q, k, v, d_o, &a); /* 8: the bitwise repeatable kernels (bwd_algo 1) */
+    run_gpu(c, p, 0, 0, q, k, v, d_o, &a);
     h.o = xmalloc(nq * 4);
     h.lse = xmalloc(nl * 4);
     h.dq = xmalloc(nq * 4);
@@ -325,8 +326,7 @@ static void check_host_wrappers(const att_case *c, gdn_cuda_precision p) {
     f.o = xmalloc(nq * 4);
     f.lse = xmalloc(nl * 4);
     f.dq = f.dk = f.dv = NULL;
-    gdn_cuda_attention_args s = att_args(c, p, 8);
-    s.fwd_algo = s.bwd_algo = 1;
+    const gdn_cuda_attention_args s = att_args(c, p, 0);
     gdn_cuda_attention_fwd_host(&s, q, k, v, f.o, f.lse);
     gdn_cuda_attention_bwd_host(&s, q, k, v, d_o, h.o, h.lse, h.dq, h.dk, h.dv);
     const int same = !memcmp(a.o, h.o, nq * 4) && !memcmp(a.lse, h.lse, nl * 4) &&
@@ -414,9 +414,10 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) check_case(&extra[i]);
         const att_case rep[] = {{2, 777, 8, 2, 128, 0}, {2, 515, 4, 4, 64, 0}};
         for (int i = 0; i < 2; i++) {
-            check_repeat(&rep[i], GDN_CUDA_BF16, 0);
-            check_repeat(&rep[i], GDN_CUDA_BF16, 8);
-            check_repeat(&rep[i], GDN_CUDA_FP32, 0);
+            check_repeat(&rep[i], GDN_CUDA_BF16, 0, 0);
+            check_repeat(&rep[i], GDN_CUDA_BF16, 8, 1);
+            check_repeat(&rep[i], GDN_CUDA_FP32, 0, 0);
+            if (gdn_cuda_attention_sm90a_available()) check_repeat(&rep[i], GDN_CUDA_BF16, 0, 2);
         }
         const att_case hw = {2, 150, 4, 2, 64, 0};
         check_host_wrappers(&hw, GDN_CUDA_BF16);

@@ -30,7 +30,7 @@ template <int D> constexpr size_t bwd_smem_bytes() {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-template <int D>
+template <int D, bool DQ>
 __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *dq_acc, const BlockOrder order) {
     constexpr int NQ = QB / 8;                   /* 8-column blocks of S^T (queries) */
     constexpr int NDQ = D == 128 ? 64 : 64;      /* dQ columns per warpgroup (see above) */
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
         /* dS^T into shared memory for dQ: fragment i of step kk is row g + 8 (i & 1), columns
          * 16 kk + 8 (i >> 1) + 2 t4 .. +1 of the warp's 16 rows */
         bf16 *tdS = sdS + (it & 1) * KB * QB; /* last read in iteration it-2 */
-        {
+        if constexpr (DQ) {
             const int r0 = wg * 64 + warp * 16 + g;
 #pragma unroll
             for (int kk = 0; kk < QB / 16; ++kk)
@@ -164,6 +164,14 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
         for (int kk = 0; kk < QB / 16; ++kk)
             wgmma_rs(dk, df[kk], desc_sw128(tQ + kk * 16 * 64, QB * 128, 1024), 1);
         wgmma_commit();
+        if constexpr (!DQ) {
+            wgmma_wait<0>();
+            fence_regs(dk);
+            fence_regs(dv);
+            fence_regs_u(pf);
+            fence_regs_u(df);
+            continue;
+        }
         fence_proxy_async();
         __syncthreads(); /* dS^T of both warpgroups is in shared memory */
 
@@ -222,7 +230,7 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
     }
 }
 #else
-template <int D> __global__ void bwd_kernel(const Params, float *, const BlockOrder) {} /* not built for sm_90a: never launched */
+template <int D, bool DQ> __global__ void bwd_kernel(const Params, float *, const BlockOrder) {} /* not built for sm_90a: never launched */
 #endif
 
 /* dq = bf16(scale * dq_acc), 8 elements per thread (n is a multiple of 8: D is). */
@@ -235,15 +243,151 @@ __global__ void dq_round_kernel(const float *dq_acc, bf16 *dq, long n, float sca
     *reinterpret_cast<uint4 *>(dq + i) = *reinterpret_cast<const uint4 *>(r);
 }
 
-template <int D> static void bwd_launch(const Params &p, float *dq_acc, cudaStream_t st) {
+template <int D, bool DQ> static void bwd_launch(const Params &p, float *dq_acc, cudaStream_t st) {
     constexpr size_t smem = bwd_smem_bytes<D>();
     static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
-    GDN_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    GDN_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<D, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int tiles = (p.T + KB - 1) / KB;
     if ((double)tiles * p.B * p.Hkv > 2147483647.0) GDN_CUDA_DIE("attention: B*Hkv*T/%d blocks over the grid limit", KB);
     /* per kv head: its keys and values, and the queries and output gradients of its group */
     const BlockOrder order = block_order(tiles, p.B * p.Hkv, (size_t)p.T * D * (2 + 2 * p.G) * sizeof(bf16));
-    bwd_kernel<D><<<(unsigned)(tiles * p.B * p.Hkv), BWD_NTH, smem, st>>>(p, dq_acc, order);
+    bwd_kernel<D, DQ><<<(unsigned)(tiles * p.B * p.Hkv), BWD_NTH, smem, st>>>(p, dq_acc, order);
+    GDN_CUDA_CHECK_LAUNCH();
+}
+
+/* ---- dQ alone (deterministic) ---------------------------------------------------------------
+ * One block of two warpgroups per 128-row query tile of one (b, h); warpgroup w owns rows
+ * 64w.. and keeps their fp32 dQ (64 x D) in registers. Key / value tiles of 64 rows stream
+ * through shared memory (three buffers). Per tile: S = Q K^T and dP = dO V^T (both operands in
+ * shared memory), P = exp(scale S - lse) (masked), dS = P (dP - Delta), dQ += dS K (dS from
+ * registers, K read transposed). Every sum in a fixed order: the result is the same bits on
+ * every run. Shared memory (D 128): Q, dO 64 KB, 3 x (K, V) 96 KB. */
+constexpr int DQ_BM = 128, DQ_BN = 64;
+
+template <int D> constexpr size_t dq_smem_bytes() {
+    return (size_t)(2 * DQ_BM * D + 6 * DQ_BN * D) * sizeof(bf16) + 1024;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+template <int D>
+__global__ void __launch_bounds__(BWD_NTH, 1) dq_kernel(const Params p, const BlockOrder order) {
+    constexpr int NS = DQ_BN / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][DQ_BM][64] */
+    bf16 *sdO = sQ + DQ_BM * D;
+    bf16 *sK = sdO + DQ_BM * D;      /* 3 buffers of [D/64][DQ_BN][64]: tile j in buffer j % 3 */
+    bf16 *sV = sK + 3 * DQ_BN * D;   /* 3 buffers */
+
+    int rank, pair;
+    order.map(blockIdx.x, rank, pair);
+    const int qt = order.tiles - 1 - rank, h = pair % p.H, b = pair / p.H; /* later tiles are longer */
+    const int hk = h / p.G, T = p.T;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int q0 = qt * DQ_BM;
+    const long ldq = (long)p.H * D, ldk = (long)p.Hkv * D;
+    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, T, p.Hkv, D);
+    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, T, p.Hkv, D);
+    const int n_kv = (min(T, q0 + DQ_BM) + DQ_BN - 1) / DQ_BN;
+
+    load_sw<DQ_BM, D, BWD_NTH>(sQ, (const bf16 *)p.q + tok_off(b, 0, h, T, p.H, D), ldq, q0, T);
+    load_sw<DQ_BM, D, BWD_NTH>(sdO, (const bf16 *)p.d_o + tok_off(b, 0, h, T, p.H, D), ldq, q0, T);
+    load_sw<DQ_BN, D, BWD_NTH>(sK, gk, ldk, 0, T);
+    load_sw<DQ_BN, D, BWD_NTH>(sV, gv, ldk, 0, T);
+    cp_async_commit();
+
+    const int row_base = q0 + wg * 64 + warp * 16; /* the warp's first query row */
+    float lse2[2], dlt[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row_base + g + 8 * r;
+        lse2[r] = row < T ? p.lse[((long)b * p.H + h) * T + row] * ATTN_LOG2E : 0.0f;
+        dlt[r] = row < T ? p.delta[((long)b * p.H + h) * T + row] : 0.0f;
+    }
+    float dq[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dq[i] = 0.0f;
+    const bf16 *qw = sQ + wg * 64 * 64, *ow = sdO + wg * 64 * 64; /* the warpgroup's rows */
+
+    for (int j = 0; j < n_kv; ++j) {
+        /* tile j+1 overwrites tile j-2, whose readers finished before the barrier of iteration j-1 */
+        if (j + 1 < n_kv) {
+            load_sw<DQ_BN, D, BWD_NTH>(sK + ((j + 1) % 3) * DQ_BN * D, gk, ldk, (j + 1) * DQ_BN, T);
+            load_sw<DQ_BN, D, BWD_NTH>(sV + ((j + 1) % 3) * DQ_BN * D, gv, ldk, (j + 1) * DQ_BN, T);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        fence_proxy_async();
+        __syncthreads();
+        const bf16 *tK = sK + (j % 3) * DQ_BN * D, *tV = sV + (j % 3) * DQ_BN * D;
+
+        float s[DQ_BN / 2], dp[DQ_BN / 2];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+            wgmma_ss<0, 0>(s, desc_sw128(qw + (kk >> 2) * DQ_BM * 64 + (kk & 3) * 16, 16, 1024),
+                           desc_sw128(tK + (kk >> 2) * DQ_BN * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
+        wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+            wgmma_ss<0, 0>(dp, desc_sw128(ow + (kk >> 2) * DQ_BM * 64 + (kk & 3) * 16, 16, 1024),
+                           desc_sw128(tV + (kk >> 2) * DQ_BN * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(s);
+        fence_regs(dp);
+
+        const int k0 = j * DQ_BN;
+        const bool need_mask = k0 + DQ_BN - 1 > row_base || k0 + DQ_BN > T || row_base + 16 > T;
+#pragma unroll
+        for (int n = 0; n < NS; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float x = ex2(fmaf(s[4 * n + e], p.scale_log2, -lse2[e >> 1]));
+                if (need_mask) {
+                    const int col = k0 + 8 * n + 2 * t4 + (e & 1), row = row_base + g + 8 * (e >> 1);
+                    if (col > row || col >= T || row >= T) x = 0.0f;
+                }
+                dp[4 * n + e] = x * (dp[4 * n + e] - dlt[e >> 1]);
+            }
+        unsigned df[DQ_BN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < DQ_BN / 16; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) df[kk][i] = pack_bf16(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < DQ_BN / 16; ++kk)
+            wgmma_rs(dq, df[kk], desc_sw128(tK + kk * 16 * 64, DQ_BN * 128, 1024), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(dq);
+        fence_regs_u(df);
+    }
+
+    bf16 *gdq = (bf16 *)p.dq + tok_off(b, 0, h, T, p.H, D);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row_base + g + 8 * r;
+        if (row >= T) continue;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+            *reinterpret_cast<__nv_bfloat162 *>(gdq + (long)row * ldq + 8 * n + 2 * t4) =
+                __floats2bfloat162_rn(dq[4 * n + 2 * r] * p.scale, dq[4 * n + 2 * r + 1] * p.scale);
+    }
+}
+#else
+template <int D> __global__ void dq_kernel(const Params, const BlockOrder) {} /* not built for sm_90a: never launched */
+#endif
+
+template <int D> static void dq_launch(const Params &p, cudaStream_t st) {
+    constexpr size_t smem = dq_smem_bytes<D>();
+    static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
+    GDN_CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const int tiles = (p.T + DQ_BM - 1) / DQ_BM;
+    if ((double)tiles * p.B * p.H > 2147483647.0) GDN_CUDA_DIE("attention: B*H*T/%d blocks over the grid limit", DQ_BM);
+    const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.T * D * 2 * sizeof(bf16));
+    dq_kernel<D><<<(unsigned)(tiles * p.B * p.H), BWD_NTH, smem, st>>>(p, order);
     GDN_CUDA_CHECK_LAUNCH();
 }
 
@@ -252,10 +396,20 @@ template <int D> static void bwd_launch(const Params &p, float *dq_acc, cudaStre
 
 void attn::sm90a_bwd(const attn::Params &p, int D, float *dq_acc, void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
+    if (!dq_acc) { /* deterministic: dK, dV per key tile, then dQ per query tile */
+        if (D == 64) {
+            attn::sm90a::bwd_launch<64, false>(p, NULL, st);
+            attn::sm90a::dq_launch<64>(p, st);
+        } else {
+            attn::sm90a::bwd_launch<128, false>(p, NULL, st);
+            attn::sm90a::dq_launch<128>(p, st);
+        }
+        return;
+    }
     const long n = (long)p.B * p.T * p.H * D;
     GDN_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, (size_t)n * sizeof(float), st));
-    if (D == 64) attn::sm90a::bwd_launch<64>(p, dq_acc, st);
-    else attn::sm90a::bwd_launch<128>(p, dq_acc, st);
+    if (D == 64) attn::sm90a::bwd_launch<64, true>(p, dq_acc, st);
+    else attn::sm90a::bwd_launch<128, true>(p, dq_acc, st);
     const long threads = n / 8;
     attn::sm90a::dq_round_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, st>>>(dq_acc, (attn::bf16 *)p.dq, n, p.scale);
     GDN_CUDA_CHECK_LAUNCH();

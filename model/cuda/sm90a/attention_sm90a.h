@@ -26,8 +26,10 @@ struct BlockOrder {
 BlockOrder block_order(int tiles, int n_heads, size_t kv_bytes);
 /* bf16 forward, D 64 or 128, asynchronous on stream (a cudaStream_t). */
 void sm90a_fwd(const Params &p, int D, void *stream);
-/* bf16 backward, D 64 or 128: reads p.delta (rowsum(d_o * o), computed by the caller); dq_acc:
- * B*T*H*D floats of scratch (zeroed here). Writes p.dq, p.dk, p.dv. */
+/* bf16 backward, D 64 or 128: reads p.delta (rowsum(d_o * o), computed by the caller); writes
+ * p.dq, p.dk, p.dv. dq_acc NULL: two kernels (dK, dV per key tile, then dQ per query tile),
+ * bitwise repeatable. Else one kernel that adds dQ into dq_acc (B*T*H*D floats of scratch,
+ * zeroed here) with atomics: faster, dq repeatable only to rounding. */
 void sm90a_bwd(const Params &p, int D, float *dq_acc, void *stream);
 } // namespace attn
 
