@@ -10,5 +10,6 @@ int gdn_cmd_op(int argc, char **argv);      /* train/cmd_op.c: gdn op gated-delt
 int gdn_cmd_op_attention(int argc, char **argv); /* train/cmd_op_attention.c: gdn op attention */
 int gdn_cmd_inspect(int argc, char **argv); /* train/cmd_inspect.c: checkpoint summary */
 int gdn_cmd_bench(int argc, char **argv);   /* train/cmd_bench.c */
+int gdn_cmd_export(int argc, char **argv);  /* train/cmd_export.c: Hugging Face model directory */
 
 #endif

@@ -18,6 +18,7 @@ static const gdn_command commands[] = {
     {"op", gdn_cmd_op, "run one operator on arrays from an HDF5 file (gdn op gated-delta | attention)"},
     {"inspect", gdn_cmd_inspect, "print and verify a checkpoint"},
     {"bench", gdn_cmd_bench, "time the delta rule and training steps"},
+    {"export", gdn_cmd_export, "write a checkpoint as a Hugging Face model directory"},
 };
 
 static void usage(FILE *f) {

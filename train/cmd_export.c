@@ -1,0 +1,584 @@
+/* gdn export MODEL.h5 --out HF_DIR: a checkpoint as a Hugging Face model directory
+ * (config.json + model.safetensors) that transformers loads without custom code:
+ *   softmax models (mixer A in every layer)   Llama, Qwen2 (qkv_bias) or Qwen3 (qk_norm)
+ *   GDN models (mixer G in every layer)        Qwen3-Next with every layer a linear-attention layer
+ * The tensor mapping and what cannot be exported are in docs/interop.md ("Export"). The directory
+ * is built under a temporary name beside HF_DIR and renamed into place, so HF_DIR is either
+ * complete or untouched. */
+#define _XOPEN_SOURCE 700
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/checkpoint.h"
+#include "io/json.h"
+#include "io/safetensors_write.h"
+#include "model/config.h"
+#include "model/mixer.h"
+#include "model/params.h"
+#include "train/commands.h"
+
+/* Written as max_position_embeddings: gdn models have no position limit, and RoPE of the
+ * default type does not read it. */
+#define EXPORT_MAX_POSITIONS 4096
+
+typedef enum { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3_NEXT } export_arch;
+
+static const char *const arch_model_type[] = {"llama", "qwen2", "qwen3", "qwen3_next"};
+static const char *const arch_class[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                         "Qwen3NextForCausalLM"};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: gdn export MODEL.h5 --out HF_DIR [--dtype f32|bf16] [--force]\n"
+            "  Writes a Hugging Face model directory (config.json, model.safetensors) that\n"
+            "  transformers loads with AutoModelForCausalLM and no custom code:\n"
+            "    softmax models (mixers all A): Llama; Qwen3 with qk_norm; Qwen2 with qkv_bias\n"
+            "    GDN models (mixers all G): Qwen3-Next, every layer a linear-attention layer with a\n"
+            "    dense MLP\n"
+            "  Other models (hybrids, the D/M/L mixers, allow_neg_eigval) are refused with the\n"
+            "  reason; docs/interop.md has the tensor mapping.\n"
+            "  --dtype   tensor type in model.safetensors: f32 (default) or bf16\n"
+            "  --force   replace HF_DIR when it exists and is not empty\n"
+            "  HF_DIR is built under a temporary name and renamed into place: it is complete or\n"
+            "  untouched. Exit status: 0 written, 1 refused or failed, 2 usage.\n");
+}
+
+/* ---- which architecture ------------------------------------------------------------------- */
+
+/* The architecture model c exports as: 0, or -1 with the reason in err. */
+static int choose_arch(const gdn_config *c, export_arch *arch, char *err, size_t errlen) {
+    const char *pat = gdn_config_mixers(c);
+    int n_a = gdn_config_count_mixer(c, GDN_MIXER_A), n_g = gdn_config_count_mixer(c, GDN_MIXER_G);
+    if (n_a == c->n_layers) {
+        *arch = c->qk_norm ? ARCH_QWEN3 : c->qkv_bias ? ARCH_QWEN2 : ARCH_LLAMA;
+        return 0;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        int m = gdn_config_layer_mixer(c, l);
+        if (m == GDN_MIXER_A || m == GDN_MIXER_G) continue;
+        const gdn_mixer_info *mx = gdn_mixer_get(m);
+        snprintf(err, errlen,
+                 "layer %d is '%c' (%s) (mixers \"%s\"): transformers has no model with this mixer; "
+                 "only models whose layers are all G (gated delta rule, exported as Qwen3-Next) or "
+                 "all A (softmax attention, exported as Llama/Qwen2/Qwen3) can be exported",
+                 l, mx ? mx->kind : '?', mx ? mx->name : "unknown", pat);
+        return -1;
+    }
+    if (n_a > 0 && n_g > 0) {
+        snprintf(err, errlen,
+                 "mixers \"%s\" mixes gated delta rule (G) and softmax attention (A) layers: "
+                 "Qwen3-Next's attention layers gate their output and always RMS-normalise q and k "
+                 "with partial RoPE, which this model's attention layers do not; hybrids are not "
+                 "exported (docs/interop.md, \"Export\")", pat);
+        return -1;
+    }
+    if (c->allow_neg_eigval) {
+        snprintf(err, errlen,
+                 "allow_neg_eigval = 1 (beta = 2 sigmoid(b)): Qwen3-Next computes beta = sigmoid(b) "
+                 "and no weight can double it, so the exported model would compute other logits");
+        return -1;
+    }
+    *arch = ARCH_QWEN3_NEXT;
+    return 0;
+}
+
+/* ---- tensors ------------------------------------------------------------------------------- */
+
+typedef struct {
+    stw_writer *w;
+    const gdn_param_table *t;
+    const float *P;
+    char *err;
+    size_t errlen;
+} export_ctx;
+
+static const gdn_param *need(export_ctx *x, const char *name) {
+    const gdn_param *p = gdn_param_find(x->t, name);
+    if (!p) snprintf(x->err, x->errlen, "the checkpoint's parameter table has no tensor %s", name);
+    return p;
+}
+
+static void shape_of(const gdn_param *p, int64_t *shape) {
+    for (int d = 0; d < p->ndim; d++) shape[d] = p->shape[d];
+}
+
+/* hf = ours, or with minus_one hf = ours - 1 (the zero-centred (1 + w) RMSNorm weights). */
+static int put(export_ctx *x, const char *hf, const char *ours, int minus_one) {
+    const gdn_param *p = need(x, ours);
+    if (!p) return -1;
+    int64_t shape[3];
+    shape_of(p, shape);
+    if (!minus_one) return stw_add(x->w, hf, p->ndim, shape, x->P + p->offset, x->err, x->errlen);
+    float *d = malloc(p->numel * sizeof *d);
+    if (!d) {
+        snprintf(x->err, x->errlen, "out of memory converting %s", ours);
+        return -1;
+    }
+    for (size_t i = 0; i < p->numel; i++) d[i] = x->P[p->offset + i] - 1.0f;
+    return stw_add_owned(x->w, hf, p->ndim, shape, d, x->err, x->errlen);
+}
+
+static int put_layer(export_ctx *x, int l, const char *hf, const char *ours, int minus_one) {
+    char a[2 * GDN_PARAM_NAME_MAX], b[2 * GDN_PARAM_NAME_MAX];
+    snprintf(a, sizeof a, "model.layers.%d.%s", l, hf);
+    snprintf(b, sizeof b, "model.layers.%d.%s", l, ours);
+    return put(x, a, b, minus_one);
+}
+
+static int put_zeros(export_ctx *x, int l, const char *hf, int64_t n) {
+    char a[2 * GDN_PARAM_NAME_MAX];
+    snprintf(a, sizeof a, "model.layers.%d.%s", l, hf);
+    float *d = calloc((size_t)n ? (size_t)n : 1, sizeof *d);
+    if (!d) {
+        snprintf(x->err, x->errlen, "out of memory for %s", a);
+        return -1;
+    }
+    return stw_add_owned(x->w, a, 1, &n, d, x->err, x->errlen);
+}
+
+/* The embeddings, final norm and (untied) head, and every block's MLP and norms. */
+static int put_shared(export_ctx *x, int zero_centred) {
+    const gdn_config *c = &x->t->cfg;
+    if (put(x, "model.embed_tokens.weight", "model.embeddings.weight", 0) ||
+        put(x, "model.norm.weight", "model.norm.weight", zero_centred))
+        return -1;
+    if (!c->tie_embeddings && put(x, "lm_head.weight", "lm_head.weight", 0)) return -1;
+    for (int l = 0; l < c->n_layers; l++)
+        if (put_layer(x, l, "input_layernorm.weight", "attn_norm.weight", zero_centred) ||
+            put_layer(x, l, "post_attention_layernorm.weight", "mlp_norm.weight", zero_centred) ||
+            put_layer(x, l, "mlp.gate_proj.weight", "mlp.gate_proj.weight", 0) ||
+            put_layer(x, l, "mlp.up_proj.weight", "mlp.up_proj.weight", 0) ||
+            put_layer(x, l, "mlp.down_proj.weight", "mlp.down_proj.weight", 0))
+            return -1;
+    return 0;
+}
+
+/* Llama / Qwen2 / Qwen3 attention: the same tensors under self_attn. */
+static int put_attention(export_ctx *x, export_arch arch) {
+    const gdn_config *c = &x->t->cfg;
+    static const char *const proj[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    for (int l = 0; l < c->n_layers; l++) {
+        char hf[64], ours[64];
+        for (int i = 0; i < 4; i++) {
+            snprintf(hf, sizeof hf, "self_attn.%s.weight", proj[i]);
+            snprintf(ours, sizeof ours, "attn.%s.weight", proj[i]);
+            if (put_layer(x, l, hf, ours, 0)) return -1;
+        }
+        for (int i = 0; c->qkv_bias && i < 3; i++) {
+            snprintf(hf, sizeof hf, "self_attn.%s.bias", proj[i]);
+            snprintf(ours, sizeof ours, "attn.%s.bias", proj[i]);
+            if (put_layer(x, l, hf, ours, 0)) return -1;
+        }
+        /* Qwen3's attention_bias also gives o_proj a bias: zeros keep the output unchanged */
+        if (arch == ARCH_QWEN3 && c->qkv_bias && put_zeros(x, l, "self_attn.o_proj.bias", c->d_model))
+            return -1;
+        if (c->qk_norm && (put_layer(x, l, "self_attn.q_norm.weight", "attn.q_norm.weight", 0) ||
+                           put_layer(x, l, "self_attn.k_norm.weight", "attn.k_norm.weight", 0)))
+            return -1;
+    }
+    return 0;
+}
+
+/* Qwen3-Next's gated DeltaNet layer from ours (per key head h, one value head per key head):
+ *   in_proj_qkvz rows  [q_h (K); k_h (K); v_h (V); z_h (V)] for h = 0..H-1
+ *   in_proj_ba rows    [b_h; a_h] for h = 0..H-1
+ *   conv1d.weight      [q_conv; k_conv; v_conv]  ([2HK + HV, 1, W])
+ *   A_log, dt_bias, norm.weight (= o_norm, plain weights), out_proj.weight (= o_proj) */
+static int put_gdn_layer(export_ctx *x, int l) {
+    const gdn_config *c = &x->t->cfg;
+    const int H = c->n_heads, K = c->head_dim, V = gdn_config_head_v(c), D = c->d_model;
+    const gdn_layer_offsets *o = &x->t->layer[l];
+    const float *P = x->P;
+    char name[GDN_PARAM_NAME_MAX + 32];
+
+    const size_t row = (size_t)D, per_head = (size_t)(2 * K + 2 * V);
+    float *qkvz = malloc((size_t)H * per_head * row * sizeof *qkvz);
+    if (!qkvz) goto oom;
+    for (int h = 0; h < H; h++) {
+        float *dst = qkvz + (size_t)h * per_head * row;
+        memcpy(dst, P + o->q_proj + (size_t)h * K * row, (size_t)K * row * sizeof *dst);
+        dst += (size_t)K * row;
+        memcpy(dst, P + o->k_proj + (size_t)h * K * row, (size_t)K * row * sizeof *dst);
+        dst += (size_t)K * row;
+        memcpy(dst, P + o->v_proj + (size_t)h * V * row, (size_t)V * row * sizeof *dst);
+        dst += (size_t)V * row;
+        memcpy(dst, P + o->g_proj + (size_t)h * V * row, (size_t)V * row * sizeof *dst);
+    }
+    snprintf(name, sizeof name, "model.layers.%d.linear_attn.in_proj_qkvz.weight", l);
+    int64_t s_qkvz[2] = {(int64_t)H * (int64_t)per_head, D};
+    if (stw_add_owned(x->w, name, 2, s_qkvz, qkvz, x->err, x->errlen)) return -1;
+
+    float *ba = malloc((size_t)2 * H * row * sizeof *ba);
+    if (!ba) goto oom;
+    for (int h = 0; h < H; h++) {
+        memcpy(ba + (size_t)(2 * h) * row, P + o->b_proj + (size_t)h * row, row * sizeof *ba);
+        memcpy(ba + (size_t)(2 * h + 1) * row, P + o->a_proj + (size_t)h * row, row * sizeof *ba);
+    }
+    snprintf(name, sizeof name, "model.layers.%d.linear_attn.in_proj_ba.weight", l);
+    int64_t s_ba[2] = {2 * (int64_t)H, D};
+    if (stw_add_owned(x->w, name, 2, s_ba, ba, x->err, x->errlen)) return -1;
+
+    const size_t W = (size_t)c->conv_width, nqk = (size_t)H * K * W, nv = (size_t)H * V * W;
+    float *conv = malloc((2 * nqk + nv) * sizeof *conv);
+    if (!conv) goto oom;
+    memcpy(conv, P + o->q_conv, nqk * sizeof *conv);
+    memcpy(conv + nqk, P + o->k_conv, nqk * sizeof *conv);
+    memcpy(conv + 2 * nqk, P + o->v_conv, nv * sizeof *conv);
+    snprintf(name, sizeof name, "model.layers.%d.linear_attn.conv1d.weight", l);
+    int64_t s_conv[3] = {2 * (int64_t)H * K + (int64_t)H * V, 1, (int64_t)W};
+    if (stw_add_owned(x->w, name, 3, s_conv, conv, x->err, x->errlen)) return -1;
+
+    if (put_layer(x, l, "linear_attn.A_log", "attn.A_log", 0) ||
+        put_layer(x, l, "linear_attn.dt_bias", "attn.dt_bias", 0) ||
+        put_layer(x, l, "linear_attn.norm.weight", "attn.o_norm.weight", 0) ||
+        put_layer(x, l, "linear_attn.out_proj.weight", "attn.o_proj.weight", 0))
+        return -1;
+    return 0;
+oom:
+    snprintf(x->err, x->errlen, "out of memory building the fused projections of layer %d", l);
+    return -1;
+}
+
+/* ---- config.json --------------------------------------------------------------------------- */
+
+static void kv_int_list(io_jw *j, const char *key, int n) {
+    io_jw_key(j, key);
+    io_jw_begin_array(j);
+    for (int i = 0; i < n; i++) io_jw_int(j, i);
+    io_jw_end_array(j);
+}
+
+static void kv_str_list(io_jw *j, const char *key, const char *s, int n) {
+    io_jw_key(j, key);
+    io_jw_begin_array(j);
+    for (int i = 0; i < n; i++) io_jw_string(j, s);
+    io_jw_end_array(j);
+}
+
+static void build_config(io_jw *j, const gdn_config *c, export_arch arch, stw_dtype dtype) {
+    io_jw_begin_object(j);
+    io_jw_key(j, "architectures");
+    io_jw_begin_array(j);
+    io_jw_string(j, arch_class[arch]);
+    io_jw_end_array(j);
+    io_jw_kv_string(j, "model_type", arch_model_type[arch]);
+    io_jw_kv_string(j, "dtype", dtype == STW_BF16 ? "bfloat16" : "float32");
+    io_jw_kv_int(j, "vocab_size", c->vocab_size);
+    io_jw_kv_int(j, "hidden_size", c->d_model);
+    io_jw_kv_int(j, "intermediate_size", c->d_ff);
+    io_jw_kv_int(j, "num_hidden_layers", c->n_layers);
+    io_jw_kv_string(j, "hidden_act", "silu");
+    io_jw_key(j, "rms_norm_eps");
+    io_jw_float(j, c->norm_eps);
+    io_jw_kv_bool(j, "tie_word_embeddings", c->tie_embeddings);
+    io_jw_kv_int(j, "max_position_embeddings", EXPORT_MAX_POSITIONS);
+    io_jw_key(j, "initializer_range");
+    io_jw_float(j, 0.02);
+    io_jw_kv_bool(j, "use_cache", 1);
+    io_jw_key(j, "bos_token_id");
+    io_jw_null(j);
+    io_jw_key(j, "eos_token_id");
+    io_jw_null(j);
+    io_jw_key(j, "pad_token_id");
+    io_jw_null(j);
+    io_jw_key(j, "attention_dropout");
+    io_jw_float(j, 0.0);
+    io_jw_key(j, "rope_parameters");
+    io_jw_begin_object(j);
+    io_jw_key(j, "rope_theta");
+    io_jw_float(j, gdn_config_rope_theta(c));
+    io_jw_kv_string(j, "rope_type", "default");
+    io_jw_end_object(j);
+    if (arch == ARCH_QWEN3_NEXT) {
+        io_jw_kv_int(j, "linear_num_key_heads", c->n_heads);
+        io_jw_kv_int(j, "linear_num_value_heads", c->n_heads);
+        io_jw_kv_int(j, "linear_key_head_dim", c->head_dim);
+        io_jw_kv_int(j, "linear_value_head_dim", gdn_config_head_v(c));
+        io_jw_kv_int(j, "linear_conv_kernel_dim", c->conv_width);
+        kv_str_list(j, "layer_types", "linear_attention", c->n_layers);
+        /* every layer listed: a dense MLP of intermediate_size whatever the MoE settings */
+        kv_int_list(j, "mlp_only_layers", c->n_layers);
+        io_jw_kv_int(j, "decoder_sparse_step", 1);
+        /* the (unused) softmax-attention settings, at their smallest consistent values */
+        io_jw_kv_int(j, "num_attention_heads", c->n_heads);
+        io_jw_kv_int(j, "num_key_value_heads", c->n_heads);
+        io_jw_kv_int(j, "head_dim", c->head_dim);
+        io_jw_kv_bool(j, "attention_bias", 0);
+    } else {
+        io_jw_kv_int(j, "num_attention_heads", c->n_heads);
+        io_jw_kv_int(j, "num_key_value_heads", gdn_config_kv_heads(c));
+        io_jw_kv_int(j, "head_dim", gdn_config_attn_dim(c));
+        if (arch != ARCH_QWEN2) io_jw_kv_bool(j, "attention_bias", c->qkv_bias);
+        if (arch == ARCH_LLAMA) {
+            io_jw_kv_bool(j, "mlp_bias", 0);
+            io_jw_kv_int(j, "pretraining_tp", 1);
+        } else {
+            io_jw_kv_bool(j, "use_sliding_window", 0);
+            io_jw_key(j, "sliding_window");
+            io_jw_null(j);
+            io_jw_kv_int(j, "max_window_layers", c->n_layers);
+            kv_str_list(j, "layer_types", "full_attention", c->n_layers);
+        }
+    }
+    io_jw_end_object(j);
+}
+
+/* ---- the directory ------------------------------------------------------------------------- */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)ftw;
+    return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+/* Removes path and everything under it (symbolic links are removed, not followed). */
+static int rm_tree(const char *path) { return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static int fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int r = fsync(fd);
+    close(fd);
+    return r;
+}
+
+/* 1: path is a directory with entries; 0: an empty directory; -1: not a directory (err set). */
+static int dir_state(const char *path, char *err, size_t errlen) {
+    DIR *d = opendir(path);
+    if (!d) {
+        snprintf(err, errlen, "%s: %s", path,
+                 errno == ENOTDIR ? "exists and is not a directory: give a directory path for --out"
+                                  : strerror(errno));
+        return -1;
+    }
+    struct dirent *e;
+    int full = 0;
+    while (!full && (e = readdir(d)))
+        full = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return full;
+}
+
+static int write_text(const char *path, const char *text, char *err, size_t errlen) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        return -1;
+    }
+    size_t n = strlen(text), done = 0;
+    while (done < n) {
+        ssize_t k = write(fd, text + done, n - done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        done += (size_t)k;
+    }
+    int bad = done < n || write(fd, "\n", 1) != 1 || fsync(fd);
+    int saved = errno;
+    if (close(fd)) bad = 1;
+    if (bad) {
+        snprintf(err, errlen, "%s: writing failed: %s", path, strerror(saved));
+        unlink(path);
+        return -1;
+    }
+    return 0;
+}
+
+/* The parent directory of path, for the final fsync. */
+static void parent_of(const char *path, char *out, size_t n) {
+    snprintf(out, n, "%s", path);
+    char *slash = strrchr(out, '/');
+    if (!slash) snprintf(out, n, ".");
+    else if (slash == out) out[1] = 0;
+    else *slash = 0;
+}
+
+/* Moves the finished tmp directory to out. rename(2) replaces an empty directory itself; a full
+ * one (with --force) is moved aside first and removed once the new one is in place. */
+static int install_dir(const char *tmp, const char *out, int exists, char *err, size_t errlen) {
+    if (exists != 1) {
+        if (rename(tmp, out)) {
+            snprintf(err, errlen, "%s: cannot rename %s into place: %s", out, tmp, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    char old[4200];
+    snprintf(old, sizeof old, "%s.old.%ld", out, (long)getpid());
+    if (rename(out, old)) {
+        snprintf(err, errlen, "%s: cannot move the old directory aside: %s", out, strerror(errno));
+        return -1;
+    }
+    if (rename(tmp, out)) {
+        int e = errno;
+        if (rename(old, out)) fprintf(stderr, "gdn export: the old %s is now %s\n", out, old);
+        snprintf(err, errlen, "%s: cannot rename %s into place: %s", out, tmp, strerror(e));
+        return -1;
+    }
+    if (rm_tree(old)) fprintf(stderr, "gdn export: warning: could not remove the replaced %s\n", old);
+    return 0;
+}
+
+/* ---- the command --------------------------------------------------------------------------- */
+
+static int export_tensors(export_ctx *x, export_arch arch) {
+    if (arch != ARCH_QWEN3_NEXT) return put_shared(x, 0) || put_attention(x, arch) ? -1 : 0;
+    if (put_shared(x, 1)) return -1;
+    for (int l = 0; l < x->t->cfg.n_layers; l++)
+        if (put_gdn_layer(x, l)) return -1;
+    return 0;
+}
+
+int gdn_cmd_export(int argc, char **argv) {
+    const char *model = NULL, *out_arg = NULL;
+    int force = 0;
+    stw_dtype dtype = STW_F32;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
+        } else if (!strcmp(a, "--out") || !strcmp(a, "--dtype")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "gdn export: %s needs a value\n", a);
+                usage(stderr);
+                return 2;
+            }
+            const char *v = argv[++i];
+            if (!strcmp(a, "--out")) {
+                out_arg = v;
+            } else if (!strcmp(v, "f32") || !strcmp(v, "fp32") || !strcmp(v, "float32")) {
+                dtype = STW_F32;
+            } else if (!strcmp(v, "bf16") || !strcmp(v, "bfloat16")) {
+                dtype = STW_BF16;
+            } else {
+                fprintf(stderr, "gdn export: --dtype \"%s\" is not a tensor type: use f32 or bf16\n", v);
+                return 2;
+            }
+        } else if (a[0] == '-' || model) {
+            fprintf(stderr, "gdn export: unexpected argument \"%s\"\n", a);
+            usage(stderr);
+            return 2;
+        } else {
+            model = a;
+        }
+    }
+    if (!model || !out_arg || !*out_arg) {
+        fprintf(stderr, "gdn export: %s\n", !model ? "give the checkpoint MODEL.h5" : "give --out HF_DIR");
+        usage(stderr);
+        return 2;
+    }
+    char out[4096];
+    if (snprintf(out, sizeof out, "%s", out_arg) >= (int)sizeof out) {
+        fprintf(stderr, "gdn export: --out path is too long\n");
+        return 2;
+    }
+    for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--) out[n - 1] = 0;
+
+    char err[10240];
+    struct stat st;
+    int exists = -2; /* -2: absent; 0 empty; 1 full */
+    if (lstat(out, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "gdn export: --out %s exists and is not a directory: give a directory path\n", out);
+            return 1;
+        }
+        exists = dir_state(out, err, sizeof err);
+        if (exists < 0) {
+            fprintf(stderr, "gdn export: --out %s\n", err);
+            return 1;
+        }
+        if (exists == 1 && !force) {
+            fprintf(stderr, "gdn export: --out %s exists and is not empty: choose another directory, "
+                            "or pass --force to replace it\n", out);
+            return 1;
+        }
+    }
+
+    ckpt_info info;
+    if (ckpt_read_info(model, &info, err, sizeof err)) {
+        fprintf(stderr, "gdn export: %s\n", err);
+        return 1;
+    }
+    gdn_config cfg = info.model;
+    ckpt_info_free(&info);
+    if (gdn_config_validate(&cfg, err, sizeof err)) {
+        fprintf(stderr, "gdn export: %s: the model configuration is invalid: %s\n", model, err);
+        return 1;
+    }
+    export_arch arch;
+    if (choose_arch(&cfg, &arch, err, sizeof err)) {
+        fprintf(stderr, "gdn export: %s cannot be exported: %s\n", model, err);
+        return 1;
+    }
+    gdn_param_table t;
+    gdn_param_table_build(&t, &cfg);
+    float *params = malloc(t.total * sizeof *params);
+    if (!params) {
+        fprintf(stderr, "gdn export: out of memory for %zu parameters\n", t.total);
+        gdn_param_table_free(&t);
+        return 1;
+    }
+    int rc = 1;
+    stw_writer *w = NULL;
+    io_jw j;
+    io_jw_init(&j, 1);
+    char tmp[4200] = "", path[4300];
+    if (ckpt_load(model, &cfg, &t, params, NULL, NULL, NULL, err, sizeof err)) {
+        fprintf(stderr, "gdn export: %s\n", err);
+        goto done;
+    }
+    w = stw_create(dtype);
+    if (!w) {
+        fprintf(stderr, "gdn export: out of memory\n");
+        goto done;
+    }
+    export_ctx x = {w, &t, params, err, sizeof err};
+    if (export_tensors(&x, arch)) {
+        fprintf(stderr, "gdn export: %s: %s\n", model, err);
+        goto done;
+    }
+    build_config(&j, &cfg, arch, dtype);
+
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
+    if (mkdir(tmp, 0755)) {
+        fprintf(stderr, "gdn export: cannot create %s: %s%s\n", tmp, strerror(errno),
+                errno == ENOENT ? " (does the parent directory of --out exist?)" : "");
+        tmp[0] = 0; /* not ours: leave it */
+        goto done;
+    }
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    if (write_text(path, io_jw_text(&j), err, sizeof err)) goto fail_msg;
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    if (stw_write(w, path, err, sizeof err)) goto fail_msg;
+    if (fsync_path(tmp)) {
+        snprintf(err, sizeof err, "%s: cannot sync: %s", tmp, strerror(errno));
+        goto fail_msg;
+    }
+    if (install_dir(tmp, out, exists, err, sizeof err)) goto fail_msg;
+    tmp[0] = 0;
+    char parent[4096];
+    parent_of(out, parent, sizeof parent);
+    fsync_path(parent); /* best effort: the data are synced, the name follows */
+    printf("gdn export: %s -> %s (%s, %d tensors, %s)\n", model, out, arch_model_type[arch], stw_count(w),
+           dtype == STW_BF16 ? "bf16" : "f32");
+    rc = 0;
+    goto done;
+fail_msg:
+    fprintf(stderr, "gdn export: %s\n", err);
+done:
+    if (tmp[0] && rm_tree(tmp)) fprintf(stderr, "gdn export: warning: could not remove %s\n", tmp);
+    io_jw_free(&j);
+    stw_free(w);
+    free(params);
+    gdn_param_table_free(&t);
+    return rc;
+}
