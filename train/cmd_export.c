@@ -306,10 +306,11 @@ static void build_config(io_jw *j, const gdn_config *c, export_arch arch, stw_dt
         /* every layer listed: a dense MLP of intermediate_size whatever the MoE settings */
         kv_int_list(j, "mlp_only_layers", c->n_layers);
         io_jw_kv_int(j, "decoder_sparse_step", 1);
-        /* the (unused) softmax-attention settings, at their smallest consistent values */
+        /* the softmax-attention settings, unused (no full_attention layer); head_dim a multiple
+         * of 8 so that the partial RoPE transformers still sets up has an even, nonzero width */
         io_jw_kv_int(j, "num_attention_heads", c->n_heads);
         io_jw_kv_int(j, "num_key_value_heads", c->n_heads);
-        io_jw_kv_int(j, "head_dim", c->head_dim);
+        io_jw_kv_int(j, "head_dim", (c->head_dim + 7) / 8 * 8);
         io_jw_kv_bool(j, "attention_bias", 0);
     } else {
         io_jw_kv_int(j, "num_attention_heads", c->n_heads);
@@ -488,7 +489,8 @@ int gdn_cmd_export(int argc, char **argv) {
     int exists = -2; /* -2: absent; 0 empty; 1 full */
     if (lstat(out, &st) == 0) {
         if (!S_ISDIR(st.st_mode)) {
-            fprintf(stderr, "gdn export: --out %s exists and is not a directory: give a directory path\n", out);
+            fprintf(stderr, "gdn export: --out %s exists and is not a directory%s: give a directory path\n",
+                    out, S_ISLNK(st.st_mode) ? " (a symbolic link; it is not followed)" : "");
             return 1;
         }
         exists = dir_state(out, err, sizeof err);

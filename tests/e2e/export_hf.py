@@ -11,11 +11,14 @@
   code, reading only the exported directory, gives gdn's own logits (export_case_logits) to 1e-4;
 - bf16 export stores the round-to-nearest-even bfloat16 of each value;
 - refusals (hybrids, other mixers, allow_neg_eigval, a non-empty --out without --force, --out a
-  file) exit 1 with a message naming the reason and leave nothing behind; usage errors exit 2.
+  file or a symbolic link) exit 1 with a message naming the reason and leave nothing behind; a
+  write that fails (file size limit) leaves an existing --out as it was; usage errors exit 2.
 
     export_hf.py GDN EXPORT_CASE_LOGITS"""
 import json
 import os
+import resource
+import signal
 import struct
 import subprocess
 import sys
@@ -348,6 +351,23 @@ def main():
         check(sorted(os.listdir(empty)) == ["config.json", "model.safetensors"], "an empty --out was not used")
         expect_fail([GDN, "export", gck, "--out", os.path.join(tmp, "no", "such", "dir")], 1,
                     "does the parent directory of --out exist?", "--out in a missing directory")
+
+        link = os.path.join(tmp, "link")
+        os.symlink(empty, link)
+        expect_fail([GDN, "export", gck, "--out", link, "--force"], 1, "a symbolic link", "--out a symlink")
+        check(os.path.islink(link), "a refused export replaced the symbolic link")
+
+        # a write that fails (file size limit: EFBIG) leaves --out as it was and no temporary directory
+        def small_files():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (40000, 40000))
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        before = {n: open(os.path.join(keep, n), "rb").read() for n in os.listdir(keep)}
+        r = subprocess.run([GDN, "export", gck, "--out", keep, "--force"], capture_output=True, text=True,
+                           preexec_fn=small_files)
+        check(r.returncode == 1 and "writing failed" in r.stderr, f"failed write: exit {r.returncode}: {r.stderr}")
+        after = {n: open(os.path.join(keep, n), "rb").read() for n in os.listdir(keep)}
+        check(before == after, "a failed export changed the existing --out")
+        check(not [x for x in os.listdir(tmp) if ".tmp." in x or ".old." in x], "a failed write left a temporary directory")
 
         # models that cannot be exported: exit 1, the reason, no directory
         refused = {
