@@ -39,7 +39,8 @@ static void usage(FILE *f) {
             "usage: gdn export MODEL.h5 --out HF_DIR [--dtype f32|bf16] [--force]\n"
             "  Writes a Hugging Face model directory (config.json, model.safetensors) that\n"
             "  transformers loads with AutoModelForCausalLM and no custom code:\n"
-            "    softmax models (mixers all A): Llama; Qwen3 with qk_norm; Qwen2 with qkv_bias\n"
+            "    softmax models (mixers all A): Llama; Qwen3 with qk_norm; Qwen2 with qkv_bias (Llama\n"
+            "    with attention_bias when the head dimension is not d_model / n_heads)\n"
             "    GDN models (mixers all G): Qwen3-Next, every layer a linear-attention layer with a\n"
             "    dense MLP\n"
             "  Other models (hybrids, the D/M/L mixers, allow_neg_eigval) are refused with the\n"
@@ -57,7 +58,10 @@ static int choose_arch(const gdn_config *c, export_arch *arch, char *err, size_t
     const char *pat = gdn_config_mixers(c);
     int n_a = gdn_config_count_mixer(c, GDN_MIXER_A), n_g = gdn_config_count_mixer(c, GDN_MIXER_G);
     if (n_a == c->n_layers) {
-        *arch = c->qk_norm ? ARCH_QWEN3 : c->qkv_bias ? ARCH_QWEN2 : ARCH_LLAMA;
+        /* Qwen2 derives head_dim from hidden_size / num_attention_heads; with another head_dim,
+         * Llama's attention_bias carries the q/k/v biases (and a zero o_proj bias) instead */
+        int std_dim = gdn_config_attn_dim(c) * c->n_heads == c->d_model;
+        *arch = c->qk_norm ? ARCH_QWEN3 : c->qkv_bias && std_dim ? ARCH_QWEN2 : ARCH_LLAMA;
         return 0;
     }
     for (int l = 0; l < c->n_layers; l++) {
@@ -176,8 +180,8 @@ static int put_attention(export_ctx *x, export_arch arch) {
             snprintf(ours, sizeof ours, "attn.%s.bias", proj[i]);
             if (put_layer(x, l, hf, ours, 0)) return -1;
         }
-        /* Qwen3's attention_bias also gives o_proj a bias: zeros keep the output unchanged */
-        if (arch == ARCH_QWEN3 && c->qkv_bias && put_zeros(x, l, "self_attn.o_proj.bias", c->d_model))
+        /* Llama's and Qwen3's attention_bias also gives o_proj a bias: zeros keep the output */
+        if (arch != ARCH_QWEN2 && c->qkv_bias && put_zeros(x, l, "self_attn.o_proj.bias", c->d_model))
             return -1;
         if (c->qk_norm && (put_layer(x, l, "self_attn.q_norm.weight", "attn.q_norm.weight", 0) ||
                            put_layer(x, l, "self_attn.k_norm.weight", "attn.k_norm.weight", 0)))
@@ -315,7 +319,8 @@ static void build_config(io_jw *j, const gdn_config *c, export_arch arch, stw_dt
     } else {
         io_jw_kv_int(j, "num_attention_heads", c->n_heads);
         io_jw_kv_int(j, "num_key_value_heads", gdn_config_kv_heads(c));
-        io_jw_kv_int(j, "head_dim", gdn_config_attn_dim(c));
+        /* Qwen2 has no head_dim setting: it is hidden_size / num_attention_heads (choose_arch) */
+        if (arch != ARCH_QWEN2) io_jw_kv_int(j, "head_dim", gdn_config_attn_dim(c));
         if (arch != ARCH_QWEN2) io_jw_kv_bool(j, "attention_bias", c->qkv_bias);
         if (arch == ARCH_LLAMA) {
             io_jw_kv_bool(j, "mlp_bias", 0);

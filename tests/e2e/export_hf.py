@@ -105,7 +105,7 @@ def load_export(d):
 
 # ---- the mapping ------------------------------------------------------------------------------
 
-def expected_tensors(ck):
+def expected_tensors(ck, arch):
     """The exported tensors computed from the checkpoint (h5py) by the mapping in docs/interop.md."""
     with h5py.File(ck, "r") as f:
         p = {k: f["params"][k][()] for k in f["params"]}
@@ -143,7 +143,7 @@ def expected_tensors(ck):
             if m["qkv_bias"]:
                 for k in ("q_proj", "k_proj", "v_proj"):
                     e[n + f"self_attn.{k}.bias"] = p[o + f"{k}.bias"]
-                if m["qk_norm"]:
+                if arch != "qwen2":  # Llama's and Qwen3's attention_bias: a zero o_proj bias
                     e[n + "self_attn.o_proj.bias"] = np.zeros(int(m["d_model"]), np.float32)
             if m["qk_norm"]:
                 e[n + "self_attn.q_norm.weight"] = p[o + "q_norm.weight"]
@@ -227,7 +227,8 @@ def rotate_half(x):
 def llama_forward(cfg, w, ids):
     """LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM (eager attention, full RoPE)."""
     eps, H, Hkv = cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    Dh = cfg.get("head_dim") or cfg["hidden_size"] // H
+    # Qwen2 has no head_dim setting (hidden_size / num_attention_heads); Llama and Qwen3 read it
+    Dh = cfg["hidden_size"] // H if cfg["model_type"] == "qwen2" else cfg["head_dim"]
     rp = cfg["rope_parameters"]
     assert rp["rope_type"] == "default" and cfg["hidden_act"] == "silu"
     x = w["model.embed_tokens.weight"][ids]
@@ -278,6 +279,9 @@ CASES = {
                "--tie_embeddings", "true"], "qwen2", "Qwen2ForCausalLM"),
     "llama": (["--mixers", "A", "--n_heads", "4", "--n_kv_heads", "2", "--attn_head_dim", "8"],
               "llama", "LlamaForCausalLM"),
+    # biases with a head_dim other than d_model / n_heads, which Qwen2 cannot express
+    "llama_bias": (["--mixers", "A", "--n_heads", "2", "--attn_head_dim", "12", "--qkv_bias", "true"],
+                   "llama", "LlamaForCausalLM"),
 }
 
 
@@ -293,7 +297,7 @@ def case(tmp, name, opts, model_type, cls):
     for key in ("rms_norm_eps", "initializer_range"):
         check(isinstance(cfg[key], float), f"{name}: {key} is not written as a float")
     check(isinstance(cfg["rope_parameters"]["rope_theta"], float), f"{name}: rope_theta is not a float")
-    exp, m = expected_tensors(ck)
+    exp, m = expected_tensors(ck, model_type)
     check(sorted(raw) == sorted(exp), f"{name}: tensors {sorted(set(raw) ^ set(exp))} differ")
     for k in exp:
         if k in raw:

@@ -11,7 +11,8 @@
 # come from `gdn op logits` when the binary has it (and python3 has h5py), else from the
 # export_case_logits program built beside gdn (BUILD_DIR/tests/export_case_logits).
 # Cases: gdn (Qwen3-Next), gdn_tied (Qwen3-Next, tied embeddings, 4 heads, conv width 3),
-# qwen3 (q/k norms, grouped-query attention), qwen2 (q/k/v biases, tied), llama.
+# qwen3 (q/k norms, grouped-query attention), qwen2 (q/k/v biases, tied), llama, llama_bias
+# (q/k/v biases with a head_dim other than d_model / n_heads: Llama's attention_bias).
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 BUILD_DIR/gdn OUTDIR" >&2; exit 2; }
 GDN=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -75,5 +76,6 @@ case_ gdn_tied --mixers G --n_heads 4 --head_dim 8 --expand_v 1 --conv_width 3 -
 case_ qwen3 --mixers A --n_heads 4 --n_kv_heads 2 --attn_head_dim 16 --qk_norm true --rope_theta 100000
 case_ qwen2 --mixers A --n_heads 4 --n_kv_heads 1 --attn_head_dim 12 --qkv_bias true --tie_embeddings true
 case_ llama --mixers A --n_heads 4 --n_kv_heads 2 --attn_head_dim 12
+case_ llama_bias --mixers A --n_heads 2 --attn_head_dim 16 --qkv_bias true
 echo "export_case.sh: wrote $(ls -d "$OUT"/*.expected.json | wc -l) cases to $OUT;" \
      "check them with: python3 $SRC/tests/interop/check_export.py $OUT"
