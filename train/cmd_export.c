@@ -2,6 +2,7 @@
  * (config.json + model.safetensors) that transformers loads without custom code:
  *   softmax models (mixer A in every layer)   Llama, Qwen2 (qkv_bias) or Qwen3 (qk_norm)
  *   GDN models (mixer G in every layer)        Qwen3-Next with every layer a linear-attention layer
+ *   hybrids of G and A layers with qk_norm     Qwen3-Next, the A layers full_attention layers
  * The tensor mapping and what cannot be exported are in docs/interop.md ("Export"). The directory
  * is built under a temporary name beside HF_DIR and renamed into place, so HF_DIR is either
  * complete or untouched. */
@@ -42,9 +43,10 @@ static void usage(FILE *f) {
             "    softmax models (mixers all A): Llama; Qwen3 with qk_norm; Qwen2 with qkv_bias (Llama\n"
             "    with attention_bias when the head dimension is not d_model / n_heads)\n"
             "    GDN models (mixers all G): Qwen3-Next, every layer a linear-attention layer with a\n"
-            "    dense MLP\n"
-            "  Other models (hybrids, the D/M/L mixers, allow_neg_eigval) are refused with the\n"
-            "  reason; docs/interop.md has the tensor mapping.\n"
+            "    dense MLP; hybrids of G and A layers with qk_norm: Qwen3-Next, the A layers\n"
+            "    full-attention layers whose output gate is constant\n"
+            "  Other models (hybrids without qk_norm, the D/M/L mixers, allow_neg_eigval) are\n"
+            "  refused with the reason; docs/interop.md has the tensor mapping.\n"
             "  --dtype   tensor type in model.safetensors: f32 (default) or bf16\n"
             "  --force   replace HF_DIR when it exists and is not empty\n"
             "  HF_DIR is built under a temporary name and renamed into place: it is complete or\n"
@@ -56,7 +58,7 @@ static void usage(FILE *f) {
 /* The architecture model c exports as: 0, or -1 with the reason in err. */
 static int choose_arch(const gdn_config *c, export_arch *arch, char *err, size_t errlen) {
     const char *pat = gdn_config_mixers(c);
-    int n_a = gdn_config_count_mixer(c, GDN_MIXER_A), n_g = gdn_config_count_mixer(c, GDN_MIXER_G);
+    int n_a = gdn_config_count_mixer(c, GDN_MIXER_A);
     if (n_a == c->n_layers) {
         /* Qwen2 derives head_dim from hidden_size / num_attention_heads; with another head_dim,
          * Llama's attention_bias carries the q/k/v biases (and a zero o_proj bias) instead */
@@ -70,17 +72,17 @@ static int choose_arch(const gdn_config *c, export_arch *arch, char *err, size_t
         const gdn_mixer_info *mx = gdn_mixer_get(m);
         snprintf(err, errlen,
                  "layer %d is '%c' (%s) (mixers \"%s\"): transformers has no model with this mixer; "
-                 "only models whose layers are all G (gated delta rule, exported as Qwen3-Next) or "
-                 "all A (softmax attention, exported as Llama/Qwen2/Qwen3) can be exported",
+                 "only layers of G (gated delta rule, exported as Qwen3-Next) and A (softmax "
+                 "attention, exported as Llama/Qwen2/Qwen3, or Qwen3-Next in a hybrid) can be exported",
                  l, mx ? mx->kind : '?', mx ? mx->name : "unknown", pat);
         return -1;
     }
-    if (n_a > 0 && n_g > 0) {
+    if (n_a > 0 && !c->qk_norm) {
         snprintf(err, errlen,
-                 "mixers \"%s\" mixes gated delta rule (G) and softmax attention (A) layers: "
-                 "Qwen3-Next's attention layers gate their output and always RMS-normalise q and k "
-                 "with partial RoPE, which this model's attention layers do not; hybrids are not "
-                 "exported (docs/interop.md, \"Export\")", pat);
+                 "mixers \"%s\" mixes gated delta rule (G) and softmax attention (A) layers, and "
+                 "the attention layers have no q/k norms (qk_norm = 0): Qwen3-Next's attention "
+                 "layers always RMS-normalise q and k, and no weight makes that the identity; "
+                 "hybrids are exported only with qk_norm (docs/interop.md, \"Export\")", pat);
         return -1;
     }
     if (c->allow_neg_eigval) {
@@ -89,7 +91,7 @@ static int choose_arch(const gdn_config *c, export_arch *arch, char *err, size_t
                  "and no weight can double it, so the exported model would compute other logits");
         return -1;
     }
-    *arch = ARCH_QWEN3_NEXT;
+    *arch = ARCH_QWEN3_NEXT; /* every layer G, or G and A with qk_norm (a hybrid) */
     return 0;
 }
 
@@ -250,6 +252,57 @@ oom:
     return -1;
 }
 
+/* Qwen3-Next's gated attention layer computing ours: q_proj yields per head h the query rows
+ * and then head_dim gate rows; the gate rows are zero with bias EXPORT_GATE_BIAS, so the
+ * output gate sigmoid(gate) is exactly 1.0 (in fp32, bf16 and fp16). attention_bias gives every
+ * projection a bias: ours with qkv_bias, else zeros (o_proj: zeros). q_norm and k_norm are
+ * zero-centred there: w - 1. RoPE is full (partial_rotary_factor 1, build_config). */
+#define EXPORT_GATE_BIAS 1e4f
+static int put_gated_attention_layer(export_ctx *x, int l) {
+    const gdn_config *c = &x->t->cfg;
+    const int H = c->n_heads, Hkv = gdn_config_kv_heads(c), Da = gdn_config_attn_dim(c), D = c->d_model;
+    const gdn_layer_offsets *o = &x->t->layer[l];
+    char name[2 * GDN_PARAM_NAME_MAX];
+    const size_t row = (size_t)D;
+    float *qw = calloc((size_t)2 * H * Da * row, sizeof *qw), *qb = calloc((size_t)2 * H * Da, sizeof *qb);
+    if (!qw || !qb) {
+        free(qw);
+        free(qb);
+        snprintf(x->err, x->errlen, "out of memory building the gated q_proj of layer %d", l);
+        return -1;
+    }
+    for (int h = 0; h < H; h++) {
+        memcpy(qw + (size_t)2 * h * Da * row, x->P + o->q_proj + (size_t)h * Da * row, (size_t)Da * row * sizeof *qw);
+        for (int i = 0; i < Da; i++) {
+            qb[(size_t)2 * h * Da + i] = c->qkv_bias ? x->P[o->q_bias + (size_t)h * Da + i] : 0.0f;
+            qb[(size_t)(2 * h + 1) * Da + i] = EXPORT_GATE_BIAS;
+        }
+    }
+    int64_t sw[2] = {2 * (int64_t)H * Da, D}, sb[1] = {2 * (int64_t)H * Da};
+    snprintf(name, sizeof name, "model.layers.%d.self_attn.q_proj.weight", l);
+    if (stw_add_owned(x->w, name, 2, sw, qw, x->err, x->errlen)) {
+        free(qb);
+        return -1;
+    }
+    snprintf(name, sizeof name, "model.layers.%d.self_attn.q_proj.bias", l);
+    if (stw_add_owned(x->w, name, 1, sb, qb, x->err, x->errlen)) return -1;
+    if (put_layer(x, l, "self_attn.k_proj.weight", "attn.k_proj.weight", 0) ||
+        put_layer(x, l, "self_attn.v_proj.weight", "attn.v_proj.weight", 0) ||
+        put_layer(x, l, "self_attn.o_proj.weight", "attn.o_proj.weight", 0) ||
+        put_layer(x, l, "self_attn.q_norm.weight", "attn.q_norm.weight", 1) ||
+        put_layer(x, l, "self_attn.k_norm.weight", "attn.k_norm.weight", 1))
+        return -1;
+    if (c->qkv_bias) {
+        if (put_layer(x, l, "self_attn.k_proj.bias", "attn.k_proj.bias", 0) ||
+            put_layer(x, l, "self_attn.v_proj.bias", "attn.v_proj.bias", 0))
+            return -1;
+    } else if (put_zeros(x, l, "self_attn.k_proj.bias", (int64_t)Hkv * Da) ||
+               put_zeros(x, l, "self_attn.v_proj.bias", (int64_t)Hkv * Da)) {
+        return -1;
+    }
+    return put_zeros(x, l, "self_attn.o_proj.bias", D);
+}
+
 /* ---- config.json --------------------------------------------------------------------------- */
 
 static void kv_int_list(io_jw *j, const char *key, int n) {
@@ -299,6 +352,10 @@ static void build_config(io_jw *j, const gdn_config *c, export_arch arch, stw_dt
     io_jw_key(j, "rope_theta");
     io_jw_float(j, gdn_config_rope_theta(c));
     io_jw_kv_string(j, "rope_type", "default");
+    if (arch == ARCH_QWEN3_NEXT && gdn_config_count_mixer(c, GDN_MIXER_A)) {
+        io_jw_key(j, "partial_rotary_factor");
+        io_jw_float(j, 1.0);
+    }
     io_jw_end_object(j);
     if (arch == ARCH_QWEN3_NEXT) {
         io_jw_kv_int(j, "linear_num_key_heads", c->n_heads);
@@ -306,16 +363,31 @@ static void build_config(io_jw *j, const gdn_config *c, export_arch arch, stw_dt
         io_jw_kv_int(j, "linear_key_head_dim", c->head_dim);
         io_jw_kv_int(j, "linear_value_head_dim", gdn_config_head_v(c));
         io_jw_kv_int(j, "linear_conv_kernel_dim", c->conv_width);
-        kv_str_list(j, "layer_types", "linear_attention", c->n_layers);
+        io_jw_key(j, "layer_types");
+        io_jw_begin_array(j);
+        for (int l = 0; l < c->n_layers; l++)
+            io_jw_string(j, gdn_config_layer_mixer(c, l) == GDN_MIXER_A ? "full_attention" : "linear_attention");
+        io_jw_end_array(j);
         /* every layer listed: a dense MLP of intermediate_size whatever the MoE settings */
         kv_int_list(j, "mlp_only_layers", c->n_layers);
         io_jw_kv_int(j, "decoder_sparse_step", 1);
-        /* the softmax-attention settings, unused (no full_attention layer); head_dim a multiple
-         * of 8 so that the partial RoPE transformers still sets up has an even, nonzero width */
-        io_jw_kv_int(j, "num_attention_heads", c->n_heads);
-        io_jw_kv_int(j, "num_key_value_heads", c->n_heads);
-        io_jw_kv_int(j, "head_dim", (c->head_dim + 7) / 8 * 8);
-        io_jw_kv_bool(j, "attention_bias", 0);
+        if (gdn_config_count_mixer(c, GDN_MIXER_A)) {
+            /* the full_attention layers: gated attention with a constant gate (its bias) */
+            io_jw_kv_int(j, "num_attention_heads", c->n_heads);
+            io_jw_kv_int(j, "num_key_value_heads", gdn_config_kv_heads(c));
+            io_jw_kv_int(j, "head_dim", gdn_config_attn_dim(c));
+            io_jw_kv_bool(j, "attention_bias", 1);
+            /* full RoPE; written at the top level too, where Qwen3NextConfig defaults it to 0.25 */
+            io_jw_key(j, "partial_rotary_factor");
+            io_jw_float(j, 1.0);
+        } else {
+            /* the softmax-attention settings, unused (no full_attention layer); head_dim a
+             * multiple of 8 so that the partial RoPE transformers sets up has an even width */
+            io_jw_kv_int(j, "num_attention_heads", c->n_heads);
+            io_jw_kv_int(j, "num_key_value_heads", c->n_heads);
+            io_jw_kv_int(j, "head_dim", (c->head_dim + 7) / 8 * 8);
+            io_jw_kv_bool(j, "attention_bias", 0);
+        }
     } else {
         io_jw_kv_int(j, "num_attention_heads", c->n_heads);
         io_jw_kv_int(j, "num_key_value_heads", gdn_config_kv_heads(c));
@@ -437,7 +509,9 @@ static int export_tensors(export_ctx *x, export_arch arch) {
     if (arch != ARCH_QWEN3_NEXT) return put_shared(x, 0) || put_attention(x, arch) ? -1 : 0;
     if (put_shared(x, 1)) return -1;
     for (int l = 0; l < x->t->cfg.n_layers; l++)
-        if (put_gdn_layer(x, l)) return -1;
+        if (gdn_config_layer_mixer(&x->t->cfg, l) == GDN_MIXER_A ? put_gated_attention_layer(x, l)
+                                                                 : put_gdn_layer(x, l))
+            return -1;
     return 0;
 }
 

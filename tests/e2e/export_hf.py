@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """gdn export end to end (NumPy and h5py; no torch):
 
-- tiny checkpoints of each kind (a GDN model, Qwen3-style attention with q/k norms and GQA, a
-  Qwen2-style one with q/k/v biases and tied embeddings, a plain Llama-style one), trained a few
+- tiny checkpoints of each kind (GDN models, hybrids of GDN and attention layers with q/k norms,
+  Qwen3-style attention with q/k norms and GQA, a Qwen2-style one with q/k/v biases and tied
+  embeddings, Llama-style ones with and without biases), trained a few
   steps at a high learning rate so that norms, gates and biases are far from their initial values;
 - each export is a well-formed directory: config.json (the architecture's fields, floats written
   as floats) and model.safetensors (header, dtypes, shapes, offsets tiling the data exactly);
@@ -10,7 +11,7 @@
 - a NumPy fp64 forward pass written from transformers' Qwen3-Next / Llama / Qwen2 / Qwen3 modelling
   code, reading only the exported directory, gives gdn's own logits (export_case_logits) to 1e-4;
 - bf16 export stores the round-to-nearest-even bfloat16 of each value;
-- refusals (hybrids, other mixers, allow_neg_eigval, a non-empty --out without --force, --out a
+- refusals (hybrids without q/k norms, other mixers, allow_neg_eigval, a non-empty --out without --force, --out a
   file or a symbolic link) exit 1 with a message naming the reason and leave nothing behind; a
   write that fails (file size limit) leaves an existing --out as it was; usage errors exit 2.
 
@@ -112,7 +113,8 @@ def expected_tensors(ck, arch):
         m = {k: f["model_config"].attrs[k] for k in f["model_config"].attrs}
     mix = m["mixers"].decode() if isinstance(m["mixers"], bytes) else str(m["mixers"])
     L = int(m["n_layers"])
-    gdn = mix[0] == "G"
+    mix = (mix * L)[:L]
+    gdn = "G" in mix  # Qwen3-Next: all G, or a hybrid of G and A
     one = np.float32(1)
     e = {"model.embed_tokens.weight": p["model.embeddings.weight"],
          "model.norm.weight": p["model.norm.weight"] - one if gdn else p["model.norm.weight"]}
@@ -125,7 +127,22 @@ def expected_tensors(ck, arch):
         e[n + "post_attention_layernorm.weight"] = norm(p[n + "mlp_norm.weight"])
         for k in ("gate_proj", "up_proj", "down_proj"):
             e[n + f"mlp.{k}.weight"] = p[n + f"mlp.{k}.weight"]
-        if gdn:
+        if gdn and mix[l] == "A":  # Qwen3-Next gated attention with a constant gate
+            H, D = int(m["n_heads"]), int(m["d_model"])
+            Da = int(m["attn_head_dim"]) or int(m["head_dim"])
+            Hkv = int(m["n_kv_heads"]) or H
+            q = p[o + "q_proj.weight"].reshape(H, Da, D)
+            e[n + "self_attn.q_proj.weight"] = np.concatenate([q, np.zeros_like(q)], 1).reshape(2 * H * Da, D)
+            qb = p[o + "q_proj.bias"].reshape(H, Da) if m["qkv_bias"] else np.zeros((H, Da), np.float32)
+            e[n + "self_attn.q_proj.bias"] = np.concatenate([qb, np.full((H, Da), 1e4, np.float32)], 1).ravel()
+            for k in ("k_proj", "v_proj"):
+                e[n + f"self_attn.{k}.weight"] = p[o + f"{k}.weight"]
+                e[n + f"self_attn.{k}.bias"] = p[o + f"{k}.bias"] if m["qkv_bias"] else np.zeros(Hkv * Da, np.float32)
+            e[n + "self_attn.o_proj.weight"] = p[o + "o_proj.weight"]
+            e[n + "self_attn.o_proj.bias"] = np.zeros(D, np.float32)
+            e[n + "self_attn.q_norm.weight"] = p[o + "q_norm.weight"] - one
+            e[n + "self_attn.k_norm.weight"] = p[o + "k_norm.weight"] - one
+        elif gdn:
             H, K = int(m["n_heads"]), int(m["head_dim"])
             V = K * int(m["expand_v"])
             q, k, v, z = (p[o + s].reshape(H, -1, p[o + s].shape[1]) for s in
@@ -174,11 +191,51 @@ def head(cfg, w, x):
     return x @ lm.T
 
 
+def rope_tables(theta, dim, T):
+    inv = 1.0 / (theta ** (np.arange(0, dim, 2) / dim))
+    fr = np.arange(T)[:, None] * inv[None]
+    return np.cos(np.concatenate([fr, fr], -1)), np.sin(np.concatenate([fr, fr], -1))
+
+
+def softmax_attention(q, k, v):
+    """Causal grouped-query attention of q [B,H,T,Dh], k, v [B,Hkv,T,Dh]."""
+    T, Dh = q.shape[2], q.shape[3]
+    k, v = np.repeat(k, q.shape[1] // k.shape[1], axis=1), np.repeat(v, q.shape[1] // v.shape[1], axis=1)
+    sc = q @ k.transpose(0, 1, 3, 2) * Dh ** -0.5 + np.triu(np.full((T, T), -np.inf), 1)
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def qwen3_next_attention(cfg, w, s, h):
+    """Qwen3NextAttention: gated output, (1 + w) q/k norms, partial RoPE (eager attention)."""
+    eps, H, Hkv, Dh = cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    B, T, _ = h.shape
+
+    def lin(name):
+        y = h @ w[s + name + ".weight"].T
+        return y + w[s + name + ".bias"] if cfg["attention_bias"] else y
+    qg = lin("q_proj").reshape(B, T, H, 2 * Dh)
+    q, gate = qg[..., :Dh], qg[..., Dh:].reshape(B, T, H * Dh)
+    q = (rms(q, eps) * (1 + w[s + "q_norm.weight"])).transpose(0, 2, 1, 3)
+    k = (rms(lin("k_proj").reshape(B, T, Hkv, Dh), eps) * (1 + w[s + "k_norm.weight"])).transpose(0, 2, 1, 3)
+    v = lin("v_proj").reshape(B, T, Hkv, Dh).transpose(0, 2, 1, 3)
+    rp = cfg["rope_parameters"]
+    prf = rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 0.25))
+    dim = int(Dh * prf)
+    cos, sin = rope_tables(rp["rope_theta"], dim, T)
+    q = np.concatenate([q[..., :dim] * cos + rotate_half(q[..., :dim]) * sin, q[..., dim:]], -1)
+    k = np.concatenate([k[..., :dim] * cos + rotate_half(k[..., :dim]) * sin, k[..., dim:]], -1)
+    o = softmax_attention(q, k, v).transpose(0, 2, 1, 3).reshape(B, T, -1)
+    y = (o * (1 / (1 + np.exp(-gate)))) @ w[s + "o_proj.weight"].T
+    return y + w[s + "o_proj.bias"] if cfg["attention_bias"] else y
+
+
 def qwen3_next_forward(cfg, w, ids):
-    """Qwen3NextForCausalLM with every layer linear_attention and a dense MLP (recurrent form)."""
+    """Qwen3NextForCausalLM with dense MLPs: linear_attention layers (recurrent form) and
+    full_attention layers."""
     eps, nk, nv = cfg["rms_norm_eps"], cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
     K, V, W = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"]
-    assert cfg["hidden_act"] == "silu" and all(t == "linear_attention" for t in cfg["layer_types"])
+    assert cfg["hidden_act"] == "silu"
     assert sorted(cfg["mlp_only_layers"]) == list(range(cfg["num_hidden_layers"]))
     r = nv // nk
     x = w["model.embed_tokens.weight"][ids]
@@ -187,6 +244,11 @@ def qwen3_next_forward(cfg, w, ids):
         n = f"model.layers.{l}."
         a_ = n + "linear_attn."
         h = rms(x, eps) * (1 + w[n + "input_layernorm.weight"])
+        if cfg["layer_types"][l] == "full_attention":
+            x = x + qwen3_next_attention(cfg, w, n + "self_attn.", h)
+            x = x + mlp(w, n, rms(x, eps) * (1 + w[n + "post_attention_layernorm.weight"]))
+            continue
+        assert cfg["layer_types"][l] == "linear_attention"
         qkvz = (h @ w[a_ + "in_proj_qkvz.weight"].T).reshape(B, T, nk, 2 * K + 2 * V * r)
         q, k, v, z = np.split(qkvz, [K, 2 * K, 2 * K + V * r], axis=3)
         v, z = v.reshape(B, T, nv, V), z.reshape(B, T, nv, V)
@@ -271,6 +333,12 @@ CASES = {
             "qwen3_next", "Qwen3NextForCausalLM"),
     "gdn_tied_w3": (["--mixers", "G", "--n_heads", "4", "--head_dim", "4", "--expand_v", "1", "--conv_width", "3",
                      "--tie_embeddings", "true", "--norm_eps", "1e-5"], "qwen3_next", "Qwen3NextForCausalLM"),
+    # a hybrid: Qwen3-Next full_attention layers with a constant gate, full RoPE, GQA, biases
+    "hybrid": (["--mixers", "AGG", "--n_layers", "3", "--n_heads", "4", "--head_dim", "8", "--n_kv_heads", "2",
+                "--attn_head_dim", "6", "--qk_norm", "true", "--qkv_bias", "true", "--rope_theta", "300"],
+               "qwen3_next", "Qwen3NextForCausalLM"),
+    "hybrid_nobias": (["--mixers", "GA", "--n_heads", "2", "--head_dim", "8", "--qk_norm", "true"],
+                      "qwen3_next", "Qwen3NextForCausalLM"),
     "qwen3": (["--mixers", "A", "--n_heads", "4", "--n_kv_heads", "2", "--attn_head_dim", "6", "--qk_norm", "true",
                "--rope_theta", "500"], "qwen3", "Qwen3ForCausalLM"),
     "qwen3_bias": (["--mixers", "A", "--n_heads", "2", "--attn_head_dim", "8", "--qk_norm", "true",
@@ -375,8 +443,8 @@ def main():
 
         # models that cannot be exported: exit 1, the reason, no directory
         refused = {
-            "hybrid": (["--mixers", "GA", "--n_heads", "2", "--head_dim", "8", "--qk_norm", "true"],
-                       "hybrids are not exported"),
+            "hybrid_no_qknorm": (["--mixers", "GA", "--n_heads", "2", "--head_dim", "8"],
+                                 "hybrids are exported only with qk_norm"),
             "deltanet": (["--mixers", "GD", "--n_heads", "2", "--head_dim", "8"],
                          "layer 1 is 'D' (deltanet)"),
             "negeig": (["--mixers", "G", "--n_heads", "2", "--head_dim", "8", "--allow_neg_eigval", "true"],

@@ -11,6 +11,7 @@
 # come from `gdn op logits` when the binary has it (and python3 has h5py), else from the
 # export_case_logits program built beside gdn (BUILD_DIR/tests/export_case_logits).
 # Cases: gdn (Qwen3-Next), gdn_tied (Qwen3-Next, tied embeddings, 4 heads, conv width 3),
+# hybrid (Qwen3-Next, G A G layers: a full-attention layer with q/k norms, biases and GQA),
 # qwen3 (q/k norms, grouped-query attention), qwen2 (q/k/v biases, tied), llama, llama_bias
 # (q/k/v biases with a head_dim other than d_model / n_heads: Llama's attention_bias).
 set -euo pipefail
@@ -73,6 +74,7 @@ case_() { # case_ NAME train-options...
 
 case_ gdn --mixers G --n_heads 2 --head_dim 16 --expand_v 2 --conv_width 4
 case_ gdn_tied --mixers G --n_heads 4 --head_dim 8 --expand_v 1 --conv_width 3 --tie_embeddings true --norm_eps 1e-5 --chunk_size 16
+case_ hybrid --mixers GAG --n_layers 3 --n_heads 4 --head_dim 8 --n_kv_heads 2 --attn_head_dim 16 --qk_norm true --qkv_bias true --rope_theta 50000
 case_ qwen3 --mixers A --n_heads 4 --n_kv_heads 2 --attn_head_dim 16 --qk_norm true --rope_theta 100000
 case_ qwen2 --mixers A --n_heads 4 --n_kv_heads 1 --attn_head_dim 12 --qkv_bias true --tie_embeddings true
 case_ llama --mixers A --n_heads 4 --n_kv_heads 2 --attn_head_dim 12
