@@ -8,8 +8,8 @@ custom code) and compare their logits with gdn's own.
 
 EXPECTED.json: {"ids": [[...]], "logits_shape": [B, T, V], "logits": [...] (row-major fp32)}.
 Passes when every tensor of the file was loaded (none missing, unexpected or reshaped), the model
-is the architecture config.json names (for Qwen3-Next: every layer a linear-attention layer with a
-dense MLP), and max|diff| / max|ref| <= 1e-3 for each case; prints that figure per case. Needs
+is the architecture config.json names (for Qwen3-Next: every layer of its layer_types with a dense
+MLP; hybrids with full RoPE), and max|diff| / max|ref| <= 1e-3 for each case; prints that figure per case. Needs
 torch and transformers (checked with torch 2.11, transformers 5.17)."""
 import json
 import os
@@ -33,8 +33,15 @@ def check_case(d, expected, device):
         raise AssertionError(f"{d}: loaded as {model.config.model_type}, config.json says {cfg['model_type']}")
     if cfg["model_type"] == "qwen3_next":
         for i, layer in enumerate(model.model.layers):
-            if not hasattr(layer, "linear_attn") or type(layer.mlp).__name__ != "Qwen3NextMLP":
-                raise AssertionError(f"{d}: layer {i} is not a linear-attention layer with a dense MLP")
+            kind = cfg["layer_types"][i]
+            mixer = "linear_attn" if kind == "linear_attention" else "self_attn"
+            if not hasattr(layer, mixer) or type(layer.mlp).__name__ != "Qwen3NextMLP":
+                raise AssertionError(f"{d}: layer {i} is not a {kind} layer with a dense MLP")
+        if "full_attention" in cfg["layer_types"]:  # the export asks for full RoPE
+            n_freq = model.model.rotary_emb.inv_freq.numel()
+            if 2 * n_freq != cfg["head_dim"]:
+                raise AssertionError(f"{d}: RoPE covers {2 * n_freq} of {cfg['head_dim']} dimensions "
+                                     "(partial_rotary_factor was not taken as 1.0)")
     model = model.to(device).eval()
     exp = json.load(open(expected))
     ids = torch.tensor(exp["ids"], dtype=torch.long, device=device)
