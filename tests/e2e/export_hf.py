@@ -460,7 +460,18 @@ def main():
         check(not os.path.exists(os.path.join(tmp, "m_hf")), "a failed export left its --out")
         check(not [x for x in os.listdir(tmp) if ".tmp." in x], "a failed export left a temporary directory")
 
+        # inputs that are no checkpoint: exit 1, naming the file, no --out
+        junk = os.path.join(tmp, "junk.h5")
+        open(junk, "wb").write(b"not an HDF5 file" * 100)
+        cut = os.path.join(tmp, "cut.h5")
+        open(cut, "wb").write(open(gck, "rb").read()[:5000])
+        for bad in (junk, cut, tmp):
+            out = os.path.join(tmp, "bad_hf")
+            expect_fail([GDN, "export", bad, "--out", out], 1, bad, f"export of {bad}")
+            check(not os.path.exists(out), f"export of {bad} left {out}")
+
         # usage errors
+        expect_fail([GDN, "export", gck, "--out", ""], 2, "give --out HF_DIR", "empty --out")
         expect_fail([GDN, "export", gck], 2, "give --out HF_DIR", "no --out")
         expect_fail([GDN, "export", "--out", bd], 2, "give the checkpoint", "no checkpoint")
         expect_fail([GDN, "export", gck, "--out", bd, "--dtype", "f16"], 2, "use f32 or bf16", "bad --dtype")
