@@ -10,6 +10,8 @@
 - every tensor equals the checkpoint's under the mapping of docs/interop.md ("Export");
 - a NumPy fp64 forward pass written from transformers' Qwen3-Next / Llama / Qwen2 / Qwen3 modelling
   code, reading only the exported directory, gives gdn's own logits (export_case_logits) to 1e-4;
+  its Llama / Qwen2 / Qwen3 part first reproduces transformers' logits on the import fixtures
+  (tests/interop/fixtures, written by transformers 5.17);
 - bf16 export stores the round-to-nearest-even bfloat16 of each value;
 - refusals (hybrids without q/k norms, other mixers, allow_neg_eigval, a non-empty --out without --force, --out a
   file or a symbolic link) exit 1 with a message naming the reason and leave nothing behind; a
@@ -82,11 +84,11 @@ def read_safetensors(path):
         if name == "__metadata__":
             continue
         dt, shape, (b, e) = t["dtype"], t["shape"], t["data_offsets"]
-        size = {"F32": 4, "BF16": 2}.get(dt)
+        size = {"F32": 4, "BF16": 2, "F16": 2}.get(dt)
         check(size is not None, f"{name}: dtype {dt}")
         check(e - b == size * int(np.prod(shape, dtype=np.int64)), f"{name}: {e - b} bytes for {shape}")
         spans.append((b, e))
-        raw = np.frombuffer(buf[b:e], dtype="<f4" if dt == "F32" else "<u2").reshape(shape)
+        raw = np.frombuffer(buf[b:e], dtype={"F32": "<f4", "BF16": "<u2", "F16": "<f2"}[dt]).reshape(shape)
         out[name] = (dt, raw)
     spans.sort()
     pos = 0
@@ -99,7 +101,13 @@ def read_safetensors(path):
 
 def load_export(d):
     cfg = json.load(open(os.path.join(d, "config.json")))
-    raw = read_safetensors(os.path.join(d, "model.safetensors"))
+    index = os.path.join(d, "model.safetensors.index.json")
+    if os.path.exists(index):  # the sharded fixtures written by transformers
+        raw = {}
+        for shard in sorted(set(json.load(open(index))["weight_map"].values())):
+            raw.update(read_safetensors(os.path.join(d, shard)))
+    else:
+        raw = read_safetensors(os.path.join(d, "model.safetensors"))
     w = {k: (bf16_to_f32(v) if dt == "BF16" else v).astype(np.float64) for k, (dt, v) in raw.items()}
     return cfg, raw, w
 
@@ -392,7 +400,22 @@ def expect_fail(args, status, text, what):
     check(text in r.stderr, f"{what}: message lacks '{text}': {r.stderr}")
 
 
+def anchor_reference():
+    """The NumPy Llama / Qwen2 / Qwen3 forward pass reproduces transformers' own logits on the
+    fixtures transformers 5.17 wrote (tests/interop/fixtures), so it stands for transformers."""
+    root = os.path.join(SRC, "tests", "interop", "fixtures")
+    for name in sorted(os.listdir(root)):
+        cfg, _, w = load_export(os.path.join(root, name))
+        exp = json.load(open(os.path.join(root, name, "expected.json")))
+        want = np.array(exp["logits"]).reshape(exp["logits_shape"])
+        got = llama_forward(cfg, w, np.array(exp["ids"]))
+        rel = np.abs(got - want).max() / np.abs(want).max()
+        print(f"reference vs transformers {exp['transformers']} on {name}: {rel:.2e}")
+        check(rel <= 1e-4, f"the NumPy {cfg['model_type']} reference differs from transformers on {name}: {rel:.3e}")
+
+
 def main():
+    anchor_reference()
     with tempfile.TemporaryDirectory() as tmp:
         cks = {name: case(tmp, name, *spec) for name, spec in CASES.items()}
         gck, gdir = cks["gdn"]
