@@ -112,6 +112,9 @@ void io_jw_key(io_jw *w, const char *key);
 void io_jw_string(io_jw *w, const char *s);
 void io_jw_string_n(io_jw *w, const char *s, size_t n);
 void io_jw_number(io_jw *w, double x);
+/* x like io_jw_number, always with a decimal point or exponent (10000 -> 10000.0): for readers
+ * that tell floats from integers by their text, such as Python's json. */
+void io_jw_float(io_jw *w, double x);
 void io_jw_int(io_jw *w, long long x);
 void io_jw_bool(io_jw *w, int b);
 void io_jw_null(io_jw *w);

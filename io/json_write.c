@@ -158,6 +158,14 @@ void io_jw_number(io_jw *w, double x) {
     puts_(w, buf);
 }
 
+void io_jw_float(io_jw *w, double x) {
+    io_jw_number(w, x);
+    if (!isfinite(x)) return;
+    size_t start = w->len; /* the number is the tail after its separator and indentation */
+    while (start > 0 && strchr("0123456789-+.eE", w->buf[start - 1])) start--;
+    if (!strpbrk(w->buf + start, ".eE")) puts_(w, ".0"); /* 10000 -> 10000.0 */
+}
+
 void io_jw_int(io_jw *w, long long x) {
     before_value(w);
     char buf[32];

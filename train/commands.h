@@ -13,5 +13,6 @@ int gdn_cmd_bench(int argc, char **argv);   /* train/cmd_bench.c */
 int gdn_cmd_import(int argc, char **argv);  /* train/cmd_import.c: Hugging Face -> checkpoint */
 int gdn_cmd_op_logits(int argc, char **argv); /* train/cmd_op_logits.c: gdn op logits */
 int gdn_cmd_eval(int argc, char **argv);    /* train/cmd_eval.c: loss, perplexity, bits per byte */
+int gdn_cmd_export(int argc, char **argv);  /* train/cmd_export.c: Hugging Face model directory */
 
 #endif

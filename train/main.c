@@ -20,6 +20,7 @@ static const gdn_command commands[] = {
     {"bench", gdn_cmd_bench, "time the delta rule and training steps"},
     {"import", gdn_cmd_import, "convert a Hugging Face Llama/Qwen2/Qwen3 checkpoint (gdn import --help)"},
     {"eval", gdn_cmd_eval, "loss, perplexity and bits per byte of a checkpoint on held-out data"},
+    {"export", gdn_cmd_export, "write a checkpoint as a Hugging Face model directory"},
 };
 
 static void usage(FILE *f) {
