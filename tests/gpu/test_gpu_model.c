@@ -11,6 +11,11 @@
  * 1c. Mixer patterns (GDML, MLLG, LD: layers without decay and / or beta): parts 1 and 1b, the
  *    hidden states of every block (gdn_cuda_model_download_hidden and the backend table's
  *    capture) against the CPU model's, and a few AdamW steps' losses against the CPU's.
+ * 1d. Softmax attention layers (mixer A) in hybrids (GA, GDAM) and alone: grouped-query heads
+ *    (ratios 2 and 4), attention head dims 64 and 128, with and without the q/k norm and the
+ *    q/k/v biases, T no multiple of the attention kernels' 64-row tiles: part 1 (same limits),
+ *    hidden states and AdamW steps as in 1c. (Segments: the CUDA model refuses sequence
+ *    parallelism with attention layers.)
  * 2. Training: 200 AdamW steps of the `tiny` preset's shape (B16 x T128, byte-level KJV text,
  *    the preset's schedule, clip 1) on the CPU (fp32) and the GPU (fp32 and bf16) from the same
  *    weights and batches. The mean loss of the last 10 steps must be within 2% of the CPU's.
@@ -41,13 +46,18 @@
 #include "tests/ref/fd.h"
 #include "train/optim.h"
 
-/* gdn_params_init, then every tensor scaled by U(0.8, 1.2) so that norm weights are not all 1. */
+/* gdn_params_init, then every tensor scaled by U(0.8, 1.2) so that norm weights are not all 1;
+ * the tensors initialised to zeros (the attention layers' q/k/v biases) get U(-0.2, 0.2), so that
+ * the forward pass reads them. */
 static float *init_params(const gdn_param_table *t, uint64_t seed) {
     float *p = xmalloc(t->total * sizeof(float));
     gdn_params_init(p, t, seed);
     double *u = xmalloc(t->total * sizeof(double));
     fd_fill_uniform(u, t->total, 0.8, 1.2, seed + 7);
     for (size_t i = 0; i < t->total; i++) p[i] = (float)(p[i] * u[i]);
+    for (int i = 0; i < t->n; i++)
+        if (t->p[i].init == GDN_INIT_ZEROS)
+            for (size_t j = 0; j < t->p[i].numel; j++) p[t->p[i].offset + j] = (float)(u[t->p[i].offset + j] - 1.0);
     free(u);
     return p;
 }
@@ -808,6 +818,21 @@ int main(int argc, char **argv) {
     fails += capture_check(cases[0].what, &cases[0].c, 2, 45); /* G only */
     fails += steps_check(mix[0].what, &mix[0].c, 2, 64);
     fails += steps_check(mix[1].what, &mix[1].c, 2, 64);
+    /* softmax attention layers (mixer A): hybrids and a softmax-only model */
+    grad_case att[3];
+    att[0] = (grad_case){"GA, Da64 GQA 2:1, qk_norm, qkv_bias, B2 T45", with_mixers(base, "GA", 2), 2, 45};
+    att[0].c.n_kv_heads = 1; att[0].c.attn_head_dim = 64; att[0].c.qk_norm = 1; att[0].c.qkv_bias = 1;
+    att[1] = (grad_case){"GDAM, Da128 GQA 2:1, qk_norm, tied, B2 T70", with_mixers(base, "GDAM", 4), 2, 70};
+    att[1].c.n_heads = 4; att[1].c.n_kv_heads = 2; att[1].c.attn_head_dim = 128; att[1].c.qk_norm = 1;
+    att[1].c.tie_embeddings = 1; att[1].c.rope_theta = 500000;
+    att[2] = (grad_case){"A only, Da64 GQA 4:1, qkv_bias, B1 T130", with_mixers(base, "A", 2), 1, 130};
+    att[2].c.n_heads = 4; att[2].c.n_kv_heads = 1; att[2].c.attn_head_dim = 64; att[2].c.qkv_bias = 1;
+    printf("attention layers: gradients (as above), hidden states, training steps\n");
+    for (int i = 0; i < 3; i++) fails += grad_check(&att[i]);
+    fails += capture_check(att[0].what, &att[0].c, 2, 45);
+    fails += capture_check(att[1].what, &att[1].c, 2, 70);
+    fails += steps_check(att[0].what, &att[0].c, 2, 64);
+    fails += steps_check(att[2].what, &att[2].c, 2, 100);
     if (!(argc > 1 && !strcmp(argv[1], "--grads"))) fails += train_curves(cpu_in, NULL);
     printf("%s: %d failures\n", fails ? "FAIL" : "PASS", fails);
     return fails ? 1 : 0;
