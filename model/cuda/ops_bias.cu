@@ -2,7 +2,8 @@
  * gradient's column sums.
  *
  * Column sums: a block of 32 x BIAS_TY threads owns 32 columns of one chunk of rows (BIAS_ROWS);
- * thread (x, y) sums rows y, y + BIAS_TY, .. of the chunk in order, the BIAS_TY sums are added
+ * thread (x, y) = (threadIdx.x % 32, threadIdx.x / 32) sums rows y, y + BIAS_TY, .. of the chunk
+ * in order, the BIAS_TY sums are added
  * in y order into the chunk's partial, and the chunks' partials in chunk order
  * (ops_reduce_partials, in double). The same bits on every run. */
 #include "model/cuda/ops_util.cuh"
@@ -17,17 +18,17 @@ template <typename T> __global__ void k_bias_add(T *y, const float *b, size_t n,
 
 template <typename T> __global__ void k_bias_grad(float *part, const T *dy, int N, int C, int rows) {
     __shared__ float red[BIAS_TY][32];
-    const int j = blockIdx.x * 32 + threadIdx.x, chunk = blockIdx.y;
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, j = blockIdx.x * 32 + tx, chunk = blockIdx.y;
     const long r0l = (long)chunk * rows;
     const int r0 = (int)r0l, r1 = r0l + rows < N ? (int)(r0l + rows) : N;
     float acc = 0.0f;
     if (j < C)
-        for (int r = r0 + threadIdx.y; r < r1; r += BIAS_TY) acc += ops_ld(dy, (size_t)r * C + j);
-    red[threadIdx.y][threadIdx.x] = acc;
+        for (int r = r0 + ty; r < r1; r += BIAS_TY) acc += ops_ld(dy, (size_t)r * C + j);
+    red[ty][tx] = acc;
     __syncthreads();
-    if (threadIdx.y == 0 && j < C) {
+    if (ty == 0 && j < C) {
         float s = 0.0f;
-        for (int v = 0; v < BIAS_TY; v++) s += red[v][threadIdx.x];
+        for (int v = 0; v < BIAS_TY; v++) s += red[v][tx];
         part[(size_t)chunk * C + j] = s;
     }
 }
@@ -56,7 +57,8 @@ extern "C" void gdn_cuda_bias_grad(gdn_cuda_precision p, float *db, const void *
                                    void *stream) {
     if (N <= 0 || C <= 0) return;
     const int rows = bias_rows(N), chunks = (int)((N + (long)rows - 1) / rows);
-    const dim3 grid((unsigned)((C + 31) / 32), (unsigned)chunks), block(32, BIAS_TY);
+    const dim3 grid((unsigned)((C + 31) / 32), (unsigned)chunks);
+    const int block = 32 * BIAS_TY;
     float *part = (float *)ws;
     OPS_DISPATCH(p, T, k_bias_grad<T><<<grid, block, 0, OPS_STREAM(stream)>>>(part, (const T *)dy, N, C, rows));
     GDN_CUDA_CHECK_LAUNCH();
