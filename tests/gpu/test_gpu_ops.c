@@ -699,6 +699,23 @@ static void test_qk_prep(int B, int T, int H, int Hkv, int D, int norm, int bias
     dfree_all();
 }
 
+/* The attention layers' ops (also run on the CPU emulator by tests/gpu/emu_ops.sh). */
+static void attention_layer_ops(void) {
+    test_bias(77, 96);
+    test_bias(300, 130); /* two row chunks, a partial column tile */
+    /* q/k prep: the attention head dims 64, 128 (one and two pairs per lane), partial lanes
+     * (D 32, 200) and the widest (512); GQA 1, 2, 4; row counts no multiple of the backward's
+     * 64 rows per block; with and without the norm and the biases */
+    test_qk_prep(2, 37, 4, 2, 64, 1, 1);
+    test_qk_prep(1, 45, 2, 2, 128, 1, 0);
+    test_qk_prep(2, 21, 4, 1, 128, 0, 1);
+    test_qk_prep(3, 13, 2, 1, 64, 0, 0);
+    test_qk_prep(1, 19, 3, 3, 32, 1, 1);
+    test_qk_prep(2, 11, 2, 1, 200, 1, 1);
+    test_qk_prep(1, 9, 2, 2, 512, 1, 0);
+    test_qk_prep(1, 300, 8, 2, 128, 1, 1); /* several blocks of q and of k rows */
+}
+
 int main(void) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -766,19 +783,7 @@ int main(void) {
         test_pack(7, 3, 36, 2, 36, 64, 0); /* element-wise paths */
         test_pack(5, 2, 100, 2, 50, 64, 1);
         test_pack(9, 3, 1, 2, 1, 1, 0);
-        test_bias(77, 96);
-        test_bias(300, 130); /* two row chunks, a partial column tile */
-        /* q/k prep: the attention head dims 64, 128 (one and two pairs per lane), partial lanes
-         * (D 32, 200) and the widest (512); GQA 1, 2, 4; row counts no multiple of the backward's
-         * 64 rows per block; with and without the norm and the biases */
-        test_qk_prep(2, 37, 4, 2, 64, 1, 1);
-        test_qk_prep(1, 45, 2, 2, 128, 1, 0);
-        test_qk_prep(2, 21, 4, 1, 128, 0, 1);
-        test_qk_prep(3, 13, 2, 1, 64, 0, 0);
-        test_qk_prep(1, 19, 3, 3, 32, 1, 1);
-        test_qk_prep(2, 11, 2, 1, 200, 1, 1);
-        test_qk_prep(1, 9, 2, 2, 512, 1, 0);
-        test_qk_prep(1, 300, 8, 2, 128, 1, 1); /* several blocks of q and of k rows */
+        attention_layer_ops();
         if (!BF) test_adamw();
     }
     gdn_cuda_blas_free(bl);

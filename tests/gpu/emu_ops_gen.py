@@ -1,0 +1,74 @@
+# Writes host-C++ copies of the attention layers' ops (ops_rope.cu, ops_bias.cu) and the
+# conversions the test uses (ops_mem.cu) for the CPU emulator of tests/gpu/emu (see
+# emu_ops.sh): each kernel<<<grid, block, smem, stream>>>(args) launch becomes a call that runs
+# the grid, the dynamic shared memory a pointer to the block's emulated shared memory, and a
+# static __shared__ array a static one (blocks run one after another). Everything else is the
+# source as it is. Usage: emu_ops_gen.py REPO_ROOT OUT_DIR
+import os
+import sys
+
+repo, out = sys.argv[1], sys.argv[2]
+
+
+def split_top(args):
+    """Split at commas outside (), <> and []."""
+    parts, depth, cur = [], 0, ''
+    for ch in args:
+        if ch in '(<[':
+            depth += 1
+        elif ch in ')>]':
+            depth -= 1
+        if ch == ',' and depth == 0:
+            parts.append(cur.strip())
+            cur = ''
+        else:
+            cur += ch
+    parts.append(cur.strip())
+    return parts
+
+
+def rewrite_launches(s):
+    """name<...><<<grid, block, smem, stream>>>(args) -> emu_run_grid(...), args matched by parentheses."""
+    while '<<<' in s:
+        i = s.index('<<<')
+        j = i  # back over the template argument list and the name
+        if s[j - 1] == '>':
+            depth = 0
+            while True:
+                j -= 1
+                if s[j] == '>':
+                    depth += 1
+                elif s[j] == '<':
+                    depth -= 1
+                    if depth == 0:
+                        break
+        while s[j - 1].isalnum() or s[j - 1] == '_':
+            j -= 1
+        name = s[j:i]
+        k = s.index('>>>', i)
+        cfg = split_top(s[i + 3:k])
+        assert len(cfg) == 4, cfg
+        assert s[k + 3] == '('
+        depth, e = 0, k + 3
+        while True:
+            if s[e] == '(':
+                depth += 1
+            elif s[e] == ')':
+                depth -= 1
+                if depth == 0:
+                    break
+            e += 1
+        call = s[k + 3:e + 1]
+        s = s[:j] + 'emu_run_grid(dim3(%s), dim3(%s), %s, [&]() { %s%s; })' % (cfg[0], cfg[1], cfg[2], name, call) + s[e + 1:]
+    return s
+
+
+os.makedirs(out + '/model/cuda', exist_ok=True)
+for f in ['ops_rope.cu', 'ops_bias.cu', 'ops_mem.cu']:
+    s = open(repo + '/model/cuda/' + f).read()
+    s = s.replace('extern __shared__ float qk_sdw[];', 'float *qk_sdw = (float *)emu_smem();')
+    s = s.replace('__shared__ float red[BIAS_TY][32];', 'static float red[BIAS_TY][32];')
+    s = rewrite_launches(s)
+    assert '<<<' not in s, f
+    assert '__shared__' not in s, f + ': a shared-memory declaration the emulator does not know; add it here'
+    open(out + '/model/cuda/' + f.replace('.cu', '.cpp'), 'w').write(s)
