@@ -1,13 +1,15 @@
-# Writes host-C++ copies of the attention layers' ops (ops_rope.cu, ops_bias.cu) and the
-# conversions the test uses (ops_mem.cu) for the CPU emulator of tests/gpu/emu (see
-# emu_ops.sh): each kernel<<<grid, block, smem, stream>>>(args) launch becomes a call that runs
+# Writes host-C++ copies of model/cuda sources (the ops and the model's host code; the attention
+# kernels go through tests/gpu/emu/gen.py) for the CPU emulator of tests/gpu/emu (see
+# emu_attn.sh): each kernel<<<grid, block, smem, stream>>>(args) launch becomes a call that runs
 # the grid, the dynamic shared memory a pointer to the block's emulated shared memory, and a
-# static __shared__ array a static one (blocks run one after another). Everything else is the
-# source as it is. Usage: emu_ops_gen.py REPO_ROOT OUT_DIR
+# fixed __shared__ array a static one (blocks run one after another), and each file starts with
+# emu_shim.h. Everything else is the source as it is.
+# Usage: emu_gen.py REPO_ROOT OUT_DIR FILE.cu...  (writes OUT_DIR/model/cuda/FILE.cpp)
 import os
+import re
 import sys
 
-repo, out = sys.argv[1], sys.argv[2]
+repo, out, files = sys.argv[1], sys.argv[2], sys.argv[3:]
 
 
 def split_top(args):
@@ -64,11 +66,15 @@ def rewrite_launches(s):
 
 
 os.makedirs(out + '/model/cuda', exist_ok=True)
-for f in ['ops_rope.cu', 'ops_bias.cu', 'ops_mem.cu']:
+for f in files:
     s = open(repo + '/model/cuda/' + f).read()
-    s = s.replace('extern __shared__ float qk_sdw[];', 'float *qk_sdw = (float *)emu_smem();')
-    s = s.replace('__shared__ float red[BIAS_TY][32];', 'static float red[BIAS_TY][32];')
+    # ops_act.cu names its launch configuration with a macro: written out first
+    act = '<<<ops_grid((n), ACT_THREADS), ACT_THREADS, 0, OPS_STREAM(stream)>>>'
+    s = s.replace('#define ACT_LAUNCH(n) ' + act, '')
+    s = s.replace(' ACT_LAUNCH((n) / 8)', act.replace('(n)', '(n) / 8'))
+    s = s.replace(' ACT_LAUNCH(n)', act)
+    s = re.sub(r'extern __shared__ (?:__align__\(\d+\) )?(\w+) (\w+)\[\];', r'\1 *\2 = (\1 *)emu_smem();', s)
+    s = s.replace('__shared__ ', 'static ')
     s = rewrite_launches(s)
     assert '<<<' not in s, f
-    assert '__shared__' not in s, f + ': a shared-memory declaration the emulator does not know; add it here'
-    open(out + '/model/cuda/' + f.replace('.cu', '.cpp'), 'w').write(s)
+    open(out + '/model/cuda/' + f.replace('.cu', '.cpp'), 'w').write('#include "tests/gpu/emu_shim.h"\n' + s)
