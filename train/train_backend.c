@@ -27,12 +27,15 @@ int gdn_train_backend_choose(const gdn_run_config *rc, gdn_comm *comm, const gdn
     const char *why = NULL; /* this rank cannot run the cuda backend */
     char why_mixers[512], mixer_err[256];
     if (use_gpu && gdn_cuda_unsupported_layer(&rc->model, mixer_err, sizeof mixer_err) >= 0) {
-        /* refused before any GPU memory is touched: the CUDA model runs the delta-rule family only */
+        /* refused before any GPU memory is touched (model/cuda/cuda_mixers.h) */
         snprintf(why_mixers, sizeof why_mixers, "%s, but --%s: use --backend cpu",
                  strcmp(rc->backend, "cuda") ? "--backend auto chose cuda (a GPU is visible)" : "--backend cuda",
                  mixer_err);
         why = why_mixers;
-    } else if (use_gpu && comm->sp > 1 && strcmp(rc->sp_exchange, "pass"))
+    } else if (use_gpu && comm->sp > 1 && gdn_config_count_mixer(&rc->model, GDN_MIXER_A) > 0)
+        why = "--backend cuda with sp > 1: the CUDA model runs attention layers (mixer A) on whole sequences "
+              "only; use --sp 1 or --backend cpu";
+    else if (use_gpu && comm->sp > 1 && strcmp(rc->sp_exchange, "pass"))
         why = "--backend cuda with --sp_exchange gather: sequence parallelism on GPUs passes the delta-rule state "
               "rank to rank only; use --sp_exchange pass (the default) or --backend cpu";
     else if (use_gpu && n_gpu == 0)

@@ -8,7 +8,7 @@
 #include "model/cuda/model_cuda_internal.cuh"
 
 static const char *const prof_names[PR_N] = {"gemm", "delta", "norms", "conv", "act+gates", "pack", "loss",
-                                             "copies", "embed", "optim"};
+                                             "copies", "embed", "optim", "attention"};
 
 /* ---- profiler --------------------------------------------------------------------------------------------- */
 void gdn_cuda_model_prof_begin(gdn_cuda_model *m, int cat, const char *file, int line, const char *call) {
@@ -176,7 +176,8 @@ extern "C" void gdn_cuda_model_bench(const gdn_param_table *t, const float *para
     free(tgt);
     free(ts);
     out->delta_ms = 0.0;
-    for (int v = 0; v < GDN_MIXER_COUNT; v++) { /* each mixer of the pattern once, times its layers */
+    for (int v = 0; v < GDN_MIXER_DELTA_COUNT; v++) { /* each delta-rule mixer of the pattern once, times its
+                                                         layers (attention layers: the breakdown's "attention") */
         if (!n_of[v]) continue;
         gdn_delta_shape sv = shape;
         sv.variant = v;

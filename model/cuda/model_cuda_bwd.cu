@@ -77,7 +77,7 @@ static void block_backward(gdn_cuda_model *m, int l) {
     const auto [c, p, N, D, H, K, B, T, V, F, W, HK, HV, off, mx, L] = block_ctx_of(m, l);
     const float *P = m->params;
     float *G = m->grads;
-    const float *x = m->x + (size_t)l * N * D, *xm = m->x_mid + (size_t)l * N * D;
+    const float *xm = m->x_mid + (size_t)l * N * D;
     gdn_cuda_blas *bl = m->blas;
     void *s = m->stream, *ws = m->op_ws;
     const void *dres = m->dx_act ? m->dx_act : (const void *)m->dx; /* the residual gradient as act */
@@ -96,6 +96,10 @@ static void block_backward(gdn_cuda_model *m, int l) {
                 gdn_cuda_linear_bwd_dw(bl, p, G + off->up_proj, m->dup, hs, N, D, F));
     PF(PR_NORM, gdn_cuda_rmsnorm_bwd(p, m->dx, 1, m->dx_act, G + off->mlp_norm, m->dh, xm, P + off->mlp_norm,
                                      L->rstd2, N, D, ws, s));
+    if (layer_is_attn(m, l)) { /* the attention mixer (model_cuda_attn.cu), then the same input backward */
+        gdn_cuda_model_attn_backward(m, l);
+        return;
+    }
 
     /* Mixer output: o_proj, gated norm. */
     PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dyo, dres, wgt(m, off->o_proj), N, HV, D, 0.0f);
@@ -128,12 +132,25 @@ static void block_backward(gdn_cuda_model *m, int l) {
 
     /* The projections of h1 (four to six, by mixer; input gradients summed into dh in this
      * order), then the block's input norm. */
-    struct { const void *dy; size_t w; int out; } proj[6] = {
+    block_proj proj[6] = {
         {m->dqn, off->q_proj, HK}, {m->dkn, off->k_proj, HK}, {m->dvp, off->v_proj, HV}, {m->dz, off->g_proj, HV},
     };
     int n_proj = 4;
     if (mx->has_decay) proj[n_proj++] = {m->dap, off->a_proj, H};
     if (mx->has_beta) proj[n_proj++] = {m->dbp, off->b_proj, H};
+    gdn_cuda_model_input_backward(m, l, proj, n_proj);
+}
+
+void gdn_cuda_model_input_backward(gdn_cuda_model *m, int l, const block_proj *proj, int n_proj) {
+    const gdn_config *c = &m->cfg;
+    const gdn_cuda_precision p = m->p;
+    const int N = m->N, D = c->d_model;
+    const gdn_layer_offsets *off = &m->t->layer[l];
+    const layer_acts *L = &m->L[l];
+    const float *P = m->params, *x = m->x + (size_t)l * N * D;
+    float *G = m->grads;
+    gdn_cuda_blas *bl = m->blas;
+    void *s = m->stream, *ws = m->op_ws, *hs = m->hs;
     PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, hs, L->rstd1, x, P + off->attn_norm, N, D, (float)c->norm_eps, s));
     for (int i = 0; i < n_proj; i++)
         PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dh, proj[i].dy, wgt(m, proj[i].w), N, D, proj[i].out,

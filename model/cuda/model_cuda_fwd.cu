@@ -62,16 +62,28 @@ static void seq_halo_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
     m->hooks.fwd_halo(m->hooks.user, l, L->halo, L->tail, m->n_halo);
 }
 
+static void delta_mixer_forward(gdn_cuda_model *m, int l);
+static void mlp_forward(gdn_cuda_model *m, int l);
+
+/* Block l: the input norm h1 = rmsnorm(x_in) (into m->hs), the layer's mixer, the MLP. */
 static void block_forward(gdn_cuda_model *m, int l) {
+    const auto [c, p, N, D, H, K, B, T, V, F, W, HK, HV, off, mx, L] = block_ctx_of(m, l);
+    const float *x = m->x + (size_t)l * N * D;
+    PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, m->hs, L->rstd1, x, m->params + off->attn_norm, N, D, (float)c->norm_eps,
+                                     m->stream));
+    if (layer_is_attn(m, l)) gdn_cuda_model_attn_forward(m, l); /* model_cuda_attn.cu */
+    else delta_mixer_forward(m, l);
+    mlp_forward(m, l);
+}
+
+/* The delta-rule mixer of layer l: from h1 (in m->hs) and x_in to x_mid. */
+static void delta_mixer_forward(gdn_cuda_model *m, int l) {
     const auto [c, p, N, D, H, K, B, T, V, F, W, HK, HV, off, mx, L] = block_ctx_of(m, l);
     const float *P = m->params, eps = (float)c->norm_eps;
     const float *x = m->x + (size_t)l * N * D;
-    float *xm = m->x_mid + (size_t)l * N * D, *xo = m->x + (size_t)(l + 1) * N * D;
+    float *xm = m->x_mid + (size_t)l * N * D;
     gdn_cuda_blas *bl = m->blas;
-    void *s = m->stream;
-
-    void *h1 = m->hs;
-    PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, h1, L->rstd1, x, P + off->attn_norm, N, D, eps, s));
+    void *s = m->stream, *h1 = m->hs;
     PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, p, L->qp, h1, wgt(m, off->q_proj), N, D, HK, 0.0f);
                 gdn_cuda_linear_fwd(bl, p, p, L->kp, h1, wgt(m, off->k_proj), N, D, HK, 0.0f);
                 gdn_cuda_linear_fwd(bl, p, p, L->vp, h1, wgt(m, off->v_proj), N, D, HV, 0.0f);
@@ -96,7 +108,16 @@ static void block_forward(gdn_cuda_model *m, int l) {
 
     PF(PR_NORM, gdn_cuda_gated_rmsnorm_fwd(p, L->y, L->rstd_o, L->o, L->zp, P + off->o_norm, N * H, V, eps, s));
     PF(PR_GEMM, gdn_cuda_linear_fwd_add(bl, p, FP32, xm, L->y, wgt(m, off->o_proj), x, N, HV, D));
+}
 
+/* The MLP of block l (every mixer): x_in[l+1] = x_mid + down(silu(gate(h2)) * up(h2)). */
+static void mlp_forward(gdn_cuda_model *m, int l) {
+    const auto [c, p, N, D, H, K, B, T, V, F, W, HK, HV, off, mx, L] = block_ctx_of(m, l);
+    const float *P = m->params, eps = (float)c->norm_eps;
+    const float *xm = m->x_mid + (size_t)l * N * D;
+    float *xo = m->x + (size_t)(l + 1) * N * D;
+    gdn_cuda_blas *bl = m->blas;
+    void *s = m->stream;
     void *h2 = m->hs, *mm = m->dup; /* mm: backward scratch, free during the forward pass */
     PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, h2, L->rstd2, xm, P + off->mlp_norm, N, D, eps, s));
     PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, p, L->gp, h2, wgt(m, off->gate_proj), N, D, F, 0.0f);

@@ -11,6 +11,9 @@
  *           (the rule of layer l's mixer, model/mixer.h; g only with decay, beta only with beta)
  *           x_in[l+1] = x_mid + down(silu(gate(h2)) * up(h2)),  h2 = rmsnorm(x_mid)
  * with q, k, v = silu(conv4(proj(h1))), q and k L2-normalised per head, h1 = rmsnorm(x_in).
+ * An attention layer (mixer A, model_cuda_attn.cu) has the same input norm, MLP and residuals;
+ * its mixer is x_mid = x_in + o_proj(attention(rope(qnorm(q)), rope(knorm(k)), v)) with
+ * q, k, v = proj(h1) (+ bias).
  *
  * Types: the residual stream x / x_mid, its gradient dx, norm statistics, gate pre-activations
  * (ap, bp), gates (g, beta) and their gradients are fp32; every other activation is `act`
@@ -49,6 +52,9 @@ typedef struct {
     /* sequence parallelism (only while hooks are set; in the boundary allocation) */
     void *halo[3], *tail[3], *dhalo[3], *dtail[3]; /* q, k, v: [B,W-1,HK|HV] act */
     float *S_in, *S_out, *dS_in;                    /* [n_state] */
+    /* attention layers (model_cuda_attn.cu) use rstd1, qp [N,H*Da], kp [N,Hkv*Da], v [N,Hkv*Da],
+     * o [N,H*Da], rq [N*H] and rk [N*Hkv] (with qk_norm), rstd2, gp, up, and: */
+    float *lse;              /* [B,H,T] the attention's log-sum-exp */
 } layer_acts;
 
 /* How the delta rule is called: directly, or on packed heads (ops_cuda.h, head packing). */
@@ -61,7 +67,7 @@ typedef struct {
 } delta_plan;
 
 /* Time per kind of work, for the benchmark's breakdown (events around each launch). */
-enum { PR_GEMM, PR_DELTA, PR_NORM, PR_CONV, PR_ACT, PR_PACK, PR_LOSS, PR_COPY, PR_EMBED, PR_OPT, PR_N };
+enum { PR_GEMM, PR_DELTA, PR_NORM, PR_CONV, PR_ACT, PR_PACK, PR_LOSS, PR_COPY, PR_EMBED, PR_OPT, PR_ATTN, PR_N };
 #define PROF_MAX 4096
 
 struct gdn_cuda_model {
@@ -119,7 +125,8 @@ struct gdn_cuda_model {
     void *pdv;               /* [N,H*S,Vp] act (unless v_same) */
     float *pdg, *pdbeta;     /* [N,H*S] */
     void *delta_ws;
-    void *op_ws;
+    void *op_ws;             /* the ops' workspace (also the attention backward's and the q/k prep's) */
+    float *rope;             /* [2,T,Da/2] RoPE table of positions 0..T-1 (models with attention layers) */
     int *tokens_d, *targets_d;        /* [N] */
     int *perm_d, *seg_start_d, *seg_token_d; /* embedding backward plan */
     double *loss_d, *gnorm_d;
@@ -186,6 +193,16 @@ static inline gdn_delta_shape layer_shape(const gdn_cuda_model *m, int l) {
     return s;
 }
 
+/* Whether layer l is an attention layer (model_cuda_attn.cu). */
+static inline int layer_is_attn(const gdn_cuda_model *m, int l) { return m->t->layer[l].mixer == GDN_MIXER_A; }
+/* Whether the table has an attention layer (from the table: model/config.c's functions have C
+ * linkage and model/config.h no extern "C" block). */
+static inline int table_has_attn(const gdn_param_table *t) {
+    for (int l = 0; l < t->cfg.n_layers; l++)
+        if (t->layer[l].mixer == GDN_MIXER_A) return 1;
+    return 0;
+}
+
 static inline float beta_scale(const gdn_config *c) { return c->allow_neg_eigval ? 2.0f : 1.0f; }
 
 /* What the forward and the backward of block l start from: the config, the precision, the
@@ -207,5 +224,26 @@ static inline block_ctx block_ctx_of(const gdn_cuda_model *m, int l) {
                      &m->t->layer[l], layer_mixer(m, l), &m->L[l]};
 }
 
+/* ---- attention layers (model_cuda_attn.cu) -------------------------------------------------------------- */
+/* Bytes of op workspace the attention layers need (the model's op_ws is at least this). */
+size_t gdn_cuda_model_attn_workspace(const gdn_cuda_model *m);
+/* Fills the RoPE table (once, at create; synchronous). */
+void gdn_cuda_model_attn_setup(gdn_cuda_model *m);
+/* The mixer of attention layer l: from h1 (in m->hs) and x_in to x_mid. */
+void gdn_cuda_model_attn_forward(gdn_cuda_model *m, int l);
+/* Its backward: from dL/dx_mid (m->dx, and m->dx_act in BF16 mode) to dL/dx_in in m->dx, with the
+ * layer's parameter gradients. */
+void gdn_cuda_model_attn_backward(gdn_cuda_model *m, int l);
+
+/* ---- shared by the mixers' backward passes (model_cuda_bwd.cu) -------------------------------------- */
+/* One projection of h1: its output gradient dy [N,out] (act) and its weight's offset. */
+typedef struct {
+    const void *dy;
+    size_t w;
+    int out;
+} block_proj;
+/* The projections of h1 (input gradients summed into m->dh in the order given, weight gradients
+ * added) and the block's input norm: m->dx += dL/dx_in. */
+void gdn_cuda_model_input_backward(gdn_cuda_model *m, int l, const block_proj *proj, int n_proj);
 
 #endif

@@ -43,8 +43,29 @@ static size_t acts_layout(gdn_cuda_model *m, char *base) {
 #define F32(ptr, n) (ptr) = (float *)take(base, &used, (n) * f4)
     F32(m->x, (size_t)(c->n_layers + 1) * N * D);
     F32(m->x_mid, (size_t)c->n_layers * N * D);
+    /* attention layers (model_cuda_attn.cu): widths QW = H*Da (queries, output) >= KW = Hkv*Da */
+    const size_t Hkv = (size_t)gdn_config_kv_heads(c), Da = (size_t)gdn_config_attn_dim(c);
+    const size_t QW = H * Da, KW = Hkv * Da;
+    const int has_attn = table_has_attn(m->t);
+    /* the backward scratch serves both kinds of layer */
+    const size_t HKs = has_attn && QW > HK ? QW : HK, HVs = has_attn && QW > HV ? QW : HV;
     for (int l = 0; l < c->n_layers; l++) {
         layer_acts *L = &m->L[l];
+        if (m->t->layer[l].mixer == GDN_MIXER_A) {
+            /* saved: the projections qp, kp before bias / norm / RoPE (q and k are recomputed in
+             * the backward: one elementwise pass, cheaper than keeping N*(QW+KW) more), v with
+             * its bias, the attention output o and its log-sum-exp, the q/k norms' r; see
+             * model_cuda_attn.cu */
+            F32(L->rstd1, N); /* every other field stays NULL (calloc) */
+            A(L->qp, N * QW); A(L->kp, N * KW); A(L->v, N * KW); A(L->o, N * QW);
+            F32(L->lse, N * (size_t)c->n_heads);
+            if (c->qk_norm) {
+                F32(L->rq, N * H); F32(L->rk, N * Hkv);
+            }
+            F32(L->rstd2, N);
+            A(L->gp, N * F); A(L->up, N * F);
+            continue;
+        }
         F32(L->rstd1, N);
         const gdn_mixer_info *mx = layer_mixer(m, l);
         const size_t HS = m->dp.packed ? H * (size_t)m->dp.S : 0;
@@ -69,9 +90,9 @@ static size_t acts_layout(gdn_cuda_model *m, char *base) {
     else m->dx_act = NULL;
     F32(m->dh, N * D);
     F32(m->dm, N * F); A(m->dgp, N * F); A(m->dup, N * F);
-    F32(m->dyo, N * HV); A(m->d_o, N * HV); A(m->dz, N * HV);
-    A(m->dqn, N * HK); A(m->dkn, N * HK); A(m->dq1, N * HK); A(m->dk1, N * HK);
-    A(m->dv, N * HV); A(m->dvp, N * HV);
+    F32(m->dyo, N * HV); A(m->d_o, N * HVs); A(m->dz, N * HV);
+    A(m->dqn, N * HKs); A(m->dkn, N * HKs); A(m->dq1, N * HKs); A(m->dk1, N * HKs);
+    A(m->dv, N * HVs); A(m->dvp, N * HV);
     F32(m->dg, N * H); F32(m->dbeta, N * H); A(m->dap, N * H); A(m->dbp, N * H);
     if (m->dp.packed) {
         const size_t HS = H * (size_t)m->dp.S, nk = N * HS * (size_t)m->dp.Kp, nv = N * HS * (size_t)m->dp.Vp;
@@ -85,6 +106,7 @@ static size_t acts_layout(gdn_cuda_model *m, char *base) {
     }
 #undef A
 #undef F32
+    m->rope = has_attn ? (float *)take(base, &used, (size_t)m->T * Da * f4) : NULL; /* [2,T,Da/2] */
     m->delta_ws = take(base, &used, gdn_cuda_delta_workspace_bytes(&m->dp.shape, m->p));
     size_t ws = gdn_cuda_norm_workspace(m->N, c->d_model);
     size_t w2 = gdn_cuda_norm_workspace(m->N * c->n_heads, (int)V);
@@ -97,6 +119,10 @@ static size_t acts_layout(gdn_cuda_model *m, char *base) {
     if (w2 > ws) ws = w2;
     w2 = gdn_cuda_grad_norm_workspace(m->t->total);
     if (w2 > ws) ws = w2;
+    if (has_attn) {
+        w2 = gdn_cuda_model_attn_workspace(m);
+        if (w2 > ws) ws = w2;
+    }
     m->op_ws = take(base, &used, ws);
     m->tokens_d = (int *)take(base, &used, N * sizeof(int));
     m->targets_d = (int *)take(base, &used, N * sizeof(int));
@@ -188,13 +214,18 @@ extern "C" gdn_cuda_model *gdn_cuda_model_create(const gdn_param_table *t, int B
 extern "C" gdn_cuda_model *gdn_cuda_model_create_sharded(const gdn_param_table *t, int B, int T, gdn_cuda_precision p,
                                                          size_t lo, size_t hi, size_t padded) {
     if (B < 1 || T < 1) GDN_CUDA_DIE("model: batch %d x length %d (both must be >= 1)", B, T);
-    for (int l = 0; l < t->cfg.n_layers; l++)
-        if (!gdn_cuda_has_mixer(t->layer[l].mixer)) {
-            const gdn_mixer_info *mx = gdn_mixer_get(t->layer[l].mixer);
+    for (int l = 0; l < t->cfg.n_layers; l++) { /* every layer's mixer (and attention head dim) runs here */
+        const int v = t->layer[l].mixer;
+        const gdn_mixer_info *mx = gdn_mixer_get(v);
+        if (!gdn_cuda_has_mixer(v))
             GDN_CUDA_DIE("model: mixers \"%s\": layer %d is %c (%s), which the CUDA model does not implement; "
                          "use the cpu backend", gdn_config_mixers(&t->cfg), l, mx ? mx->kind : '?',
                          mx ? mx->name : "not a mixer");
-        }
+        if (v == GDN_MIXER_A && !gdn_cuda_attn_dim_ok(gdn_config_attn_dim(&t->cfg)))
+            GDN_CUDA_DIE("model: mixers \"%s\": layer %d is A (attention) with attn_head_dim %d, which the CUDA "
+                         "model does not implement (its attention kernels take 64 or 128); use the cpu backend",
+                         gdn_config_mixers(&t->cfg), l, gdn_config_attn_dim(&t->cfg));
+    }
     if (lo > hi || hi > t->total || padded < t->total)
         GDN_CUDA_DIE("model: optimizer shard [%zu, %zu) with buffers of %zu elements does not fit %zu parameters", lo,
                      hi, padded, t->total);
@@ -243,6 +274,7 @@ extern "C" gdn_cuda_model *gdn_cuda_model_create_sharded(const gdn_param_table *
     }
     params_layout(m, m->pbuf);
     acts_layout(m, m->abuf);
+    gdn_cuda_model_attn_setup(m);
     GDN_CUDA_CHECK(cudaMemsetAsync(m->pbuf, 0, (size_t)((char *)m->run_end - m->pbuf), m->stream));
     GDN_CUDA_CHECK(cudaMemcpyAsync(m->run_end, end, (size_t)m->n_runs * sizeof *end, cudaMemcpyHostToDevice,
                                    m->stream));
@@ -369,6 +401,9 @@ extern "C" void gdn_cuda_model_set_seq_hooks(gdn_cuda_model *m, const gdn_seq_ho
     if (m->T < m->cfg.conv_width - 1)
         GDN_CUDA_DIE("sequence parallelism: segments of %d tokens are shorter than the convolution halo (%d rows)",
                      m->T, m->cfg.conv_width - 1);
+    if (table_has_attn(m->t))
+        GDN_CUDA_DIE("sequence parallelism: mixers \"%s\" has attention layers, which the CUDA model runs on whole "
+                     "sequences only; use sp = 1", gdn_config_mixers(&m->cfg));
     if (!hooks->fwd_halo || !hooks->fwd_state_in || !hooks->fwd_state_out || !hooks->bwd_state_out ||
         !hooks->bwd_state_in || !hooks->bwd_halo)
         GDN_CUDA_DIE("sequence parallelism: every hook must be set");

@@ -210,6 +210,57 @@ void gdn_cuda_beta_fwd(float *beta /* [n] */, const float *b /* [n] */, float sc
 void gdn_cuda_beta_bwd(gdn_cuda_precision p, void *db /* [n] act */, const float *dbeta /* [n] */,
                        const float *beta /* [n] */, float scale, size_t n, void *stream);
 
+/* ---- attention layers: projection biases, q/k norm and RoPE ---------------------------------- */
+/* y[n, j] += b[j] for every row n (act; the sum in fp32, one rounding). */
+void gdn_cuda_bias_add(gdn_cuda_precision p, void *y /* [N,C] act */, const float *b /* [C] */, int N, int C,
+                       void *stream);
+size_t gdn_cuda_bias_grad_workspace(int N, int C);
+/* db[j] += sum over rows n of dy[n, j]: fp32 sums over fixed chunks of rows, the chunks added in
+ * order in double (the same bits on every run). */
+void gdn_cuda_bias_grad(gdn_cuda_precision p, float *db /* [C] */, const void *dy /* [N,C] act */, int N, int C,
+                        void *ws, void *stream);
+
+/* The RoPE table of positions pos0 .. pos0+T-1 for head dim D (even): cs[t * D/2 + i] = cos and
+ * cs[(T + t) * D/2 + i] = sin of (pos0 + t) theta^(-2i/D), computed in double and rounded to
+ * float exactly as the CPU's rope.c does. HOST memory, T * D floats; the model uploads it once. */
+void gdn_cuda_rope_table(float *cs, int T, int D, int pos0, double theta);
+
+/* The query/key preparation of an attention layer, one launch for q and k (rows [B,T,heads,D]):
+ *   u = x + b          (b: the projection's bias, or NULL)
+ *   n = u r w          r = 1/sqrt(mean(u^2) + eps), per (token, head) row   (only with norm)
+ *   y = rope(n)        y_i = n_i c_i - n_{i+D/2} s_i,  y_{i+D/2} = n_{i+D/2} c_i + n_i s_i
+ * with c, s from the table of positions 0 .. T-1 (gdn_cuda_rope_table). */
+typedef struct {
+    int B, T, H, Hkv, D;   /* D even, at most 512 */
+    int norm;              /* 1: per-head RMSNorm with weights wq, wk (Qwen3); 0: none */
+    float eps;
+    const float *rope;     /* [2,T,D/2] device table */
+    const float *bq, *bk;  /* [H*D], [Hkv*D] biases, or NULL */
+    const float *wq, *wk;  /* [D] norm weights (read only with norm) */
+} gdn_cuda_qk_prep;
+/* q, k overwritten; rq, rk (the norms' r) written when norm and not NULL (a recomputation in the
+ * backward passes NULL). The same inputs give the same bits. */
+void gdn_cuda_qk_prep_fwd(gdn_cuda_precision p, const gdn_cuda_qk_prep *s,
+                          void *q,         /* [B,T,H,D] act */
+                          float *rq,       /* [B*T*H] or NULL */
+                          void *k,         /* [B,T,Hkv,D] act */
+                          float *rk,       /* [B*T*Hkv] or NULL */
+                          const void *qp,  /* [B,T,H,D] act: the projection before the bias */
+                          const void *kp,  /* [B,T,Hkv,D] act */
+                          void *stream);
+size_t gdn_cuda_qk_prep_workspace(const gdn_cuda_qk_prep *s);
+/* The backward from dq, dk (gradients of the outputs q, k): dqp, dkp (gradients of the
+ * projections, i.e. of u; also the biases' per-row terms) overwritten; with norm dwq, dwk += the
+ * norm weights' gradients (fixed-order sums). qp, kp, rq, rk as saved by the forward. dqp may
+ * alias dq and dkp dk (each row is read whole before it is written). */
+void gdn_cuda_qk_prep_bwd(gdn_cuda_precision p, const gdn_cuda_qk_prep *s,
+                          void *dqp, void *dkp,        /* act, as qp, kp */
+                          float *dwq, float *dwk,      /* [D] (only with norm) */
+                          const void *dq, const void *dk,
+                          const void *qp, const void *kp,
+                          const float *rq, const float *rk,
+                          void *ws, void *stream);
+
 /* ---- loss ------------------------------------------------------------------------------------ */
 size_t gdn_cuda_cross_entropy_workspace(int N);
 /* Fused softmax + cross-entropy, one pass per row. targets[n] < 0 marks an ignored row; every

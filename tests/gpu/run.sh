@@ -47,6 +47,7 @@ if [ "${QUICK:-0}" = 1 ]; then
     ./build-gpu/tests/gpu/bench_attention 20 2>&1 | tee "$out/bench_attention.txt" || status=1
     python3 tests/gpu/bench_sdpa.py 20 2>&1 | tee "$out/bench_sdpa.txt"   # the reference; 77: no torch
     ./build-gpu/gdn bench --backend cuda --what step --preset gdn512m --repeats 5 2>&1 | tail -4
+    ./build-gpu/gdn bench --backend cuda --what step --preset gdn512m-hybrid --repeats 5 2>&1 | tail -4
     timeout 300 ./build-gpu/tests/gpu/test_gpu_model --bench > "$out/model_bench.txt" 2>&1 || status=1
     tail -30 "$out/model_bench.txt"
     echo "status: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
@@ -86,6 +87,7 @@ cat "$out/bench_sdpa.txt"
 ./build-gpu/gdn bench --backend cuda --what delta --repeats 20 --json > "$out/bench.jsonl" || status=1
 ./build-gpu/gdn bench --backend cuda --what step --preset tiny --repeats 20 --json >> "$out/bench.jsonl" || status=1
 ./build-gpu/gdn bench --backend cuda --what step --preset gdn512m --repeats 5 --json >> "$out/bench.jsonl" || status=1
+./build-gpu/gdn bench --backend cuda --what step --preset gdn512m-hybrid --repeats 5 --json >> "$out/bench.jsonl" || status=1
 
 echo
 echo "== summary ($(head -1 "$out/gpu.txt" | cut -d, -f1), $(date -u +%F))"

@@ -588,6 +588,134 @@ static void test_pack(int N, int H, int D, int S, int Ds, int Dp, int split) {
     dfree_all();
 }
 
+/* ---- attention layers: biases, q/k norm + RoPE -------------------------------------------------- */
+static void test_bias(int N, int C) {
+    char op[64];
+    snprintf(op, sizeof op, "bias N%d C%d", N, C);
+    const size_t n = (size_t)N * C;
+    double *y = rnd(n, -2, 2), *b = rnd((size_t)C, -1, 1), *dy = rnd(n, -1, 1), *db0 = rnd((size_t)C, -1, 1);
+    void *yd = up_act(y, n), *dyd = up_act(dy, n);
+    float *bd = up_f32(b, (size_t)C), *dbd = up_f32(db0, (size_t)C), *db2 = dcopy_f32(dbd, (size_t)C);
+    gdn_cuda_bias_add(P, yd, bd, N, C, NULL);
+    for (size_t i = 0; i < n; i++) y[i] += b[i % (size_t)C];
+    cmp(op, "y+=b", down_act(yd, n), y, n);
+    double *db = copy_d(db0, (size_t)C);
+    for (size_t i = 0; i < n; i++) db[i % (size_t)C] += dy[i];
+    void *ws = dmalloc(gdn_cuda_bias_grad_workspace(N, C));
+    gdn_cuda_bias_grad(P, dbd, dyd, N, C, ws, NULL);
+    gdn_cuda_bias_grad(P, db2, dyd, N, C, ws, NULL);
+    same_bits(op, "db", dbd, db2, (size_t)C);
+    cmp(op, "db+=", down_f32(dbd, (size_t)C), db, (size_t)C);
+    free(y); free(b); free(dy); free(db0); free(db);
+    dfree_all();
+}
+
+/* gdn_cuda_qk_prep against the CPU ops it fuses (model/cpu/model_attn.c): u = x + bias, the
+ * per-head RMSNorm (gdn_rmsnorm_*_f64 over rows of D), RoPE (gdn_rope_*_f64, positions from 0);
+ * q rows [B,T,H,D] and k rows [B,T,Hkv,D] in one launch. The backward reads the reference's r (as
+ * float, what the forward saves) and must give the same bits twice. */
+static void qk_reference(double *y, double *r, double *u, const double *x, const double *b, const double *w, int B,
+                         int T, int H, int D, int norm, double theta) {
+    const size_t rows = (size_t)B * T * H, n = rows * D;
+    for (size_t i = 0; i < n; i++) u[i] = x[i] + (b ? b[i % ((size_t)H * D)] : 0.0);
+    double *t = zeros(n);
+    if (norm) gdn_rmsnorm_fwd_f64(t, r, u, w, (int)rows, D, 1e-6);
+    else memcpy(t, u, n * sizeof *t);
+    gdn_rope_fwd_f64(y, t, B, T, H, D, 0, theta);
+    free(t);
+}
+static void qk_reference_bwd(double *du, double *dw, const double *dy, const double *u, const double *w,
+                             const double *r, int B, int T, int H, int D, int norm, double theta) {
+    const size_t rows = (size_t)B * T * H, n = rows * D;
+    double *dn = zeros(n);
+    gdn_rope_bwd_f64(dn, dy, B, T, H, D, 0, theta);
+    if (norm) gdn_rmsnorm_bwd_f64(du, dw, dn, u, w, r, (int)rows, D);
+    else memcpy(du, dn, n * sizeof *du);
+    free(dn);
+}
+static void test_qk_prep(int B, int T, int H, int Hkv, int D, int norm, int bias) {
+    char op[64];
+    snprintf(op, sizeof op, "qk_prep B%dT%d H%d/%d D%d%s%s", B, T, H, Hkv, D, norm ? " norm" : "", bias ? " bias" : "");
+    const double theta = 10000.0 + 17.0 * D; /* any base; the CPU's angles are the reference */
+    const size_t N = (size_t)B * T, nq = N * H * D, nk = N * Hkv * D, rq_n = N * H, rk_n = N * Hkv;
+    double *xq = rnd(nq, -2, 2), *xk = rnd(nk, -2, 2), *bq = rnd((size_t)H * D, -0.5, 0.5);
+    double *bk = rnd((size_t)Hkv * D, -0.5, 0.5), *wq = rnd((size_t)D, 0.5, 1.5), *wk = rnd((size_t)D, 0.5, 1.5);
+    double *dyq = rnd(nq, -1, 1), *dyk = rnd(nk, -1, 1), *dwq0 = rnd((size_t)D, -1, 1), *dwk0 = rnd((size_t)D, -1, 1);
+    void *xqd = up_act(xq, nq), *xkd = up_act(xk, nk), *dyqd = up_act(dyq, nq), *dykd = up_act(dyk, nk);
+    float *bqd = up_f32(bq, (size_t)H * D), *bkd = up_f32(bk, (size_t)Hkv * D);
+    float *wqd = up_f32(wq, (size_t)D), *wkd = up_f32(wk, (size_t)D);
+    float *dwqd = up_f32(dwq0, (size_t)D), *dwkd = up_f32(dwk0, (size_t)D);
+    float *dwq2 = dcopy_f32(dwqd, (size_t)D), *dwk2 = dcopy_f32(dwkd, (size_t)D);
+    float *table = xmalloc((size_t)T * D * sizeof(float));
+    gdn_cuda_rope_table(table, T, D, 0, theta);
+    float *rope = dmalloc((size_t)T * D * sizeof(float));
+    CK(cudaMemcpy(rope, table, (size_t)T * D * sizeof(float), cudaMemcpyHostToDevice));
+    free(table);
+    const gdn_cuda_qk_prep s = {.B = B, .T = T, .H = H, .Hkv = Hkv, .D = D, .norm = norm, .eps = 1e-6f,
+                                .rope = rope, .bq = bias ? bqd : NULL, .bk = bias ? bkd : NULL,
+                                .wq = norm ? wqd : NULL, .wk = norm ? wkd : NULL};
+    /* forward */
+    double *yq = zeros(nq), *yk = zeros(nk), *uq = zeros(nq), *uk = zeros(nk), *rq = zeros(rq_n), *rk = zeros(rk_n);
+    qk_reference(yq, rq, uq, xq, bias ? bq : NULL, wq, B, T, H, D, norm, theta);
+    qk_reference(yk, rk, uk, xk, bias ? bk : NULL, wk, B, T, Hkv, D, norm, theta);
+    void *qd = nan_act(nq), *kd = nan_act(nk);
+    float *rqd = nan_f32(rq_n), *rkd = nan_f32(rk_n);
+    gdn_cuda_qk_prep_fwd(P, &s, qd, rqd, kd, rkd, xqd, xkd, NULL);
+    cmp(op, "q", down_act(qd, nq), yq, nq);
+    cmp(op, "k", down_act(kd, nk), yk, nk);
+    if (norm) {
+        cmp(op, "rq", down_f32(rqd, rq_n), rq, rq_n);
+        cmp(op, "rk", down_f32(rkd, rk_n), rk, rk_n);
+    }
+    void *q2 = nan_act(nq), *k2 = nan_act(nk); /* the backward's recomputation: same bits, r not written */
+    gdn_cuda_qk_prep_fwd(P, &s, q2, NULL, k2, NULL, xqd, xkd, NULL);
+    same_bytes(op, "q again", qd, q2, nq * gdn_cuda_act_bytes(P));
+    same_bytes(op, "k again", kd, k2, nk * gdn_cuda_act_bytes(P));
+    /* backward */
+    float *rqs = up_f32(rq, rq_n), *rks = up_f32(rk, rk_n); /* the saved (float) r; ref uses the same */
+    double *duq = zeros(nq), *duk = zeros(nk), *dwq = copy_d(dwq0, (size_t)D), *dwk = copy_d(dwk0, (size_t)D);
+    qk_reference_bwd(duq, dwq, dyq, uq, wq, rq, B, T, H, D, norm, theta);
+    qk_reference_bwd(duk, dwk, dyk, uk, wk, rk, B, T, Hkv, D, norm, theta);
+    void *ws = dmalloc(gdn_cuda_qk_prep_workspace(&s) + 1);
+    void *dqd = nan_act(nq), *dkd = nan_act(nk);
+    gdn_cuda_qk_prep_bwd(P, &s, dqd, dkd, dwqd, dwkd, dyqd, dykd, xqd, xkd, rqs, rks, ws, NULL);
+    cmp(op, "dqp", down_act(dqd, nq), duq, nq);
+    cmp(op, "dkp", down_act(dkd, nk), duk, nk);
+    if (norm) {
+        gdn_cuda_qk_prep_bwd(P, &s, dqd, dkd, dwq2, dwk2, dyqd, dykd, xqd, xkd, rqs, rks, ws, NULL);
+        same_bits(op, "dwq", dwqd, dwq2, (size_t)D);
+        same_bits(op, "dwk", dwkd, dwk2, (size_t)D);
+        cmp(op, "dwq+=", down_f32(dwqd, (size_t)D), dwq, (size_t)D);
+        cmp(op, "dwk+=", down_f32(dwkd, (size_t)D), dwk, (size_t)D);
+    } else { /* no norm: the weights' gradients are not touched */
+        unchanged(op, "dwq", down_f32(dwqd, (size_t)D), dwq0, (size_t)D);
+        unchanged(op, "dwk", down_f32(dwkd, (size_t)D), dwk0, (size_t)D);
+    }
+    /* in place: dqp over dq */
+    gdn_cuda_qk_prep_bwd(P, &s, dyqd, dykd, dwq2, dwk2, dyqd, dykd, xqd, xkd, rqs, rks, ws, NULL);
+    cmp(op, "dqp in place", down_act(dyqd, nq), duq, nq);
+    free(xq); free(xk); free(bq); free(bk); free(wq); free(wk); free(dyq); free(dyk); free(dwq0); free(dwk0);
+    free(yq); free(yk); free(uq); free(uk); free(rq); free(rk); free(duq); free(duk); free(dwq); free(dwk);
+    dfree_all();
+}
+
+/* The attention layers' ops (also run on the CPU emulator by tests/gpu/emu_ops.sh). */
+static void attention_layer_ops(void) {
+    test_bias(77, 96);
+    test_bias(300, 130); /* two row chunks, a partial column tile */
+    /* q/k prep: the attention head dims 64, 128 (one and two pairs per lane), partial lanes
+     * (D 32, 200) and the widest (512); GQA 1, 2, 4; row counts no multiple of the backward's
+     * 64 rows per block; with and without the norm and the biases */
+    test_qk_prep(2, 37, 4, 2, 64, 1, 1);
+    test_qk_prep(1, 45, 2, 2, 128, 1, 0);
+    test_qk_prep(2, 21, 4, 1, 128, 0, 1);
+    test_qk_prep(3, 13, 2, 1, 64, 0, 0);
+    test_qk_prep(1, 19, 3, 3, 32, 1, 1);
+    test_qk_prep(2, 11, 2, 1, 200, 1, 1);
+    test_qk_prep(1, 9, 2, 2, 512, 1, 0);
+    test_qk_prep(1, 300, 8, 2, 128, 1, 1); /* several blocks of q and of k rows */
+}
+
 int main(void) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -655,6 +783,7 @@ int main(void) {
         test_pack(7, 3, 36, 2, 36, 64, 0); /* element-wise paths */
         test_pack(5, 2, 100, 2, 50, 64, 1);
         test_pack(9, 3, 1, 2, 1, 1, 0);
+        attention_layer_ops();
         if (!BF) test_adamw();
     }
     gdn_cuda_blas_free(bl);

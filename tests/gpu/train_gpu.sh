@@ -5,7 +5,12 @@
 #  - gdn op gated-delta --backend cuda (bf16, fp32) against --backend cpu --precision fp64;
 #  - a GDML model (one layer of each mixer) trains on --backend cuda in bf16 and with
 #    --precision fp32: the loss falls by more than 1 nat in 200 steps, the two final val_losses
-#    agree within 3%, and the fp32 run's settings say fp32.
+#    agree within 3%, and the fp32 run's settings say fp32;
+#  - a hybrid with softmax attention (GGGA: grouped-query heads 2:1, attention head dim 64, q/k
+#    norm, q/k/v biases) trains on --backend cuda (bf16) tracking the CPU run (final val_loss
+#    within 3%, the loss falling by more than 1 nat); 10 + resume 10 == 20 straight, bitwise; a
+#    checkpoint written by the cuda backend resumes on the cpu backend (checkpoints are
+#    interchangeable), its next losses within 3% of the cuda run's.
 # Usage: train_gpu.sh GDN OUT_DIR. Prints "result:" lines for the summary table.
 set -uo pipefail
 GDN=$1
@@ -84,5 +89,36 @@ for name, r in zip(("bf16", "fp32"), runs):
     assert len(loss) == 200 and last < first - 1.0, f"GDML {name}: the loss did not fall"
 vb, vf = runs[0][-1]["val_loss"], runs[1][-1]["val_loss"]
 assert abs(vb - vf) / vf < 0.03, f"GDML: bf16 val_loss {vb} and fp32 {vf} differ by more than 3%"
+PY
+
+hyb=(--mixers GGGA --n_kv_heads 1 --attn_head_dim 64 --qk_norm true --qkv_bias true)
+"$GDN" train "${common[@]}" "${hyb[@]}" --steps 200 --backend cuda --out "$dir/hyb_gpu" > "$out/train_hybrid_gpu.log" 2>&1 \
+  || status=1
+"$GDN" train "${common[@]}" "${hyb[@]}" --steps 200 --backend cpu --out "$dir/hyb_cpu" > "$out/train_hybrid_cpu.log" 2>&1 \
+  || status=1
+$PY - "$dir/hyb_gpu/metrics.jsonl" "$dir/hyb_cpu/metrics.jsonl" <<'PY' || status=1
+import json, sys
+g, c = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+loss = [x["loss"] for x in g if "loss" in x]
+first, last = sum(loss[:5]) / 5, sum(loss[-5:]) / 5
+vg, vc = g[-1]["val_loss"], c[-1]["val_loss"]
+rel = abs(vg - vc) / vc
+print(f"result: GGGA (attention) 200 steps: gpu loss {first:.3f} -> {last:.3f}, val_loss gpu {vg:.4f} cpu {vc:.4f} (rel {rel:.2%})")
+assert len(loss) == 200 and last < first - 1.0, "GGGA on the GPU: the loss did not fall"
+assert rel < 0.03, "GGGA: the GPU loss does not track the CPU loss"
+PY
+run20 "${hyb[@]}" --steps 20 --out "$dir/ha" && run20 "${hyb[@]}" --steps 10 --out "$dir/hc" &&
+  cp -r "$dir/hc" "$dir/hx" && run20 "${hyb[@]}" --steps 20 --resume auto --out "$dir/hc" || status=1
+"$GDN" train "${common[@]}" "${hyb[@]}" --backend cpu --decay_steps 20 --steps 20 --resume auto --out "$dir/hx" \
+  > "$out/train_hybrid_resume_cpu.log" 2>&1 || status=1
+$PY - "$dir/ha" "$dir/hc" "$dir/hx" <<'PY' || status=1
+import json, sys
+L = [[json.loads(l)["loss"] for l in open(d + "/metrics.jsonl") if '"loss"' in l] for d in sys.argv[1:]]
+assert len(L[0]) == 20 and len(L[2]) == 20, [len(x) for x in L]
+resumed = L[0] == L[1]
+worst = max(abs(a - b) / b for a, b in zip(L[2][10:], L[0][10:]))
+print(f"result: GGGA gpu 10+resume 10 == 20 straight: {resumed}; cuda checkpoint resumed on cpu: steps 11-20 "
+      f"within {worst:.2%} of the cuda run")
+assert resumed and worst < 0.03
 PY
 exit $status
