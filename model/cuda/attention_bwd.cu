@@ -74,8 +74,9 @@ __global__ void __launch_bounds__(128) delta_bf16_kernel(const Params p) {
     if (ok) {
         const uint4 x = *reinterpret_cast<const uint4 *>((const bf16 *)p.o + row * D + 8 * c);
         const uint4 y = *reinterpret_cast<const uint4 *>((const bf16 *)p.d_o + row * D + 8 * c);
-        const __nv_bfloat162 *xa = reinterpret_cast<const __nv_bfloat162 *>(&x);
-        const __nv_bfloat162 *ya = reinterpret_cast<const __nv_bfloat162 *>(&y);
+        __nv_bfloat162 xa[4], ya[4]; /* memcpy, not a pointer cast: no aliasing of the uint4 */
+        memcpy(xa, &x, sizeof x);
+        memcpy(ya, &y, sizeof y);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const float2 a = __bfloat1622float2(xa[i]), b = __bfloat1622float2(ya[i]);

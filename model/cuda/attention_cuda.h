@@ -69,8 +69,8 @@ typedef struct {
  * (backward = 1 also checks the backward's pointers). */
 void gdn_cuda_attention_check(const gdn_cuda_attention_args *a, int backward);
 
-/* Bytes of device scratch the backward needs (Delta, B*H*T floats, then the fp32 dQ accumulator
- * of the wgmma backward, B*T*H*D floats); not shared between concurrent calls. */
+/* Bytes of device scratch the backward needs (Delta, B*H*T floats; with bwd_algo 2 also the fp32
+ * dQ accumulator, B*T*H*D floats); not shared between concurrent calls. */
 size_t gdn_cuda_attention_workspace_bytes(const gdn_cuda_attention_args *a);
 
 /* 1 when the current device is compute capability 9.0 and this binary carries its wgmma

@@ -41,6 +41,8 @@ static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { __nv_bflo
 
 struct float2 { float x, y; };
 static inline float2 make_float2(float a, float b) { float2 r; r.x = a; r.y = b; return r; }
+struct uint4 { unsigned x, y, z, w; };
+static inline float2 __bfloat1622float2(__nv_bfloat162 h) { return make_float2(__bfloat162float(h.x), __bfloat162float(h.y)); }
 void __syncthreads();
 float __shfl_xor_sync(unsigned mask, float x, int o);
 void emu_ldsm(unsigned (&r)[4], const void *p, bool trans);

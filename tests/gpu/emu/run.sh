@@ -16,7 +16,7 @@ here="$root/tests/gpu/emu"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 "$here/gen.py" "$root" "$work/gen"
-printf '#include "model/cuda/attention_fwd.cpp"\n#include "model/cuda/attention_bwd.cpp"\n#include "model/cuda/attention_host.cpp"\n' > "$work/kernels.cpp"
+printf '#include "model/cuda/attention_fwd.cpp"\n#include "model/cuda/attention_bwd.cpp"\n#include "model/cuda/attention_host.cpp"\n#include "tests/gpu/emu/sm90a_stub.cpp"\n' > "$work/kernels.cpp"
 flags="-O2"
 if [ "${SANITIZE:-0}" = 1 ]; then
     flags="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined"
