@@ -1,5 +1,8 @@
 /* Causal softmax attention on NVIDIA GPUs (sm_90): forward and backward, flash-style (tiled
- * online softmax on tensor cores; no T x T matrix is ever stored).
+ * online softmax on tensor cores; no T x T matrix is ever stored). On compute capability 9.0
+ * the bf16 kernels are the warpgroup-MMA ones of model/cuda/sm90a/ (built for "90a"); the
+ * per-warp mma.sync kernels of attention_fwd.cu / attention_bwd.cu run elsewhere and on request
+ * (fwd_algo / bwd_algo 1).
  *
  * Layouts (row-major, D contiguous):
  *   q, o, d_o, dq: [B,T,H,D];  k, v, dk, dv: [B,T,Hkv,D];  lse: [B,H,T] (float).
@@ -10,7 +13,7 @@
  * scale 0 means 1/sqrt(D). D must be 64 or 128; B, T, H, Hkv are free (T any length >= 1).
  *
  * Precisions (the type of q, k, v, o, d_o, dq, dk, dv; lse and the workspace are always float):
- *   GDN_CUDA_BF16: __nv_bfloat16 storage, bf16 tensor-core products (mma.sync m16n8k16) with
+ *   GDN_CUDA_BF16: __nv_bfloat16 storage, bf16 tensor-core products (wgmma or mma.sync) with
  *                  fp32 accumulation; the softmax statistics, the running output and every
  *                  gradient accumulator are fp32; the probabilities and their gradients are
  *                  rounded to bf16 only as operands of the next product (as FlashAttention-2).
@@ -20,7 +23,7 @@
  * Backward: Delta = rowsum(d_o * o) (one small kernel), then dk/dv in a kernel parallel over key
  * tiles (each block loops over the query heads of its group, so no atomics) and dq in a kernel
  * parallel over query tiles. Every sum runs in a fixed order: the results are the same bits on
- * every run.
+ * every run. The exception is bwd_algo 2 (one wgmma kernel that adds dq with fp32 atomics).
  *
  * Every CUDA call is checked; on failure the process prints file:line and the CUDA error string
  * and exits with status 1. A bad shape or argument stops with a message naming the field. */
