@@ -45,6 +45,11 @@ uint32_t io_tokenizer_vocab_size(const io_tokenizer *t);
 /* A short description ("tokenizer.json: 128256 ids, 280147 merges, 256 added tokens"). */
 const char *io_tokenizer_describe(const io_tokenizer *t);
 
+/* The file(s) it was read from ("DIR/vocab.json + DIR/merges.txt" for GPT-2's pair) and, in
+ * *hash when not NULL, the FNV-1a 64 hash of their bytes in that order (to record in data
+ * made with it). */
+const char *io_tokenizer_source(const io_tokenizer *t, uint64_t *hash);
+
 /* The id of an added token or vocabulary entry with exactly these bytes; -1 when none. */
 int64_t io_tokenizer_token_id(const io_tokenizer *t, const char *bytes, size_t n);
 
@@ -65,6 +70,16 @@ void io_ids_free(io_ids *v);
  * or a regex engine error such as its match limit). */
 int io_tok_encode(io_tok_enc *e, const unsigned char *text, size_t n, io_ids *out, char *err,
                   int err_len);
+
+/* Encodes text[0, n) on `threads` threads (0: OpenMP's default), appending to out; equal to
+ * io_tok_encode on the whole text. progress (may be NULL) is called with the bytes encoded so
+ * far after each chunk (from one thread at a time). Returns 0, or -1 with a message in err. */
+typedef void (*io_tok_progress)(void *user, size_t done, size_t total);
+int io_tokenizer_encode_parallel(const io_tokenizer *t, const unsigned char *text, size_t n,
+                                 int threads, io_ids *out, io_tok_progress progress, void *user,
+                                 char *err, int err_len);
+/* 1 when a text may be cut into chunks encoded separately (see io/tokenizer_parallel.c). */
+int io_tokenizer_can_cut(const io_tokenizer *t);
 
 /* The bytes of ids[0, n) into *out (malloc'ed, NUL-terminated, *out_len bytes). Returns 0, or -1
  * with a message naming the first id outside the vocabulary. */

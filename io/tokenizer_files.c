@@ -44,6 +44,10 @@ io_tokenizer *io_tokenizer_load(const char *path, char *err, int err_len) {
     size_t len;
     if (io_text_read(path, &text, &len, err, err_len)) return NULL;
     t = io_tokenizer_from_json((const char *)text, len, path, err, err_len);
+    if (t) {
+        t->file_hash = tok_fnv1a(0xcbf29ce484222325ull, text, len);
+        snprintf(t->source, sizeof t->source, "%s", path);
+    }
     free(text);
     return t;
 }
@@ -114,11 +118,20 @@ io_tokenizer *io_tokenizer_load_gpt2(const char *vocab_path, const char *merges_
             goto done;
         }
     }
+    {
+        unsigned char *raw;
+        size_t raw_len;
+        if (io_text_read(vocab_path, &raw, &raw_len, err, err_len)) goto done;
+        t->file_hash = tok_fnv1a(0xcbf29ce484222325ull, raw, raw_len);
+        free(raw);
+    }
     if (tok_build_vocab(t, &b, vocab_path, err, err_len) ||
         tok_check_bytes(t, vocab_path, err, err_len) ||
         io_text_read(merges_path, &text, &len, err, err_len) ||
         gpt2_merges(t, merges_path, text, len, err, err_len))
         goto done;
+    t->file_hash = tok_fnv1a(t->file_hash, text, len);
+    snprintf(t->source, sizeof t->source, "%s + %s", vocab_path, merges_path);
     /* GPT-2's ByteLevel split, no prefix space, no added tokens: no text is special */
     if (tok_add_split(t, tok_gpt2_pattern, strlen(tok_gpt2_pattern), 0, vocab_path, err, err_len))
         goto done;
@@ -146,6 +159,11 @@ void io_tokenizer_free(io_tokenizer *t) {
 uint32_t io_tokenizer_vocab_size(const io_tokenizer *t) { return t->n_ids; }
 
 const char *io_tokenizer_describe(const io_tokenizer *t) { return t->describe; }
+
+const char *io_tokenizer_source(const io_tokenizer *t, uint64_t *hash) {
+    if (hash) *hash = t->file_hash;
+    return t->source;
+}
 
 int64_t io_tokenizer_token_id(const io_tokenizer *t, const char *bytes, size_t n) {
     for (int i = 0; i < t->n_added; i++)

@@ -47,6 +47,8 @@ typedef struct {
 
 struct io_tokenizer {
     char describe[256];
+    char source[2100];  /* the file(s) read, for records */
+    uint64_t file_hash; /* FNV-1a 64 of their bytes, in order */
     uint32_t n_ids;      /* one more than the largest id */
     unsigned char *text; /* every id's bytes, back to back */
     size_t *off;         /* [n_ids + 1]: id i is text[off[i], off[i+1]) */
@@ -106,6 +108,8 @@ static inline const tok_merge *tok_merge_find(const io_tokenizer *t, uint32_t a,
     }
 }
 uint64_t tok_hash_bytes(const unsigned char *p, size_t n);
+/* FNV-1a 64 (the recorded file hash), continuing from h (start: 0xcbf29ce484222325). */
+uint64_t tok_fnv1a(uint64_t h, const unsigned char *p, size_t n);
 /* Checks that every byte has an id (a byte-level vocabulary). */
 int tok_check_bytes(io_tokenizer *t, const char *name, char *err, int err_len);
 void tok_free_tables(io_tokenizer *t);

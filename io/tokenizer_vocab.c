@@ -42,6 +42,11 @@ uint64_t tok_hash_bytes(const unsigned char *p, size_t n) {
     return h ^ (h >> 32);
 }
 
+uint64_t tok_fnv1a(uint64_t h, const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
 int tok_builder_add(tok_vocab_builder *b, const char *s, size_t len, uint32_t id, int bytelevel) {
     if (b->n + 1 >= b->cap) {
         size_t c = b->cap ? b->cap * 2 : 1024;
