@@ -15,7 +15,9 @@
  * piece; decoding returns them unchanged.
  *
  * Decoding concatenates each id's bytes, so decode(encode(text)) == text whenever the
- * normalizer leaves the text unchanged (for NFC: when the text is already NFC). */
+ * normalizer leaves the text unchanged (for NFC: when the text is already NFC) and no added
+ * token with lstrip/rstrip takes whitespace into its match (the Llama 3, Qwen2/3 and GPT-2
+ * vocabularies have none). */
 #ifndef GDN_IO_TOKENIZER_H
 #define GDN_IO_TOKENIZER_H
 

@@ -15,11 +15,12 @@
  * non-newline character before them, the others end at or before a newline), normalization never
  * reaches across a newline, and the BPE pieces are the same on both sides. Two things end that:
  * a prefix space added to the whole text (ByteLevel add_prefix_space as the first step would be
- * added at every cut) and an added token holding a newline (it could straddle the cut). */
+ * added at every cut), an added token holding a newline (it could straddle the cut) and one
+ * with lstrip (it takes the newline before it into its match). */
 int io_tokenizer_can_cut(const io_tokenizer *t) {
     if (t->n_stages > 0 && t->stages[0].kind == TOK_STAGE_PREFIX_SPACE) return 0;
     for (int i = 0; i < t->n_added; i++)
-        if (memchr(t->added[i].bytes, '\n', t->added[i].len)) return 0;
+        if (t->added[i].lstrip || memchr(t->added[i].bytes, '\n', t->added[i].len)) return 0;
     return 1;
 }
 
