@@ -155,10 +155,6 @@ int tok_bpe_piece(const io_tokenizer *t, tok_bpe_scratch *s, const unsigned char
                   io_ids *out) {
     if (n == 0) return 0;
     if (n == 1) return tok_ids_push(out, t->byte_id[p[0]]);
-    if (t->ignore_merges) { /* a piece that is a whole vocabulary entry is that entry */
-        uint32_t id = tok_vocab_find(t, p, n);
-        if (id != TOK_NO_ID) return tok_ids_push(out, id);
-    }
     cache_slot *slot = NULL;
     uint64_t h = 0;
     if (n <= CACHE_BYTES) {
@@ -171,7 +167,10 @@ int tok_bpe_piece(const io_tokenizer *t, tok_bpe_scratch *s, const unsigned char
         }
     }
     size_t first = out->n;
-    if (merge(t, s, p, n, out)) return -1;
+    uint32_t whole = t->ignore_merges ? tok_vocab_find(t, p, n) : TOK_NO_ID;
+    if (whole != TOK_NO_ID) { /* a piece that is a whole vocabulary entry is that entry */
+        if (tok_ids_push(out, whole)) return -1;
+    } else if (merge(t, s, p, n, out)) return -1;
     size_t got = out->n - first;
     if (slot && got <= CACHE_IDS) {
         slot->hash = h;

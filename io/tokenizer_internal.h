@@ -15,7 +15,11 @@
 
 /* bytes -> id, for vocabulary entries whose text is byte-level (open addressing over ids). */
 typedef struct {
-    uint32_t *slots; /* id or TOK_NO_ID */
+    uint32_t id, tag; /* id or TOK_NO_ID; tag: high hash bits, to skip most mismatches */
+} tok_bytes_slot;
+
+typedef struct {
+    tok_bytes_slot *slots;
     uint64_t mask;
 } tok_bytes_map;
 

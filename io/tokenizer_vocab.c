@@ -97,18 +97,25 @@ void tok_builder_free(tok_vocab_builder *b) {
 static void map_insert(io_tokenizer *t, uint32_t id) {
     const unsigned char *p = t->text + t->off[id];
     size_t n = t->off[id + 1] - t->off[id];
-    for (uint64_t i = tok_hash_bytes(p, n);; i++) {
-        uint32_t *s = &t->vocab.slots[i & t->vocab.mask];
-        if (*s == TOK_NO_ID) { *s = id; return; }
+    uint64_t h = tok_hash_bytes(p, n);
+    for (uint64_t i = h;; i++) {
+        tok_bytes_slot *s = &t->vocab.slots[i & t->vocab.mask];
+        if (s->id == TOK_NO_ID) {
+            s->id = id, s->tag = (uint32_t)(h >> 32);
+            return;
+        }
     }
 }
 
 uint32_t tok_vocab_find(const io_tokenizer *t, const unsigned char *p, size_t n) {
-    for (uint64_t i = tok_hash_bytes(p, n);; i++) {
-        uint32_t id = t->vocab.slots[i & t->vocab.mask];
-        if (id == TOK_NO_ID) return TOK_NO_ID;
-        if (t->off[id + 1] - t->off[id] == n && memcmp(t->text + t->off[id], p, n) == 0)
-            return id;
+    uint64_t h = tok_hash_bytes(p, n);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (uint64_t i = h;; i++) {
+        const tok_bytes_slot *s = &t->vocab.slots[i & t->vocab.mask];
+        if (s->id == TOK_NO_ID) return TOK_NO_ID;
+        if (s->tag == tag && t->off[s->id + 1] - t->off[s->id] == n &&
+            memcmp(t->text + t->off[s->id], p, n) == 0)
+            return s->id;
     }
 }
 
@@ -171,7 +178,7 @@ int tok_build_vocab(io_tokenizer *t, tok_vocab_builder *b, const char *name, cha
     }
     t->off[n_ids] = o;
     free(len), free(src);
-    memset(t->vocab.slots, 0xFF, cap * sizeof *t->vocab.slots);
+    for (size_t i = 0; i < cap; i++) t->vocab.slots[i].id = TOK_NO_ID;
     for (uint32_t id = 0; id < n_ids; id++)
         if (t->has[id] && t->bytelevel[id] && tok_vocab_find(t, t->text + t->off[id],
                                                              t->off[id + 1] - t->off[id]) == TOK_NO_ID)
