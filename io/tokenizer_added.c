@@ -27,8 +27,10 @@ int tok_sort_added(io_tokenizer *t, const char *name, char *err, int err_len) {
     if (t->n_added) qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added);
     memset(t->added_lo, 0, sizeof t->added_lo);
     memset(t->added_hi, 0, sizeof t->added_hi);
+    t->n_added_kind[0] = t->n_added_kind[1] = 0;
     for (int i = t->n_added - 1; i >= 0; i--) {
         int k = t->added[i].normalized != 0, b = t->added[i].bytes[0];
+        t->n_added_kind[k]++;
         if (t->added_hi[k][b] == 0) t->added_hi[k][b] = i + 1;
         t->added_lo[k][b] = i;
     }
@@ -79,7 +81,7 @@ static int is_word(int32_t cp) {
 uint32_t tok_find_added(const io_tokenizer *t, int normalized, const unsigned char *text, size_t n,
                         size_t from, size_t *start, size_t *end) {
     const int k = normalized != 0;
-    if (t->n_added == 0) return TOK_NO_ID;
+    if (t->n_added_kind[k] == 0) return TOK_NO_ID;
     for (size_t pos = from; pos < n; pos++) {
         int b = text[pos];
         int lo = t->added_lo[k][b], hi = t->added_hi[k][b];

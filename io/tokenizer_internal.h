@@ -70,6 +70,7 @@ struct io_tokenizer {
     int n_added;
     /* added[lo..hi) are the tokens of a normalized kind starting with a byte, longest first */
     int added_lo[2][256], added_hi[2][256];
+    int n_added_kind[2]; /* added tokens of each normalized kind */
 };
 
 /* ---- tokenizer_vocab.c -------------------------------------------------------------------- */

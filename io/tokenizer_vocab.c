@@ -132,8 +132,11 @@ int tok_build_vocab(io_tokenizer *t, tok_vocab_builder *b, const char *name, cha
         snprintf(err, (size_t)err_len, "%s: the vocabulary is empty", name);
         return -1;
     }
-    if (b->max_id >= UINT32_MAX - 1) {
-        snprintf(err, (size_t)err_len, "%s: id %u is too large", name, b->max_id);
+    /* ids index tables of max_id + 1 entries: a few holes are fine, a lone huge id is not */
+    if (b->max_id > 2 * b->n + (1u << 20)) {
+        snprintf(err, (size_t)err_len,
+                 "%s: id %u is far beyond the %zu entries: the ids must number the tokens from 0 "
+                 "with few gaps", name, b->max_id, b->n);
         return -1;
     }
     uint32_t n_ids = b->max_id + 1;

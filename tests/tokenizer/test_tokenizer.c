@@ -296,6 +296,9 @@ static void test_bad_files(void **state) {
     j = make_json("null", BYTELEVEL_NOSPLIT, "\"zz\": 5", "", "", 0);
     expect_error(j, "id 5 is given to two vocabulary entries");
     free(j);
+    j = make_json("null", BYTELEVEL_NOSPLIT, "\"zz\": 4000000000", "", "", 0);
+    expect_error(j, "id 4000000000 is far beyond the 258 entries");
+    free(j);
     j = make_json("null", BYTELEVEL_NOSPLIT, "\"zz\": -1", "", "", 0);
     expect_error(j, "a token id must be a whole number");
     free(j);
