@@ -125,8 +125,7 @@ static int id_of(const io_json *v, uint32_t *id, char *err, int err_len) {
 
 static int model(io_tokenizer *t, const io_json *m, tok_vocab_builder *b, const io_json **merges,
                  char *err, int err_len) {
-    if (!m || m->type != IO_JSON_OBJECT)
-        return fail(m ? m : m, err, err_len, "\"model\" must be an object");
+    if (m->type != IO_JSON_OBJECT) return fail(m, err, err_len, "\"model\" must be an object");
     const char *type = type_of(m);
     if (type && strcmp(type, "BPE") != 0) {
         char msg[160];

@@ -305,6 +305,8 @@ static void test_bad_files(void **state) {
     j = make_json("null", BYTELEVEL_NOSPLIT, "", "", "{\"id\": 300}", 0);
     expect_error(j, "an added token needs \"id\" and \"content\"");
     free(j);
+    expect_error("{\"pre_tokenizer\": " BYTELEVEL_NOSPLIT ", \"model\": 5}", "\"model\" must be an object");
+    expect_error("{\"pre_tokenizer\": " BYTELEVEL_NOSPLIT "}", "t.json: no \"model\"");
     expect_error("{\"pre_tokenizer\": " BYTELEVEL_NOSPLIT ", \"model\": {\"type\": \"WordPiece\"}}",
                  "model type 'WordPiece' is not supported");
     expect_error("{\"pre_tokenizer\": " BYTELEVEL_NOSPLIT ", \"model\": {\"vocab\": {\"a\": 0}, "
