@@ -44,6 +44,10 @@ void io_tokenizer_free(io_tokenizer *t);
 /* One more than the largest id (model vocabulary and added tokens). */
 uint32_t io_tokenizer_vocab_size(const io_tokenizer *t);
 
+/* 1 when decode(encode(text)) == text for every text: no normalizer, no prefix space, no added
+ * token that strips whitespace. */
+int io_tokenizer_lossless(const io_tokenizer *t);
+
 /* A short description ("tokenizer.json: 128256 ids, 280147 merges, 256 added tokens"). */
 const char *io_tokenizer_describe(const io_tokenizer *t);
 

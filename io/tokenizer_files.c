@@ -160,6 +160,15 @@ uint32_t io_tokenizer_vocab_size(const io_tokenizer *t) { return t->n_ids; }
 
 const char *io_tokenizer_describe(const io_tokenizer *t) { return t->describe; }
 
+int io_tokenizer_lossless(const io_tokenizer *t) {
+    if (t->n_norm) return 0;
+    for (int i = 0; i < t->n_stages; i++)
+        if (t->stages[i].kind == TOK_STAGE_PREFIX_SPACE) return 0;
+    for (int i = 0; i < t->n_added; i++)
+        if (t->added[i].lstrip || t->added[i].rstrip) return 0;
+    return 1;
+}
+
 const char *io_tokenizer_source(const io_tokenizer *t, uint64_t *hash) {
     if (hash) *hash = t->file_hash;
     return t->source;

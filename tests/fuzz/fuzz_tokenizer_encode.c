@@ -104,6 +104,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t len;
         char err[512];
         CHECK(io_tokenizer_decode(tok[k], ids.ids, ids.n, &back, &len, err, sizeof err) == 0);
+        CHECK(io_tokenizer_lossless(tok[k]) == (k == 0));
         if (k == 0) {
             CHECK(len == size);
             CHECK(memcmp(back, data, size) == 0);

@@ -94,6 +94,7 @@ static void test_merges_by_rank(void **state) {
     for (int f = 0; f < 2; f++) {
         char *json = make_json("null", BYTELEVEL_NOSPLIT, vocab, forms[f], "", 0);
         io_tokenizer *t = load_json(json);
+        assert_true(io_tokenizer_lossless(t));
         size_t n = enc(t, "abc", 3, ids, NULL);
         EXPECT_IDS(ids, n, 258);
         n = enc(t, "abab", 4, ids, NULL);
@@ -141,6 +142,7 @@ static void test_added_tokens(void **state) {
         "{\"id\": 303, \"content\": \"w\", \"single_word\": true, \"normalized\": false}";
     char *json = make_json("null", BYTELEVEL_NOSPLIT, "", "", added, 0);
     io_tokenizer *t = load_json(json);
+    assert_false(io_tokenizer_lossless(t)); /* [L] strips the spaces beside it */
     size_t n = enc(t, "a<s>b", 5, ids, NULL);
     EXPECT_IDS(ids, n, 'a', 300, 'b');
     n = enc(t, "<s>x<s>", 7, ids, NULL); /* leftmost-longest */
@@ -164,6 +166,7 @@ static void test_normalize_and_prefix(void **state) {
                            BYTELEVEL_NOSPLIT, "", "",
                            "{\"id\": 300, \"content\": \"<s>\", \"special\": true}", 0);
     io_tokenizer *t = load_json(json);
+    assert_false(io_tokenizer_lossless(t));
     size_t n = enc(t, "e\xCC\x81<s>", 6, ids, "\xC3\xA9<s>");
     EXPECT_IDS(ids, n, 0xC3, 0xA9, 300);
     io_tokenizer_free(t);
@@ -172,6 +175,7 @@ static void test_normalize_and_prefix(void **state) {
     json = make_json("null", "{\"type\": \"ByteLevel\", \"add_prefix_space\": true}",
                      "\"\\u0120h\": 256, \"\\u0120hi\": 257", "\"\\u0120 h\", \"\\u0120h i\"", "", 0);
     t = load_json(json);
+    assert_false(io_tokenizer_lossless(t));
     n = enc(t, "hi hi", 5, ids, " hi hi");
     EXPECT_IDS(ids, n, 257, 257);
     io_tokenizer_free(t);
