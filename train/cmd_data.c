@@ -250,13 +250,15 @@ static int write_record(const char *prefix, const io_tokenizer *t, uint32_t voca
         snprintf(path, n, "%s_data.json", prefix);
         snprintf(tmp, n + 4, "%s.tmp", path);
         FILE *f = fopen(tmp, "wb");
-        if (f && fwrite(io_jw_text(&w), 1, w.len, f) == w.len && fputc('\n', f) != EOF &&
-            fclose(f) == 0 && rename(tmp, path) == 0) {
+        int ok = f && fwrite(io_jw_text(&w), 1, w.len, f) == w.len && fputc('\n', f) != EOF;
+        int err = errno;
+        if (f && fclose(f) != 0 && ok) ok = 0, err = errno; /* closed either way */
+        if (ok && rename(tmp, path) != 0) ok = 0, err = errno;
+        if (ok) {
             printf("wrote %s\n", path);
             rc = 0;
         } else {
-            fprintf(stderr, "gdn data: error: %s: cannot write: %s\n", path, strerror(errno));
-            if (f) fclose(f);
+            fprintf(stderr, "gdn data: error: %s: cannot write: %s\n", path, strerror(err));
             remove(tmp);
         }
     }

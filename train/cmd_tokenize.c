@@ -34,11 +34,18 @@ static int usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
-static int write_file(const char *path, const void *data, size_t n) {
+/* Writes data (then tail, when not NULL) to path. */
+static int write_file(const char *path, const void *data, size_t n, const char *tail) {
     FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
+    if (!f) {
         fprintf(stderr, "gdn tokenize: error: %s: cannot write: %s\n", path, strerror(errno));
-        if (f) fclose(f);
+        return 1;
+    }
+    int bad = fwrite(data, 1, n, f) != n || (tail && fputs(tail, f) == EOF);
+    int err = errno;
+    if (fclose(f) != 0 && !bad) bad = 1, err = errno;
+    if (bad) {
+        fprintf(stderr, "gdn tokenize: error: %s: cannot write: %s\n", path, strerror(err));
         return 1;
     }
     return 0;
@@ -64,7 +71,7 @@ static int encode(const io_tokenizer *t, const char *in, const char *out) {
         io_jw_begin_array(&w);
         for (size_t i = 0; i < ids.n; i++) io_jw_int(&w, ids.ids[i]);
         io_jw_end_array(&w);
-        rc = write_file(out, io_jw_text(&w), w.len);
+        rc = write_file(out, io_jw_text(&w), w.len, "\n");
         io_jw_free(&w);
         if (!rc) printf("%s: %zu bytes -> %zu ids\n", in, n, ids.n);
     }
@@ -111,7 +118,7 @@ static int decode(const io_tokenizer *t, const char *in, const char *out) {
         fprintf(stderr, "gdn tokenize: error: %s: %s\n", in, err);
         goto done;
     }
-    rc = write_file(out, text, n);
+    rc = write_file(out, text, n, NULL);
     if (!rc) printf("%s: %zu ids -> %zu bytes\n", in, arr->n_items, n);
     free(text);
 done:

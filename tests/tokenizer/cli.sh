@@ -73,6 +73,11 @@ expect 1 "neither tokenizer.json nor vocab.json + merges.txt" -- \
 printf '{"model": {"vocab": {"a": 0}, "merges": []},\n "pre_tokenizer": {"type": "Metaspace"}}' > "$dir/bad.json"
 expect 1 "bad.json:2:19: pre-tokenizer type 'Metaspace' is not supported" -- \
   "$GDN" tokenize --tokenizer "$dir/bad.json" --in "$dir/a.txt" --out "$dir/x.json"
+# a write that fails when the file is closed (a full disk) is reported once, the stream closed once
+if [ -w /dev/full ]; then
+  expect 1 "/dev/full: cannot write: No space left on device" -- \
+    "$GDN" tokenize --tokenizer "$tok" --in "$dir/a.txt" --out /dev/full
+fi
 echo '[1, 2, 99999]' > "$dir/ids.json"
 expect 1 "id 99999 (at position 2) is not in the vocabulary" -- \
   "$GDN" tokenize --tokenizer "$tok" --in "$dir/ids.json" --out "$dir/x.txt" --decode
