@@ -6,7 +6,8 @@
 #
 # Usage: jobs/install_deps.sh [--check] [--tests] [DEBIAN_PACKAGE...]
 #   (no option)     what building and running gdn needs: C compiler with OpenMP, make, cmake,
-#                   pkg-config, MPI (mpicc, mpiexec), serial HDF5, OpenBLAS, zlib
+#                   pkg-config, MPI (mpicc, mpiexec), serial HDF5, OpenBLAS, zlib, PCRE2,
+#                   utf8proc
 #   --tests         also what tests/run.sh needs: cmocka, a python3 that imports h5py and numpy
 #   --check         install nothing: print one "missing NAME: ..." line per missing need and
 #                   exit 1 if anything is missing, 0 if not
@@ -96,6 +97,13 @@ int main(void) { return H5open() < 0; }' h5_ok=0
     done
   fi
   [ $h5_ok = 1 ] || need hdf5 libhdf5-dev "serial HDF5 (hdf5.h, libhdf5; h5cc on PATH or HDF5_ROOT for CMake)"
+  # PCRE2 and utf8proc (the BPE tokenizers' patterns and normalization): CMake asks pkg-config
+  if have pkg-config; then
+    pkg-config --exists libpcre2-8 ||
+      need pcre2 libpcre2-dev "PCRE2 (8-bit) with its libpcre2-8.pc on PKG_CONFIG_PATH"
+    pkg-config --exists libutf8proc ||
+      need utf8proc libutf8proc-dev "utf8proc with its libutf8proc.pc on PKG_CONFIG_PATH"
+  fi
   if [ -n "$cc" ] && ! try_build "$cc" '#include <zlib.h>
 int main(void) { return zlibVersion() == 0; }' -lz; then
     need zlib zlib1g-dev "zlib (zlib.h, libz)"

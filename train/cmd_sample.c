@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "io/checkpoint.h"
+#include "io/json.h"
+#include "io/tokenizer.h"
 #include "io/parse_num.h"
 #include "model/check.h"
 #include "model/cpu/model_cpu.h"
@@ -26,14 +28,16 @@
 static void sample_usage(FILE *f) {
     fprintf(f,
             "usage: gdn sample (--run DIR | --ckpt FILE.h5) [--prompt TEXT] [--bytes N]\n"
-            "                  [--temperature T] [--top-k K] [--seed S]\n\n"
+            "                  [--temperature T] [--top-k K] [--seed S] [--tokenizer PATH]\n\n"
             "  --run DIR        use the newest valid checkpoint of a run directory\n"
             "  --ckpt FILE      use this checkpoint\n"
             "  --prompt TEXT    text to continue (default: a newline)\n"
             "  --bytes N        tokens to generate (default 256)\n"
             "  --temperature T  softmax temperature, 0 = greedy, at most 1e6 (default 0.8)\n"
             "  --top-k K        sample among the K most likely tokens, 0 = all (default 40)\n"
-            "  --seed S         sampling seed (default 1)\n");
+            "  --seed S         sampling seed (default 1)\n"
+            "  --tokenizer PATH BPE tokenizer for the prompt and the output (default: the one the\n"
+            "                   run recorded, gdn train --tokenizer; none: byte-level, vocab 256)\n");
 }
 
 static uint64_t rng_next(uint64_t *s) {
@@ -96,9 +100,28 @@ int gdn_sample_token(const float *logits, int V, double temperature, int top_k, 
     return best; /* rounding left u >= 0 after the last token */
 }
 
-static void put_token(int tok, int byte_vocab) {
-    if (byte_vocab) fputc(tok, stdout);
+/* A token's text: its byte, or with a tokenizer its bytes (an id the tokenizer does not know,
+ * such as a padding row of a larger embedding, prints nothing). */
+static void put_token(int tok, int byte_vocab, const io_tokenizer *bpe) {
+    size_t len;
+    const unsigned char *b;
+    if (bpe) {
+        if ((b = io_tokenizer_id_bytes(bpe, (uint32_t)tok, &len))) fwrite(b, 1, len, stdout);
+    } else if (byte_vocab) fputc(tok, stdout);
     else printf(" %d", tok);
+}
+
+/* The tokenizer a checkpoint's run recorded ("tokenizer" in its saved config; NULL: none). */
+static char *recorded_tokenizer(const char *config_json) {
+    char err[256];
+    io_json *cfg = config_json ? io_json_parse(config_json, strlen(config_json), "config", err,
+                                               sizeof err) : NULL;
+    const char *p = NULL;
+    char *out = NULL;
+    if (cfg && io_json_get_string(cfg, "tokenizer", &p, err, sizeof err) == 1 && p[0])
+        out = strdup(p);
+    io_json_free(cfg);
+    return out;
 }
 
 /* Refuses logits that are not all finite: a model whose output is NaN or infinite has damaged
@@ -116,7 +139,7 @@ static int check_logits(const float *logits, int V, const char *ckpt, int64_t st
 }
 
 int gdn_cmd_sample(int argc, char **argv) {
-    const char *run = NULL, *ckpt = NULL, *prompt = "\n";
+    const char *run = NULL, *ckpt = NULL, *prompt = "\n", *tok_path = NULL;
     int64_t n_bytes = 256;
     int top_k = 40;
     double temperature = 0.8;
@@ -134,6 +157,7 @@ int gdn_cmd_sample(int argc, char **argv) {
         if (!strcmp(a, "--run")) run = v;
         else if (!strcmp(a, "--ckpt")) ckpt = v;
         else if (!strcmp(a, "--prompt")) prompt = v;
+        else if (!strcmp(a, "--tokenizer")) tok_path = v;
         else if (!strcmp(a, "--bytes")) bad = io_parse_i64(a, v, 0, GDN_SAMPLE_MAX_TOKENS, &n_bytes, err, sizeof err);
         else if (!strcmp(a, "--top-k")) bad = io_parse_int(a, v, 0, INT_MAX, &top_k, err, sizeof err);
         else if (!strcmp(a, "--temperature")) bad = io_parse_f64(a, v, 0, 1e6, &temperature, err, sizeof err);
@@ -161,9 +185,31 @@ int gdn_cmd_sample(int argc, char **argv) {
         ckpt_info_free(&info);
         return 1;
     }
-    if (info.model.vocab_size != 256) {
-        fprintf(stderr, "gdn sample: %s: sampling text needs the byte-level vocabulary (256), this model has %d\n",
-                ckpt, info.model.vocab_size);
+    char *recorded = tok_path ? NULL : recorded_tokenizer(info.config_json);
+    io_tokenizer *bpe = NULL;
+    if (tok_path || recorded) {
+        bpe = io_tokenizer_load(tok_path ? tok_path : recorded, err, sizeof err);
+        if (!bpe)
+            fprintf(stderr, "gdn sample: %s%s\n", tok_path ? "--tokenizer: " :
+                    "the tokenizer the run recorded: ", err);
+        else if (io_tokenizer_vocab_size(bpe) > (uint32_t)info.model.vocab_size) {
+            fprintf(stderr, "gdn sample: %s: the tokenizer %s has %u ids but the model only %d\n",
+                    ckpt, tok_path ? tok_path : recorded, io_tokenizer_vocab_size(bpe),
+                    info.model.vocab_size);
+            io_tokenizer_free(bpe);
+            bpe = NULL;
+        }
+        if (!bpe) {
+            free(recorded);
+            ckpt_info_free(&info);
+            return 1;
+        }
+    }
+    free(recorded);
+    if (!bpe && info.model.vocab_size != 256) {
+        fprintf(stderr, "gdn sample: %s: sampling text needs the byte-level vocabulary (256) or a "
+                "tokenizer (--tokenizer PATH), this model has %d ids and its run recorded no "
+                "tokenizer\n", ckpt, info.model.vocab_size);
         ckpt_info_free(&info);
         return 1;
     }
@@ -175,6 +221,7 @@ int gdn_cmd_sample(int argc, char **argv) {
         ckpt_info_free(&info);
         free(params);
         gdn_param_table_free(&t);
+        io_tokenizer_free(bpe);
         return 1;
     }
     ckpt_info_free(&info);
@@ -199,6 +246,7 @@ int gdn_cmd_sample(int argc, char **argv) {
                     ckpt, (int)GDN_SAMPLE_MAX_CACHE, (long long)len);
             free(params);
             gdn_param_table_free(&t);
+            io_tokenizer_free(bpe);
             return 1;
         }
         const size_t row = (size_t)gdn_config_kv_heads(c) * (size_t)gdn_config_attn_dim(c);
@@ -218,7 +266,18 @@ int gdn_cmd_sample(int argc, char **argv) {
     }
     int np = (int)strlen(prompt);
     int *ptok = GDN_MALLOC((size_t)np * sizeof(int));
-    for (int i = 0; i < np; i++) ptok[i] = (unsigned char)prompt[i];
+    if (bpe) { /* never more ids than bytes: each piece's bytes start as one id each */
+        io_tok_enc *e = io_tok_enc_new(bpe);
+        io_ids ids = {0};
+        if (!e || io_tok_encode(e, (const unsigned char *)prompt, (size_t)np, &ids, err, sizeof err))
+            GDN_DIE("gdn sample: encoding the prompt: %s", e ? err : "out of memory");
+        np = (int)ids.n;
+        for (int i = 0; i < np; i++) ptok[i] = (int)ids.ids[i];
+        io_ids_free(&ids);
+        io_tok_enc_free(e);
+    } else {
+        for (int i = 0; i < np; i++) ptok[i] = (unsigned char)prompt[i];
+    }
 
     int nv = 0, cur = 0, status = 0;
     gdn_cpu_acts_f32 *pa = gdn_cpu_acts_create_f32(&t, 1, np);
@@ -233,9 +292,9 @@ int gdn_cmd_sample(int argc, char **argv) {
     }
     gdn_cpu_acts_free_f32(pa);
     gdn_cpu_acts_f32 *sa = gdn_cpu_acts_create_f32(&t, 1, 1);
-    if (!status) fwrite(prompt, 1, (size_t)np, stdout);
+    if (!status) fwrite(prompt, 1, strlen(prompt), stdout);
     for (int64_t i = 0; i < n_bytes && !status; i++) {
-        put_token(tok, byte_vocab);
+        put_token(tok, byte_vocab, bpe);
         if (i + 1 == n_bytes) break;
         gdn_cpu_forward_f32(sa, &t, params, &tok, NULL, 0.0f, &nv, &carry[cur], &carry[1 - cur]);
         cur = 1 - cur;
@@ -255,5 +314,6 @@ int gdn_cmd_sample(int argc, char **argv) {
     free(ptok);
     free(params);
     gdn_param_table_free(&t);
+    io_tokenizer_free(bpe);
     return status;
 }

@@ -6,6 +6,7 @@
 int gdn_cmd_train(int argc, char **argv);   /* train/cmd_train.c */
 int gdn_cmd_sample(int argc, char **argv);  /* train/cmd_sample.c */
 int gdn_cmd_data(int argc, char **argv);    /* train/cmd_data.c: text -> token shards */
+int gdn_cmd_tokenize(int argc, char **argv); /* train/cmd_tokenize.c: text <-> BPE ids */
 int gdn_cmd_op(int argc, char **argv);      /* train/cmd_op.c: gdn op gated-delta */
 int gdn_cmd_op_attention(int argc, char **argv); /* train/cmd_op_attention.c: gdn op attention */
 int gdn_cmd_inspect(int argc, char **argv); /* train/cmd_inspect.c: checkpoint summary */

@@ -15,6 +15,7 @@ static const gdn_command commands[] = {
     {"train", gdn_cmd_train, "train a model (gdn train --help)"},
     {"sample", gdn_cmd_sample, "generate text from a trained model"},
     {"data", gdn_cmd_data, "turn text into token shards"},
+    {"tokenize", gdn_cmd_tokenize, "encode text with a BPE tokenizer (or decode ids)"},
     {"op", gdn_cmd_op, "run one operator on arrays from an HDF5 file (gdn op gated-delta | attention | logits)"},
     {"inspect", gdn_cmd_inspect, "print and verify a checkpoint"},
     {"bench", gdn_cmd_bench, "time the delta rule and training steps"},

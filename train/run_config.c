@@ -2,6 +2,7 @@
 #include "train/run_config.h"
 
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "io/parse_num.h"
+#include "io/tokenizer.h"
 #include "model/mixer.h"
 #include "model/params.h"
 
@@ -62,6 +64,8 @@ static const field fields[] = {
     GDN_CONFIG_FIELDS(FM)
     FS(data, "training text (.txt, .gz) or token shards (.bin, comma list)"),
     FR(val_tokens, F_I64, 0, I53, "tokens held out at the end of the corpus for validation"),
+    FS(tokenizer, "BPE tokenizer the shards were made with (gdn data --tokenizer): recorded in "
+                  "the run and its checkpoints for gdn sample; \"\" = byte-level"),
     FS(out, "run directory (required)"),
     FR(steps, F_I64, 1, BIG, "optimizer steps"),
     FR(seed, F_I64, -I53, I53, "random seed (initialisation and data order)"),
@@ -329,6 +333,38 @@ void gdn_run_config_usage(FILE *f) {
                "resume under any --zero and world size. On one rank --zero 1 is the same as 0.\n");
 }
 
+/* A tokenizer setting: it loads, the model's vocabulary holds its ids, the data are shards (text
+ * is read byte by byte), and the path is made absolute so that sampling finds it from anywhere. */
+static int check_tokenizer(gdn_run_config *rc, char *err, int err_len) {
+    char terr[1024], abs[PATH_MAX];
+    io_tokenizer *t = io_tokenizer_load(rc->tokenizer, terr, sizeof terr);
+    if (!t) {
+        snprintf(err, (size_t)err_len, "tokenizer: %s", terr);
+        return -1;
+    }
+    uint32_t v = io_tokenizer_vocab_size(t);
+    io_tokenizer_free(t);
+    if ((uint32_t)rc->model.vocab_size < v) {
+        snprintf(err, (size_t)err_len, "tokenizer %s has %u ids but vocab_size is %d: set "
+                 "vocab_size to at least %u", rc->tokenizer, v, rc->model.vocab_size, v);
+        return -1;
+    }
+    if (!strstr(rc->data, ".bin")) {
+        snprintf(err, (size_t)err_len, "tokenizer %s needs token shards as data (gdn data "
+                 "--tokenizer makes them); '%s' is text, which is read byte by byte",
+                 rc->tokenizer, rc->data);
+        return -1;
+    }
+    if (realpath(rc->tokenizer, abs)) {
+        if (strlen(abs) >= sizeof rc->tokenizer) {
+            snprintf(err, (size_t)err_len, "tokenizer: the path %s is too long", abs);
+            return -1;
+        }
+        memcpy(rc->tokenizer, abs, strlen(abs) + 1);
+    }
+    return 0;
+}
+
 int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, int err_len) {
     set_defaults(rc);
     const char *preset_name = NULL, *config_path = NULL;
@@ -468,6 +504,7 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
           "\"%.64s\") runs on the CPU backend only for now; use --backend cpu, or sp = 1 on the GPU",
           rc->sp, gdn_config_mixers(&rc->model));
     CHECK(rc->val_tokens >= 0, "val_tokens must be >= 0");
+    if (rc->tokenizer[0] && check_tokenizer(rc, err, err_len)) goto done;
     CHECK(rc->zero == 0 || rc->zero == 1,
           "zero must be 0 (every rank holds the optimizer state) or 1 (sharded over the ranks); got %d",
           rc->zero);

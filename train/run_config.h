@@ -18,6 +18,7 @@ typedef struct {
     /* data */
     char data[GDN_PATH_MAX];   /* text file (.txt or .gz) or token shards */
     int64_t val_tokens;        /* tokens held out at the end of the corpus for validation */
+    char tokenizer[GDN_PATH_MAX]; /* BPE tokenizer of the shards ("" = byte-level); absolute */
     /* run */
     char out[GDN_PATH_MAX];    /* run directory */
     int64_t steps;             /* optimizer steps */

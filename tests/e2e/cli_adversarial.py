@@ -141,6 +141,15 @@ for opt in ["--val-tokens", "--shard-tokens"]:
 for argv in [["--in"], ["--in", corpus, "--out"], ["--in", corpus, "--out", ""], ["--in", "", "--out", "x"],
              ["--in", tmp, "--out", os.path.join(tmp, "d")], ["--in=" + corpus, "--out=" + tmp + "/d", "--dtype="]]:
     run("data structure", ["data", *argv])
+for v in values(6):
+    run("data", ["data", "--in", corpus, "--out", os.path.join(tmp, "d"), "--threads", v], "--threads", "uint", v)
+
+# ---- gdn tokenize -------------------------------------------------------------------------------
+for argv in [[], ["--tokenizer"], ["--tokenizer", tmp, "--in", corpus, "--out", os.path.join(tmp, "t.json")],
+             ["--tokenizer", corpus, "--in", corpus, "--out", os.path.join(tmp, "t.json")],
+             ["--tokenizer", corpus, "--in", corpus, "--out", os.path.join(tmp, "t.txt"), "--decode"],
+             ["--tokenizer", "", "--in", "", "--out", ""], ["--bogus"]]:
+    run("tokenize structure", ["tokenize", *argv])
 
 # ---- gdn op gated-delta -------------------------------------------------------------------------
 for v in values(10):

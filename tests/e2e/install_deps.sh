@@ -83,6 +83,10 @@ expect "no cmake, mpiexec, pkg-config, make, hdf5.h, zlib.h, cmocka.h, h5py; an 
 expect "cmake 3.10, no mpicc, no omp.h" \
   "$(missing_set PATH="$dir/old:$(fake_path mpicc)" CC="$dir/cc" HIDE='omp\.h' -- --tests)" cmake mpi openmp
 expect "no C compiler" "$(missing_set CC=/nonexistent/cc -- --tests)" compiler
+# pkg-config finds no .pc file: OpenBLAS, PCRE2 and utf8proc are what CMake asks it for.
+mkdir -p "$dir/no_pc"
+expect "no .pc files" "$(missing_set PKG_CONFIG_LIBDIR="$dir/no_pc" PKG_CONFIG_PATH= -- --tests)" \
+  openblas pcre2 utf8proc
 # The main job ignores what only the tests need.
 got=$(missing_set PATH="$dir/old:$PATH" CC="$dir/cc" HIDE='cmocka\.h' GDN_SYSTEM_PYTHON=/nonexistent --)
 base=$base_main expect "main job, no cmocka/h5py, old cmake" "$got" cmake
