@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/checkpoint.h"
 #include "io/parse_num.h"
 #include "io/tokenizer.h"
 #include "model/mixer.h"
@@ -317,10 +318,12 @@ static const field *find_field(const char *key, size_t len) {
 }
 
 void gdn_run_config_usage(FILE *f) {
-    fprintf(f, "usage: gdn train --out DIR [--preset NAME] [--config FILE.json] [--KEY=VALUE ...]\n\n"
-               "Settings are resolved in order: defaults, --preset, --config, then --KEY=VALUE\n"
-               "(or --KEY VALUE) overrides. Every resolved setting is printed at the start and saved\n"
-               "to DIR/config.json.\n\npresets:\n");
+    fprintf(f, "usage: gdn train --out DIR [--preset NAME] [--model_from FILE.h5] [--config FILE.json]\n"
+               "                 [--KEY=VALUE ...]\n\n"
+               "Settings are resolved in order: defaults, --preset, --model_from (every model setting\n"
+               "of a checkpoint, e.g. one gdn import wrote; with --init_from FILE.h5 to start from its\n"
+               "weights), --config, then --KEY=VALUE (or --KEY VALUE) overrides. Every resolved setting\n"
+               "is printed at the start and saved to DIR/config.json.\n\npresets:\n");
     for (size_t i = 0; i < N_PRESETS; i++) fprintf(f, "  %-14s %s\n", presets[i].name, presets[i].help);
     fprintf(f, "\nsettings:\n");
     for (size_t i = 0; i < N_FIELDS; i++) fprintf(f, "  --%-18s %s\n", fields[i].key, fields[i].help);
@@ -367,24 +370,27 @@ static int check_tokenizer(gdn_run_config *rc, char *err, int err_len) {
 
 int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, int err_len) {
     set_defaults(rc);
-    const char *preset_name = NULL, *config_path = NULL;
-    /* First pass: --help, --preset and --config, which apply before the overrides. */
+    const char *preset_name = NULL, *config_path = NULL, *model_from = NULL;
+    /* First pass: --help, --preset, --model_from and --config, which apply before the overrides. */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             gdn_run_config_usage(stdout);
             return 1;
         }
-        if (!strcmp(argv[i], "--preset") || !strcmp(argv[i], "--config")) {
+        if (!strcmp(argv[i], "--preset") || !strcmp(argv[i], "--config") || !strcmp(argv[i], "--model_from")) {
             if (i + 1 >= argc) {
                 snprintf(err, (size_t)err_len, "'%s' needs a value", argv[i]);
                 return -1;
             }
             if (argv[i][2] == 'p') preset_name = argv[++i];
+            else if (argv[i][2] == 'm') model_from = argv[++i];
             else config_path = argv[++i];
         } else if (!strncmp(argv[i], "--preset=", 9)) {
             preset_name = argv[i] + 9;
         } else if (!strncmp(argv[i], "--config=", 9)) {
             config_path = argv[i] + 9;
+        } else if (!strncmp(argv[i], "--model_from=", 13)) {
+            model_from = argv[i] + 13;
         }
     }
     if (preset_name) {
@@ -397,6 +403,16 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
             return -1;
         }
         if (apply_json_text(rc, presets[p].json, presets[p].name, err, err_len)) return -1;
+    }
+    if (model_from) { /* every model setting from a checkpoint (e.g. one gdn import wrote) */
+        ckpt_info info;
+        char cerr[512];
+        if (ckpt_read_info(model_from, &info, cerr, sizeof cerr)) {
+            snprintf(err, (size_t)err_len, "--model_from %s: %s", model_from, cerr);
+            return -1;
+        }
+        rc->model = info.model;
+        ckpt_info_free(&info);
     }
     io_json *over = io_json_parse("{}", 2, "command line", err, err_len);
     if (!over) return -1;
@@ -411,11 +427,12 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--preset") || !strcmp(a, "--config")) {
+        if (!strcmp(a, "--preset") || !strcmp(a, "--config") || !strcmp(a, "--model_from")) {
             i++;
             continue;
         }
-        if (!strncmp(a, "--preset=", 9) || !strncmp(a, "--config=", 9)) continue;
+        if (!strncmp(a, "--preset=", 9) || !strncmp(a, "--config=", 9) || !strncmp(a, "--model_from=", 13))
+            continue;
         if (strncmp(a, "--", 2) != 0) {
             snprintf(err, (size_t)err_len, "unexpected argument '%s' (settings are --KEY=VALUE)", a);
             goto done;
