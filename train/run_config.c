@@ -126,12 +126,12 @@ static const preset presets[] = {
      "{\"d_model\":384,\"n_layers\":6,\"n_heads\":3,\"head_dim\":64,\"expand_v\":2,\"d_ff\":1024,"
      "\"mixers\":\"A\",\"seq_len\":512,\"batch_size\":8,\"steps\":5000,\"lr\":1.5e-3,"
      "\"lr_min\":1.5e-4,\"warmup_steps\":200,\"eval_every\":250}",
-     "small's shape with softmax attention in every layer (the baseline; CPU only for now)"},
+     "small's shape with softmax attention in every layer (the baseline)"},
     {"gdn512m-hybrid",
      "{\"vocab_size\":32000,\"d_model\":1024,\"n_layers\":21,\"n_heads\":6,\"head_dim\":256,"
      "\"expand_v\":2,\"d_ff\":2816,\"mixers\":\"GGGA\",\"attn_head_dim\":128,\"n_kv_heads\":2,"
      "\"seq_len\":2048,\"batch_size\":16,\"lr\":4e-4,\"lr_min\":4e-5,\"warmup_steps\":1000}",
-     "gdn512m with every fourth layer softmax attention (GGGA; CPU only for now)"},
+     "gdn512m with every fourth layer softmax attention (GGGA)"},
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 
