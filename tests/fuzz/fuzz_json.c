@@ -13,26 +13,9 @@
 
 #include "io/json.h"
 #include "model/check.h"
+#include "tests/fuzz/fuzz_common.h"
 
-static void die_abort(const char *message) {
-    fprintf(stderr, "gdn: %s\n", message);
-    abort();
-}
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    gdn_set_die_handler(die_abort); /* an internal check is a crash, not a clean exit */
-    return 0;
-}
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "fuzz_json: check failed at line %d: %s\n", __LINE__, #cond); \
-            abort();                                                                 \
-        }                                                                            \
-    } while (0)
+FUZZ_PLAIN_INIT
 
 static int same(const io_json *a, const io_json *b) {
     if (a->type != b->type || a->n_items != b->n_items) return 0;

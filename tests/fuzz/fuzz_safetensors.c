@@ -13,26 +13,9 @@
 
 #include "io/safetensors.h"
 #include "model/check.h"
+#include "tests/fuzz/fuzz_common.h"
 
-static void die_abort(const char *message) {
-    fprintf(stderr, "gdn: %s\n", message);
-    abort();
-}
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    gdn_set_die_handler(die_abort);
-    return 0;
-}
-
-#define CHECK(cond)                                                                         \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            fprintf(stderr, "fuzz_safetensors: check failed at line %d: %s\n", __LINE__, #cond); \
-            abort();                                                                        \
-        }                                                                                   \
-    } while (0)
+FUZZ_PLAIN_INIT
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -18,13 +18,9 @@
 #include "io/dataset.h"
 #include "io/tokens.h"
 #include "model/check.h"
+#include "tests/fuzz/fuzz_common.h"
 
 static char g_dir[64];
-
-static void die_abort(const char *message) {
-    fprintf(stderr, "gdn: %s\n", message);
-    abort();
-}
 
 static void cleanup(void) {
     char p[128];
@@ -38,7 +34,7 @@ static void cleanup(void) {
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    gdn_set_die_handler(die_abort); /* an internal check is a crash, not a clean exit */
+    gdn_set_die_handler(fuzz_die_abort); /* an internal check is a crash, not a clean exit */
     const char *tmp = getenv("TMPDIR");
     snprintf(g_dir, sizeof g_dir, "%s/gdn_fuzz_shard_XXXXXX", tmp && strlen(tmp) < 32 ? tmp : "/tmp");
     if (!mkdtemp(g_dir)) {
@@ -48,14 +44,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     atexit(cleanup);
     return 0;
 }
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "fuzz_shard: check failed at line %d: %s\n", __LINE__, #cond); \
-            abort();                                                                  \
-        }                                                                             \
-    } while (0)
 
 /* A new file each time: truncating one that has data makes ext4 flush it on close (its guard
  * for truncate-and-rewrite), which slows the harness a hundredfold. */

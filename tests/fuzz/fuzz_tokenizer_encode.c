@@ -14,19 +14,7 @@
 
 #include "io/tokenizer.h"
 #include "model/check.h"
-
-#define CHECK(cond)                                                                          \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            fprintf(stderr, "fuzz_tokenizer_encode: check failed at line %d: %s\n", __LINE__, #cond); \
-            abort();                                                                         \
-        }                                                                                    \
-    } while (0)
-
-static void die_abort(const char *message) {
-    fprintf(stderr, "gdn: %s\n", message);
-    abort();
-}
+#include "tests/fuzz/fuzz_common.h"
 
 static io_tokenizer *tok[2];
 static io_tok_enc *enc[2];
@@ -77,7 +65,7 @@ static io_tokenizer *build(const char *normalizer, const char *more_added) {
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    gdn_set_die_handler(die_abort);
+    gdn_set_die_handler(fuzz_die_abort);
     tok[0] = build("null", "");
     tok[1] = build("{\"type\": \"NFC\"}",
                    ", {\"id\": 301, \"content\": \"[L]\", \"rstrip\": true, \"normalized\": false}"

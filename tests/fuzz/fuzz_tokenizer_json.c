@@ -11,26 +11,9 @@
 
 #include "io/tokenizer.h"
 #include "model/check.h"
+#include "tests/fuzz/fuzz_common.h"
 
-static void die_abort(const char *message) {
-    fprintf(stderr, "gdn: %s\n", message);
-    abort();
-}
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    gdn_set_die_handler(die_abort);
-    return 0;
-}
-
-#define CHECK(cond)                                                                          \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            fprintf(stderr, "fuzz_tokenizer_json: check failed at line %d: %s\n", __LINE__, #cond); \
-            abort();                                                                         \
-        }                                                                                    \
-    } while (0)
+FUZZ_PLAIN_INIT
 
 static void round_trip(const io_tokenizer *t, io_tok_enc *e, const unsigned char *text, size_t n) {
     char err[512];
