@@ -173,8 +173,8 @@ def tokenizer_checks(tmp):
         check(recorded == given and recorded != raw,
               f"gdn sample does not decode with the recorded tokenizer: {recorded!r}, {given!r}, bytes {raw!r}")
         os.rename(tok, tok + ".away")
-        r = run("sample", "--ckpt", out, "--prompt", "ab", "--bytes", "4")
-        check(r.returncode != 0 and "tokenizer the run recorded" in r.stderr,
+        r = subprocess.run([GDN, "sample", "--ckpt", out, "--prompt", "ab", "--bytes", "4"], capture_output=True)
+        check(r.returncode != 0 and b"tokenizer the run recorded" in r.stderr,
               f"gdn sample without the recorded tokenizer: {r.returncode} {r.stderr}")
         os.rename(tok + ".away", tok)
     # ones that cannot be used: a warning that says why, the checkpoint without a tokenizer
