@@ -31,7 +31,7 @@ static void eval_usage(FILE *f) {
             "  --seq_len T          window length (default: the checkpoint's run setting)\n"
             "  --batch_size B       windows per forward pass (default: the checkpoint's run setting)\n"
             "  --max_windows N      at most the first N windows (0 = all, the default)\n"
-            "  --bytes_per_token R  bytes of text per token of SPEC (shards of another tokenizer)\n"
+            "  --bytes_per_token R  bytes of text per token of SPEC (overrides PREFIX_data.json)\n"
             "  --json               one JSON object instead of text\n"
             "Windows are those of gdn train's validation: starts 0, T, 2T, ... of each file, so every\n"
             "token after a file's first is a target once. gdn train's val_loss of a run is\n"
