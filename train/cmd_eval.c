@@ -14,6 +14,7 @@
 #include "model/check.h"
 #include "model/cpu/model_cpu.h"
 #include "train/commands.h"
+#include "train/eval_bytes.h"
 #include "train/model_load.h"
 #include "train/run_config.h"
 
@@ -30,17 +31,29 @@ static void eval_usage(FILE *f) {
             "  --seq_len T          window length (default: the checkpoint's run setting)\n"
             "  --batch_size B       windows per forward pass (default: the checkpoint's run setting)\n"
             "  --max_windows N      at most the first N windows (0 = all, the default)\n"
-            "  --bytes_per_token R  bytes of text per token of SPEC (shards of another tokenizer)\n"
+            "  --bytes_per_token R  bytes of text per token of SPEC (overrides PREFIX_data.json)\n"
             "  --json               one JSON object instead of text\n"
             "Windows are those of gdn train's validation: starts 0, T, 2T, ... of each file, so every\n"
             "token after a file's first is a target once. gdn train's val_loss of a run is\n"
             "--val_tokens V --seq_len T --batch_size B --max_windows eval_batches*B with the run's\n"
             "settings and data.\n"
             "Bits per byte = loss / ln 2 * tokens / bytes, so models with different tokenizers\n"
-            "compare. Byte-level text has one byte per token. Token shards do not record the text\n"
-            "they came from: give --bytes_per_token (the text's bytes divided by its tokens, e.g.\n"
-            "as gdn data reported them); without it bits per byte is not printed (null in JSON)\n"
-            "and bits per token stands in its place.\n");
+            "compare. Byte-level text has one byte per token. For token shards the bytes per token\n"
+            "come from, in this order:\n"
+            "  1. --bytes_per_token R (the text's bytes divided by its tokens);\n"
+            "  2. PREFIX_data.json, written by gdn data beside its shards PREFIX_train_NNNNNN.bin\n"
+            "     and PREFIX_val_NNNNNN.bin (every shard of SPEC must have one PREFIX): bytes /\n"
+            "     tokens of the part(s) the shards belong to (train, val, or both summed). When\n"
+            "     SPEC is every shard of the part and every window is evaluated, that is the ratio\n"
+            "     of the evaluated text (up to the first token of each shard and the tail shorter\n"
+            "     than a window); with only some of its shards, --val_tokens or fewer windows\n"
+            "     (--max_windows) it is the part's average ratio, and the output says so\n"
+            "     (split_average in JSON).\n"
+            "A PREFIX_data.json that cannot be used (it does not parse, lacks a field, has a\n"
+            "vocab_size above the model's, another dtype than the shards, or token counts or\n"
+            "shard numbers the shards do not match) gives a warning on stderr naming the file and\n"
+            "the problem; the evaluation still runs and exits 0. Without a ratio bits per byte is\n"
+            "not printed (null in JSON) and bits per token stands in its place.\n");
 }
 
 typedef struct {
@@ -177,7 +190,27 @@ int gdn_cmd_eval(int argc, char **argv) {
     uint64_t targets = 0;
     const double loss = mean_loss(&ds, &t, params, n, o.batch_size, o.seq_len, &targets);
     const double bpt = loss / log(2.0);
-    const double bytes_per_token = tok.is_text ? 1.0 : o.bytes_per_token; /* 0: unknown */
+    /* where the bytes per token come from: text, the option, or gdn data's record */
+    const char *from = NULL, *unknown_why = "give --bytes_per_token";
+    char why[2048];
+    gdn_eval_bytes rec;
+    int have_rec = 0, split_average = 0;
+    double bytes_per_token = 0; /* 0: unknown */
+    if (tok.is_text) bytes_per_token = 1.0, from = "text";
+    else if (o.bytes_per_token > 0) bytes_per_token = o.bytes_per_token, from = "option";
+    else {
+        int f = gdn_eval_bytes_find(&tok, t.cfg.vocab_size, &rec, why, sizeof why);
+        if (f == 1) {
+            have_rec = 1;
+            bytes_per_token = rec.bytes_per_token, from = "data_json";
+            split_average = !rec.whole || o.val_tokens > 0 || n < ds.n_val_windows;
+        } else if (f < 0) {
+            fprintf(stderr, "gdn eval: warning: %s; bits per byte is not computed (give "
+                    "--bytes_per_token)\n", why);
+            unknown_why = "the shards' data.json could not be used, see the warning; give "
+                          "--bytes_per_token";
+        }
+    }
     const double bpb = bytes_per_token > 0 ? bpt / bytes_per_token : NAN;
     if (!isfinite(loss)) {
         fprintf(stderr, "gdn eval: %s: the loss is not finite (%g): the checkpoint's parameters have "
@@ -199,6 +232,16 @@ int gdn_cmd_eval(int argc, char **argv) {
         io_jw_kv_number(&w, "bits_per_token", bpt);
         io_jw_kv_number(&w, "bytes_per_token", bytes_per_token > 0 ? bytes_per_token : NAN);
         io_jw_kv_number(&w, "bits_per_byte", bpb); /* null when unknown */
+        io_jw_key(&w, "bytes_per_token_from"); /* text, option, data_json or null */
+        if (from) io_jw_string(&w, from);
+        else io_jw_null(&w);
+        io_jw_key(&w, "data_json");
+        if (have_rec) io_jw_string(&w, rec.path);
+        else io_jw_null(&w);
+        io_jw_key(&w, "data_part");
+        if (have_rec) io_jw_string(&w, rec.part);
+        else io_jw_null(&w);
+        io_jw_kv_bool(&w, "split_average", split_average);
         io_jw_end_object(&w);
         printf("%s\n", io_jw_text(&w));
         io_jw_free(&w);
@@ -207,7 +250,11 @@ int gdn_cmd_eval(int argc, char **argv) {
                (long long)step, o.data, (unsigned long long)n, o.seq_len, (unsigned long long)targets);
         printf("loss %.6f nats/token, perplexity %.4f, %.6f bits/token", loss, exp(loss), bpt);
         if (bytes_per_token > 0) printf(", %.6f bits/byte\n", bpb);
-        else printf("\nbits per byte: unknown (token shards; give --bytes_per_token)\n");
+        else printf("\nbits per byte: unknown (token shards; %s)\n", unknown_why);
+        if (have_rec)
+            printf("bytes per token %.6f from %s ('%s': %lld bytes / %lld tokens)%s\n",
+                   bytes_per_token, rec.path, rec.part, (long long)rec.bytes, (long long)rec.tokens,
+                   split_average ? "; the split's average ratio: only part of it was evaluated" : "");
     }
     status = fflush(stdout) ? 1 : 0;
 done_tokens:

@@ -4,6 +4,7 @@
  * train/import_config.c; here every tensor of the gdn model is found under its Hugging Face name,
  * checked against the shape the configuration gives it and converted to fp32, and every tensor
  * of the files must be used (an unexpected one means a feature the import would drop). */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "io/checkpoint.h"
 #include "io/json.h"
 #include "io/safetensors.h"
+#include "io/tokenizer.h"
 #include "model/check.h"
 #include "model/params.h"
 #include "train/commands.h"
@@ -32,7 +34,11 @@ static void import_usage(FILE *f) {
             "Refused, with a message naming the field: other model types or architectures, rope\n"
             "scaling or a non-default rope_type, sliding windows, mixture-of-experts fields, other\n"
             "activations, o_proj or MLP biases, quantized weights, a head_dim above %d or odd, and\n"
-            "missing, unexpected or misshapen tensors. docs/interop.md has the mapping.\n",
+            "missing, unexpected or misshapen tensors. docs/interop.md has the mapping.\n"
+            "A tokenizer.json in HF_DIR that gdn's tokenizer loads (byte-level BPE, docs/tokenizers.md)\n"
+            "and whose ids fit the model's vocabulary is recorded by its absolute path as the run's\n"
+            "tokenizer setting, so gdn sample encodes and decodes with it; one that does not is\n"
+            "reported in a warning that says why, and the checkpoint is written without it.\n",
             GDN_MAX_HEAD_DIM);
 }
 
@@ -199,12 +205,44 @@ static int check_unused(weights *w, int tied, const gdn_param_table *t, const fl
     return 0;
 }
 
-/* The run configuration stored with the checkpoint: the defaults with the imported model. */
-static char *run_config_json(const gdn_config *model) {
+/* HF_DIR/tokenizer.json as an absolute path into abs when gdn can use it with this model; a
+ * warning saying why not otherwise (the import goes on without it). Returns 1 when recorded. */
+static int find_tokenizer(const char *dir, const gdn_config *cfg, char *abs, size_t abs_len) {
+    char path[PATH_MAX], err[1024], real[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (stat(path, &st) != 0) return 0;
+    io_tokenizer *t = io_tokenizer_load(path, err, sizeof err);
+    if (!t) {
+        fprintf(stderr, "gdn import: warning: %s does not load (%s): the checkpoint records no "
+                "tokenizer (gdn sample reads and writes bytes unless given --tokenizer)\n", path, err);
+        return 0;
+    }
+    uint32_t v = io_tokenizer_vocab_size(t);
+    io_tokenizer_free(t);
+    if (v > (uint32_t)cfg->vocab_size) {
+        fprintf(stderr, "gdn import: warning: %s has %u ids but the model's vocab_size is %d: the "
+                "checkpoint records no tokenizer\n", path, v, cfg->vocab_size);
+        return 0;
+    }
+    const int resolved = realpath(path, real) != NULL;
+    if (!resolved || strlen(real) >= abs_len) {
+        fprintf(stderr, "gdn import: warning: %s: cannot record its absolute path (%s): the "
+                "checkpoint records no tokenizer\n", path, resolved ? "too long" : strerror(errno));
+        return 0;
+    }
+    memcpy(abs, real, strlen(real) + 1);
+    return 1;
+}
+
+/* The run configuration stored with the checkpoint: the defaults with the imported model and,
+ * when given, its tokenizer. */
+static char *run_config_json(const gdn_config *model, const char *tokenizer) {
     gdn_run_config rc;
     char err[256];
     if (gdn_run_config_from_json_text(&rc, "{}", err, sizeof err)) GDN_DIE("default run config: %s", err);
     rc.model = *model;
+    if (tokenizer) memcpy(rc.tokenizer, tokenizer, strlen(tokenizer) + 1);
     io_jw jw;
     io_jw_init(&jw, 1);
     gdn_run_config_to_json(&rc, &jw);
@@ -268,7 +306,9 @@ int gdn_cmd_import(int argc, char **argv) {
         fprintf(stderr, "gdn import: %s\n", err);
         goto done;
     }
-    config_json = run_config_json(&cfg);
+    char tok[GDN_PATH_MAX];
+    const int have_tok = find_tokenizer(dir, &cfg, tok, sizeof tok);
+    config_json = run_config_json(&cfg, have_tok ? tok : NULL);
     ckpt_contents c = {.step = 0, .tokens_seen = 0, .config_json = config_json, .model = &cfg,
                        .table = &t, .params = params};
     if (ckpt_save_atomic(out, &c, err, sizeof err)) {
@@ -276,10 +316,11 @@ int gdn_cmd_import(int argc, char **argv) {
         goto done;
     }
     printf("gdn import: %s (%s, %d layers, d_model %d, %d heads / %d kv heads of %d, vocab %d%s%s%s, "
-           "rope_theta %g) -> %s: %zu parameters in %d tensors\n",
+           "rope_theta %g) -> %s: %zu parameters in %d tensors%s%s\n",
            dir, info.model_type, cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
            cfg.vocab_size, cfg.tie_embeddings ? ", tied" : "", cfg.qkv_bias ? ", q/k/v biases" : "",
-           cfg.qk_norm ? ", q/k norms" : "", cfg.rope_theta, out, t.total, t.n);
+           cfg.qk_norm ? ", q/k norms" : "", cfg.rope_theta, out, t.total, t.n,
+           have_tok ? "; tokenizer " : "", have_tok ? tok : "");
     rc = 0;
 done:
     free(config_json);

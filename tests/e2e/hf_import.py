@@ -3,8 +3,10 @@
 decoders written by transformers, with the fp32 logits transformers computed for their ids):
 every fixture imports, `gdn op logits` on its ids matches transformers to 1e-4 relative
 (max |diff| / max |ref|), also with config.json rewritten to the older top-level rope_theta; the
-imported checkpoint works with inspect, sample and train --init_from; and every unsupported
-feature or damaged input is refused with a message that names it.
+imported checkpoint works with inspect, sample and train --init_from; a tokenizer.json beside the
+weights that loads and fits the vocabulary is recorded (absolute path) and gdn sample decodes
+with it, one that does not gives a warning and is left out; and every unsupported feature or
+damaged input is refused with a message that names it.
 
     python3 tests/e2e/hf_import.py BUILD/gdn
 """
@@ -135,6 +137,63 @@ def refused(d, words, what, code=1):
     print(f"refused ({what}): {msg}")
 
 
+def tokenizer_checks(tmp):
+    """HF_DIR/tokenizer.json: recorded as the run's tokenizer when it loads and fits the model's
+    vocabulary (gdn sample then decodes with it), a warning and no tokenizer otherwise."""
+    tiny = os.path.join(HERE, "..", "tokenizer", "tiny_tokenizer.py")
+    d = copy_fixture("llama_gqa_bf16", tmp, "tok")
+    tok = os.path.join(d, "tokenizer.json")
+    subprocess.run([sys.executable, tiny, tok], check=True)
+    full = json.load(open(tok))  # 256 bytes, merges and an added token: more ids than the model's 256
+    # the bytes alone, in reverse id order: 256 ids, and decoding differs from the byte-level one
+    small = dict(full, added_tokens=[])
+    small["model"] = dict(full["model"], merges=[],
+                          vocab={k: 255 - v for k, v in full["model"]["vocab"].items() if v < 256})
+    json.dump(small, open(tok, "w"))
+    rel = os.path.relpath(d)
+    out = os.path.join(tmp, "tok.h5")
+    r = run("import", rel, "--out", out)
+    check(r.returncode == 0 and "warning" not in r.stderr, f"import with a tokenizer.json: {r.stderr}")
+    if r.returncode == 0:
+        with h5py.File(out, "r") as f:
+            cfg = json.loads(f.attrs["config"])
+        check(cfg.get("tokenizer") == os.path.realpath(tok),
+              f"the imported run records tokenizer {cfg.get('tokenizer')!r}, expected {os.path.realpath(tok)!r}")
+        check("tokenizer " + os.path.realpath(tok) in r.stdout, f"the import does not report the tokenizer: {r.stdout}")
+
+        def sample(ck, *extra):
+            r = subprocess.run([GDN, "sample", "--ckpt", ck, "--prompt", "ab", "--bytes", "24", "--temperature", "0",
+                                *extra], capture_output=True)
+            check(r.returncode == 0, f"gdn sample {ck} {extra}: {r.stderr!r}")
+            return r.stdout
+
+        plain = os.path.join(tmp, "notok.h5")
+        run("import", os.path.join(FIX, "llama_gqa_bf16"), "--out", plain)
+        recorded, given, raw = sample(out), sample(out, "--tokenizer", tok), sample(plain)
+        check(recorded == given and recorded != raw,
+              f"gdn sample does not decode with the recorded tokenizer: {recorded!r}, {given!r}, bytes {raw!r}")
+        os.rename(tok, tok + ".away")
+        r = subprocess.run([GDN, "sample", "--ckpt", out, "--prompt", "ab", "--bytes", "4"], capture_output=True)
+        check(r.returncode != 0 and b"tokenizer the run recorded" in r.stderr,
+              f"gdn sample without the recorded tokenizer: {r.returncode} {r.stderr}")
+        os.rename(tok + ".away", tok)
+    # ones that cannot be used: a warning that says why, the checkpoint without a tokenizer
+    for content, words, what in [(json.dumps(full), ["ids", "vocab_size is 256"], "a tokenizer with more ids"),
+                                 ("{\"model\": ", ["tokenizer.json", "does not load"], "a damaged tokenizer.json"),
+                                 (json.dumps(dict(full, model=dict(full["model"], type="WordPiece"))),
+                                  ["WordPiece", "does not load"], "another tokenizer model")]:
+        open(tok, "w").write(content)
+        out = os.path.join(tmp, "badtok.h5")
+        r = run("import", d, "--out", out)
+        check(r.returncode == 0 and "warning" in r.stderr and all(w in r.stderr for w in words),
+              f"{what}: status {r.returncode}, stderr {r.stderr.strip()!r}")
+        if r.returncode == 0:
+            with h5py.File(out, "r") as f:
+                cfg = json.loads(f.attrs["config"])
+            check(cfg.get("tokenizer") == "", f"{what}: recorded {cfg.get('tokenizer')!r}")
+            os.remove(out)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="gdn_hf_import_")
     try:
@@ -182,6 +241,8 @@ def main():
             r = run("train", "--config", cfg_path, "--init_from", ck)
             check(r.returncode == 0, f"gdn train --init_from an imported checkpoint failed: {r.stderr[-2000:]}")
             check("initialised weights from" in r.stdout, f"gdn train did not start from the import: {r.stdout[-800:]}")
+
+        tokenizer_checks(tmp)
 
         # refusals: unsupported features, each named
         base = {"llama": "llama_gqa_bf16", "qwen2": "qwen2_bias_fp32", "qwen3": "qwen3_qknorm_fp16"}
