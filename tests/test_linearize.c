@@ -377,6 +377,37 @@ static void test_model_short(void **state) {
     case_free(&c);
 }
 
+/* Keys of norm ~500 (k_norm weights of 200): the raw form's state overflows in the model too. The
+ * measurement counts it and marks its error infinite while the balanced form and the baseline
+ * stay finite, and the loss with that layer replaced by it is not finite (never a number that
+ * looks like a result). */
+static void test_model_diverged(void **state) {
+    (void)state;
+    model_case c;
+    case_init(&c, attn_model(), 1, 200, 47);
+    for (int i = 0; i < c.t.n; i++)
+        if (strstr(c.t.p[i].name, "k_norm.weight"))
+            for (size_t j = 0; j < c.t.p[i].numel; j++) c.params[c.t.p[i].offset + j] = 200.0;
+    gdn_cpu_forward_f64(c.acts, &c.t, c.params, c.tokens, c.targets, 0, NULL, NULL, NULL);
+    double sq[4] = {0}, sk[4] = {0}, lambda[8], err2[12] = {0}, ref2[4] = {0};
+    gdn_lin_layer_norms_f64(c.acts, &c.t, 0, sq, sk);
+    for (int h = 0; h < 4; h++) lambda[h] = lambda[4 + h] = gdn_lin_balance_factor(sq[h], sk[h]);
+    const int n = gdn_lin_layer_errors_f64(c.acts, &c.t, 0, lambda, err2, ref2);
+    printf("model with |k| ~ 500: %d diverged heads; lambda %.3g\n", n, lambda[0]);
+    assert_int_equal(n, 4);
+    for (int h = 0; h < 4; h++) {
+        assert_true(isinf(err2[GDN_LIN_GDN * 4 + h]));
+        assert_true(isfinite(err2[GDN_LIN_BALANCED * 4 + h]) && isfinite(err2[GDN_LIN_VALA * 4 + h]));
+    }
+    unsigned char first[2] = {1, 0};
+    int nv = 0;
+    assert_false(isfinite(gdn_lin_forward_replaced_f64(c.acts, &c.t, c.params, c.tokens, c.targets, &nv, first,
+                                                      GDN_LIN_GDN, lambda)));
+    assert_true(isfinite(gdn_lin_forward_replaced_f64(c.acts, &c.t, c.params, c.tokens, c.targets, &nv, first,
+                                                     GDN_LIN_BALANCED, lambda)));
+    case_free(&c);
+}
+
 /* Refusals: a layer that is not attention. */
 static jmp_buf die_jump;
 static void die_to_test(const char *message) {
@@ -416,6 +447,7 @@ int main(void) {
         cmocka_unit_test(test_gdn_diverges_loudly),
         cmocka_unit_test(test_model_hook),
         cmocka_unit_test(test_model_short),
+        cmocka_unit_test(test_model_diverged),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
