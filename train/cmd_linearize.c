@@ -150,7 +150,7 @@ typedef struct {
     double loss_exact;    /* mean over targets */
     double *loss_one;     /* [n_layers][GDN_LIN_COUNT] one layer replaced */
     double loss_all[GDN_LIN_COUNT];
-    int diverged;         /* (head, window) pairs whose gdn-form output was not finite */
+    int diverged[GDN_LIN_COUNT]; /* (head, window) pairs whose output was not finite */
     uint64_t tokens;
 } lin_result;
 
@@ -224,9 +224,9 @@ static void measure(lin_run *w, lin_result *r) {
         gdn_cpu_forward_f64(w->a, w->t, w->params, w->in, NULL, 0, NULL, NULL, NULL);
         for (int l = 0; l < nL; l++)
             if (r->sel[l])
-                r->diverged += gdn_lin_layer_errors_f64(w->a, w->t, l, r->lambda + (size_t)l * H,
-                                                        r->err2 + (size_t)l * GDN_LIN_COUNT * H,
-                                                        r->ref2 + (size_t)l * H);
+                gdn_lin_layer_errors_f64(w->a, w->t, l, r->lambda + (size_t)l * H,
+                                         r->err2 + (size_t)l * GDN_LIN_COUNT * H, r->ref2 + (size_t)l * H,
+                                         r->diverged);
     }
     /* the loss with one layer, then every measured layer, replaced */
     unsigned char *one = GDN_CALLOC((size_t)nL, 1);
@@ -282,9 +282,11 @@ static void print_text(const lin_opts *o, const lin_result *r) {
     printf("%-11s", "all");
     for (int m = 0; m < GDN_LIN_COUNT; m++) put(r->loss_all[m], " %10.6f");
     printf("\n");
-    if (r->diverged)
-        printf("\n%d (head, window) outputs of the gdn form diverged (its state overflowed): see "
-               "docs/distillation.md\n", r->diverged);
+    for (int m = 0; m < GDN_LIN_COUNT; m++)
+        if (r->diverged[m])
+            printf("\n%s: %d (head, window) outputs diverged (the state overflowed; see docs/distillation.md)",
+                   gdn_lin_method_name(m), r->diverged[m]);
+    if (r->diverged[0] || r->diverged[1] || r->diverged[2]) printf("\n");
 }
 
 /* {"gdn": x, "balanced": y, "vala": z} from f(m) */
@@ -341,7 +343,10 @@ static void print_json(const lin_opts *o, const lin_result *r) {
     io_jw_end_array(&w);
     json_methods(&w, "mean_rel_err", r, 0, mean_all);
     json_methods(&w, "loss_all_replaced", r, 0, loss_all);
-    io_jw_kv_int(&w, "diverged", r->diverged);
+    io_jw_key(&w, "diverged"); /* (head, window) outputs that were not finite, per method */
+    io_jw_begin_object(&w);
+    for (int m = 0; m < GDN_LIN_COUNT; m++) io_jw_kv_int(&w, gdn_lin_method_name(m), r->diverged[m]);
+    io_jw_end_object(&w);
     io_jw_end_object(&w);
     printf("%s\n", io_jw_text(&w));
     io_jw_free(&w);

@@ -29,10 +29,10 @@ void R_(gdn_lin_layer_norms)(const R_(gdn_cpu_acts) *a, const gdn_param_table *t
                              double *sk);
 /* After such a forward: for attention layer l, each method m and query head h, adds
  * |approx - exact|^2 summed over positions into err2[m * H + h] and |exact|^2 into ref2[h];
- * lambda[h] is the balance factor of each head. Returns the count of (head, sequence) pairs
- * whose gdn-form output was not finite (as derived or balanced; their err2 becomes +inf). */
-int R_(gdn_lin_layer_errors)(const R_(gdn_cpu_acts) *a, const gdn_param_table *t, int l,
-                             const double *lambda, double *err2, double *ref2);
+ * lambda[h] is the balance factor of each head. An output that is not finite (a diverged state)
+ * sets err2[m * H + h] to +inf and adds 1 to diverged[m] (per sequence and head). */
+void R_(gdn_lin_layer_errors)(const R_(gdn_cpu_acts) *a, const gdn_param_table *t, int l,
+                              const double *lambda, double *err2, double *ref2, int *diverged);
 /* gdn_cpu_forward (no carry) with the attention output (before o_proj) of every layer l with
  * replace[l] != 0 replaced by method m's approximation, computed from that layer's own q, k
  * and v in this pass; lambda [n_layers * n_heads] the balance factors (read for

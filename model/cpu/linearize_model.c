@@ -70,12 +70,11 @@ void R(gdn_lin_layer_norms)(const acts_t *a, const gdn_param_table *t, int l, do
     free(w.q);
 }
 
-int R(gdn_lin_layer_errors)(const acts_t *a, const gdn_param_table *t, int l, const double *lambda,
-                            double *err2, double *ref2) {
+void R(gdn_lin_layer_errors)(const acts_t *a, const gdn_param_table *t, int l, const double *lambda,
+                             double *err2, double *ref2, int *diverged) {
     lin_head w;
     lin_head_init(&w, a, t, l, "gdn_lin_layer_errors");
     const size_t n = (size_t)w.T * w.D;
-    int diverged = 0;
     for (int b = 0; b < a->B; b++)
         for (int h = 0; h < w.H; h++) {
             lin_head_load(&w, &a->L[l], b, h);
@@ -85,7 +84,7 @@ int R(gdn_lin_layer_errors)(const acts_t *a, const gdn_param_table *t, int l, co
             for (int m = 0; m < GDN_LIN_COUNT; m++) {
                 if (lin_head_approx(&w, m, lambda[h], a->cfg.chunk_size)) {
                     err2[m * w.H + h] = INFINITY;
-                    diverged++;
+                    diverged[m]++;
                     continue;
                 }
                 double e = 0;
@@ -97,7 +96,6 @@ int R(gdn_lin_layer_errors)(const acts_t *a, const gdn_param_table *t, int l, co
             }
         }
     free(w.q);
-    return diverged;
 }
 
 typedef struct {
