@@ -22,6 +22,7 @@ static const gdn_command commands[] = {
     {"import", gdn_cmd_import, "convert a Hugging Face Llama/Qwen2/Qwen3 checkpoint (gdn import --help)"},
     {"eval", gdn_cmd_eval, "loss, perplexity and bits per byte of a checkpoint on held-out data"},
     {"export", gdn_cmd_export, "write a checkpoint as a Hugging Face model directory"},
+    {"linearize", gdn_cmd_linearize, "measure training-free linearisations of a teacher's attention"},
 };
 
 static void usage(FILE *f) {

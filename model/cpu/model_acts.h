@@ -79,6 +79,10 @@ struct R(gdn_cpu_acts) {
      * attention layer (k, v; kept for the backward), then the gradients of one layer's (dk, dv) */
     real *sp_kv;
     size_t sp_kv_n;    /* elements of one of those arrays */
+    /* optional: called by every attention layer with its attention output L[layer].o computed,
+     * before o_proj; it may overwrite that output (forward only: model/cpu/linearize_model.c) */
+    void (*attn_out_hook)(void *user, struct R(gdn_cpu_acts) *a, int layer);
+    void *attn_out_user;
     grad_scratch s;
     real *arena;
     size_t arena_n;    /* elements of arena */

@@ -145,6 +145,7 @@ void R(gdn_cpu_attn_forward)(acts_t *a, const gdn_param_table *t, const real *P,
         free(own_k);
         free(own_v);
     }
+    if (a->attn_out_hook) a->attn_out_hook(a->attn_out_user, a, l);
     R(gdn_linear_fwd)(xm, L->o, P + off->o_proj, N, QW, D);
     add_into(xm, x, (size_t)N * D);
 }
