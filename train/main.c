@@ -28,7 +28,7 @@ static const gdn_command commands[] = {
 static void usage(FILE *f) {
     fprintf(f, "usage: gdn <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\n'gdn <command> --help' describes each command.\n");
 }
 

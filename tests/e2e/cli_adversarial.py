@@ -151,6 +151,23 @@ for argv in [[], ["--tokenizer"], ["--tokenizer", tmp, "--in", corpus, "--out", 
              ["--tokenizer", "", "--in", "", "--out", ""], ["--bogus"]]:
     run("tokenize structure", ["tokenize", *argv])
 
+# ---- gdn import / export / eval / linearize: argument shapes and wrong files ---------------------
+o = os.path.join(tmp, "x_out")
+for argv in [["import"], ["import", tmp], ["import", tmp, "--out"], ["import", corpus, "--out", o],
+             ["import", "", "--out", ""], ["import", "--bogus"],
+             ["export"], ["export", ckpt], ["export", ckpt, "--out"], ["export", corpus, "--out", o],
+             ["export", ckpt, "--out", o, "--dtype", "f16"], ["export", "", "--out", ""], ["export", "--bogus"],
+             ["eval"], ["eval", "--ckpt"], ["eval", "--ckpt", corpus, "--data", corpus],
+             ["eval", "--ckpt", ckpt, "--data", ""], ["eval", "--ckpt", ckpt, "--data", corpus, "--bytes_per_token", "x"],
+             ["eval", "--bogus"],
+             ["linearize"], ["linearize", "--teacher"], ["linearize", "--teacher", corpus, "--data", corpus],
+             ["linearize", "--teacher", ckpt, "--data", corpus, "--layers", "x"], ["linearize", "--bogus"],
+             ["op", "logits"], ["op", "logits", "--ckpt", ckpt, "--in", corpus, "--out", o]]:
+    run("interop structure", argv)
+for v in values(6):
+    run("eval", ["eval", "--ckpt", ckpt, "--data", corpus, "--max_windows", v], "--max_windows", "int", v)
+    run("linearize", ["linearize", "--teacher", ckpt, "--data", corpus, "--windows", v], "--windows", "int", v)
+
 # ---- gdn op gated-delta -------------------------------------------------------------------------
 for v in values(10):
     run("op", ["op", "gated-delta", "--in", os.path.join(tmp, "missing.h5"), "--out", os.path.join(tmp, "o.h5"),
