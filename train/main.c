@@ -22,6 +22,7 @@ static const gdn_command commands[] = {
     {"import", gdn_cmd_import, "convert a Hugging Face Llama/Qwen2/Qwen3 checkpoint (gdn import --help)"},
     {"eval", gdn_cmd_eval, "loss, perplexity and bits per byte of a checkpoint on held-out data"},
     {"export", gdn_cmd_export, "write a checkpoint as a Hugging Face model directory"},
+    {"distill", gdn_cmd_distill, "a GDN student from a softmax-attention teacher (gdn distill --help)"},
 };
 
 static void usage(FILE *f) {
