@@ -108,12 +108,18 @@ int distill_student_config(const gdn_config *t, const char *letters, gdn_config 
         return -1;
     }
     const int nL = t->n_layers;
-    int period = 1;
-    for (;; period++) {
-        int ok = 1;
-        for (int l = period; ok && l < nL; l++) ok = letters[l] == letters[l % period];
-        if (ok || period >= nL) break;
-    }
+    /* the shortest pattern that repeats to the layers: one whose length divides n_layers reads
+     * best ("GGAG" rather than "GGA"); any shorter one only where that is too long to store */
+    int period = 0;
+    for (int pass = 0; pass < 2 && !period; pass++)
+        for (int p = 1; p <= nL && !period; p++) {
+            if (pass == 0 && (nL % p || p > GDN_MAX_MIXERS)) continue;
+            if (pass == 1 && p > GDN_MAX_MIXERS) break;
+            int ok = 1;
+            for (int l = p; ok && l < nL; l++) ok = letters[l] == letters[l % p];
+            if (ok) period = p;
+        }
+    if (!period) period = nL;
     if (period > GDN_MAX_MIXERS) {
         snprintf(err, (size_t)err_len, "the student's mixers do not repeat with a period of at most %d "
                  "layers (the longest pattern a configuration holds): choose kept layers that repeat",
