@@ -226,6 +226,10 @@ static int distill_init(int argc, char **argv) {
            "head_dim %d, expand_v 1, gate %s, decay %s, %zu parameters\n",
            o.teacher, gdn_config_mixers(tc), o.out, sc.mixers, converted, sc.n_layers, sc.head_dim,
            o.gate_zero ? "zero" : "default", o.decay_teacher ? "teacher" : "default", st.total);
+    if (converted && (tc->qkv_bias || tc->qk_norm))
+        printf("gdn distill init: note: the converted layers drop the teacher's %s%s%s: the delta rule has "
+               "none (it L2-normalises q and k instead)\n", tc->qkv_bias ? "q/k/v biases" : "",
+               tc->qkv_bias && tc->qk_norm ? " and " : "", tc->qk_norm ? "q/k norms" : "");
     gdn_param_table_free(&st);
     status = 0;
 done:

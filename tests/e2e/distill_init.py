@@ -6,7 +6,7 @@ gate the student's logits equal those of the teacher with the converted layers' 
 (each layer then contributes only its MLP) to 1e-6, and with the default gate they do not;
 --decay teacher sets dt_bias = -ln d from the teacher's mean attention distance d, checked
 against a numpy recomputation of layer 0 and a one-token window (d = 0, clamped); the student
-works with inspect, sample and train --model_from/--init_from; bad options and teachers are
+works with inspect, sample, export and train --model_from/--init_from; bad options and teachers are
 refused with messages.
 
     python3 tests/e2e/distill_init.py BUILD/gdn
@@ -218,6 +218,12 @@ def main():
         r = subprocess.run([GDN, "sample", "--ckpt", j("s1.h5"), "--prompt", "ab", "--bytes", "16",
                             "--temperature", "0"], capture_output=True)
         check(r.returncode == 0 and r.stdout.startswith(b"ab") and len(r.stdout) == 19, f"sample: {r.stdout!r} {r.stderr!r}")
+        r = run("export", j("s2.h5"), "--out", j("hf"))  # all G: a hybrid needs qk_norm to export
+        check(r.returncode == 0 and os.path.exists(j("hf/config.json")), f"export: {r.stdout} {r.stderr}")
+        # a Qwen2 teacher's q/k/v biases have no place in the delta rule: said, not silently lost
+        must("import", os.path.join(FIX, "..", "qwen2_bias_fp32"), "--out", j("q2.h5"))
+        r = must("distill", "init", "--teacher", j("q2.h5"), "--out", j("q2s.h5"))
+        check("drop the teacher's q/k/v biases" in r.stdout, f"qkv_bias teacher: no note: {r.stdout}")
         r = run("train", "--model_from", j("s1t.h5"), "--init_from", j("s1t.h5"), "--data", DATA,
                 "--seq_len", "32", "--batch_size", "2", "--val_tokens", "1000", "--eval_batches", "1",
                 "--steps", "2", "--backend", "cpu", "--out", j("run_s"))
