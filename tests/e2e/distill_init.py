@@ -253,6 +253,23 @@ def main():
         refused(["--teacher", ga, "--out", j("x.h5"), "--mixers", "DG"], ["layer 0 is 'G' in the teacher"],
                 "pattern changing a G layer")
         refused(["--teacher", ga, "--out", j("x.h5"), "--keep-softmax", "0"], ["not softmax"], "keeping a G layer")
+        refused(["--teacher", t1, "--out", j("x.h5"), "--decay", "teacher", "--data", j("none.txt")],
+                ["--data", "none.txt"], "missing --data")
+        with open(j("short.txt"), "w") as f:
+            f.write("In the beginning")
+        refused(["--teacher", t1, "--out", j("x.h5"), "--decay", "teacher", "--data", j("short.txt"), "--seq_len", "64"],
+                ["--data", "fewer than one window"], "--data shorter than a window")
+        # malformed numbers: refused (status 2) naming the option, never a crash
+        for opt in ("--windows", "--seq_len", "--seed"):
+            for v in ("", " 1", "+1", "1e3", "0x10", "nan", "-1", "1.5", "abc", "99999999999999999999999"):
+                r = run("distill", "init", "--teacher", t1, "--out", j("x.h5"), "--decay", "teacher",
+                        "--data", DATA, opt, v)
+                check(r.returncode == 2 and opt in r.stderr, f"{opt} '{v}': status {r.returncode}: {r.stderr.strip()}")
+        for argv in (["distill"], ["distill", "nope"], ["distill", "init"], ["distill", "init", "--teacher"],
+                     ["distill", "init", "--teacher", t1, "--out", j("x.h5"), "--bogus", "1"]):
+            r = run(*argv)
+            check(r.returncode == 2 and r.stderr.strip(), f"gdn {' '.join(argv)}: status {r.returncode}")
+        check(run("distill", "--help").returncode == 0, "gdn distill --help failed")
         check(not os.path.exists(j("x.h5")), "a refused run wrote its --out")
     if failures:
         print(f"{len(failures)} check(s) failed", file=sys.stderr)
