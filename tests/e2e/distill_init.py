@@ -185,6 +185,14 @@ def main():
         check(all(np.array_equal(v, tensors(j("s1p.h5"))[k]) for k, v in tensors(j("s1.h5")).items()),
               "--mixers GGAG and --keep-softmax 2 give different students")
 
+        # a hybrid teacher whose delta-rule layers have the attention head shape (the student above):
+        # its G layers are copied whole, its last A layer converted
+        must("distill", "init", "--teacher", j("s1.h5"), "--out", j("s1g.h5"))
+        a, b = tensors(j("s1.h5")), tensors(j("s1g.h5"))
+        for k, v in b.items():
+            if not k.startswith("model.layers.2."):
+                check(np.array_equal(a[k], v), f"hybrid teacher: {k} not copied bit for bit")
+        check(model_attrs(j("s1g.h5"))["mixers"] == "G", "hybrid teacher: the student is not all G")
         # the default gate is not a no-op (so the check above depends on the zero gate)
         must("distill", "init", "--teacher", t1, "--out", j("s1d.h5"), "--keep-softmax", "2", "--gate", "default")
         diff = float(np.abs(logits(j("s1d.h5"), ids, tmp) - logits(ref1, ids, tmp)).max())
