@@ -200,7 +200,7 @@ void distill_map_params(const gdn_param_table *tt, const float *tp, const gdn_pa
         /* identity short convolutions (tap W-1 reads the current token): the copied q, k, v
          * reach the delta rule unchanged rather than mixed with random neighbours */
         const size_t convs[3] = {so->q_conv, so->k_conv, so->v_conv};
-        for (int c = 0; c < 3; c++) {
+        for (int c = 0; c < 3 && o->conv_identity; c++) {
             float *w = sp + convs[c];
             memset(w, 0, sizeof *w * HD * (size_t)W);
             for (size_t ch = 0; ch < HD; ch++) w[ch * (size_t)W + (size_t)(W - 1)] = 1.0f;

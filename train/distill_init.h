@@ -33,6 +33,7 @@ int distill_student_config(const gdn_config *teacher, const char *letters, gdn_c
 
 typedef struct {
     int gate_zero;        /* g_proj = 0: each new mixer outputs exactly 0 at the start */
+    int conv_identity;    /* short convolutions pass q, k, v through (else their fresh init) */
     const double *dist;   /* [n_layers * n_heads] mean attention distances, or NULL: fresh decay */
 } distill_init_opts;
 
@@ -40,7 +41,7 @@ typedef struct {
  * every tensor of an unchanged layer and the embeddings, final norm and head bit for bit; in a
  * converted layer the norms, MLP, q_proj and o_proj bit for bit, k_proj and v_proj with each
  * key/value head repeated for its query heads, g_proj zero (gate_zero), the short convolutions
- * the identity (last tap 1), and with dist the decay of distill_decay_params and a_proj zero. */
+ * the identity (last tap 1; conv_identity), and with dist the decay of distill_decay_params and a_proj zero. */
 void distill_map_params(const gdn_param_table *tt, const float *tp, const gdn_param_table *st,
                         float *sp, const distill_init_opts *o);
 

@@ -197,6 +197,12 @@ def main():
         must("distill", "init", "--teacher", t1, "--out", j("s1d.h5"), "--keep-softmax", "2", "--gate", "default")
         diff = float(np.abs(logits(j("s1d.h5"), ids, tmp) - logits(ref1, ids, tmp)).max())
         check(diff > 1e-4, f"--gate default: the student still equals the reference ({diff})")
+        # --conv default: the fresh convolutions (U(-1/sqrt(W), 1/sqrt(W))), still a no-op with the zero gate
+        must("distill", "init", "--teacher", t1, "--out", j("s1c.h5"), "--keep-softmax", "2", "--conv", "default")
+        w = tensors(j("s1c.h5"))["model.layers.0.attn.q_conv1d.weight"]
+        check(np.all(np.abs(w) <= 0.5) and np.ptp(w[..., 0]) > 0, f"--conv default: {w[:2]}")
+        diff = float(np.abs(logits(j("s1c.h5"), ids, tmp) - logits(ref1, ids, tmp)).max())
+        check(diff <= 1e-6, f"--conv default with the zero gate: not a no-op ({diff})")
 
         # --decay teacher: dt_bias = -ln d, A_log = 0, a_proj = 0
         r = must("distill", "init", "--teacher", t1, "--out", j("s1t.h5"), "--decay", "teacher",
@@ -252,6 +258,7 @@ def main():
         refused(["--teacher", t1, "--out", t1], ["destroy"], "--out is the teacher")
         refused(["--teacher", j("nope.h5"), "--out", j("x.h5")], ["--teacher", "nope.h5"], "missing teacher")
         refused(["--teacher", t1, "--out", j("x.h5"), "--gate", "half"], ["--gate must be zero or default"], "bad gate")
+        refused(["--teacher", t1, "--out", j("x.h5"), "--conv", "ones"], ["--conv must be identity or default"], "bad conv")
         # a hybrid teacher whose delta-rule layers have another head shape cannot map
         must("train", "--mixers", "GA", "--n_layers", "2", "--d_model", "32", "--n_heads", "2", "--head_dim", "8",
              "--expand_v", "2", "--d_ff", "32", "--steps", "1", "--seq_len", "16", "--batch_size", "1",
