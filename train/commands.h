@@ -16,5 +16,6 @@ int gdn_cmd_op_logits(int argc, char **argv); /* train/cmd_op_logits.c: gdn op l
 int gdn_cmd_eval(int argc, char **argv);    /* train/cmd_eval.c: loss, perplexity, bits per byte */
 int gdn_cmd_export(int argc, char **argv);  /* train/cmd_export.c: Hugging Face model directory */
 int gdn_cmd_linearize(int argc, char **argv); /* train/cmd_linearize.c: attention linearised, measured */
+int gdn_cmd_distill(int argc, char **argv); /* train/cmd_distill.c: student from a softmax teacher */
 
 #endif

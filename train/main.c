@@ -23,6 +23,7 @@ static const gdn_command commands[] = {
     {"eval", gdn_cmd_eval, "loss, perplexity and bits per byte of a checkpoint on held-out data"},
     {"export", gdn_cmd_export, "write a checkpoint as a Hugging Face model directory"},
     {"linearize", gdn_cmd_linearize, "measure training-free linearisations of a teacher's attention"},
+    {"distill", gdn_cmd_distill, "a GDN student from a softmax-attention teacher (gdn distill --help)"},
 };
 
 static void usage(FILE *f) {

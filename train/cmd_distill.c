@@ -1,0 +1,261 @@
+/* gdn distill: softmax-attention teachers into Gated DeltaNet students. `gdn distill init` writes
+ * the student's starting checkpoint (train/distill_init.h, docs/distillation.md). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/checkpoint.h"
+#include "io/dataset.h"
+#include "io/h5util.h"
+#include "io/json.h"
+#include "io/parse_num.h"
+#include "io/tokens.h"
+#include "model/check.h"
+#include "train/commands.h"
+#include "train/distill_init.h"
+#include "train/model_load.h"
+#include "train/op_io.h"
+#include "train/run_config.h"
+
+static void distill_usage(FILE *f) {
+    fprintf(f,
+            "usage: gdn distill init --teacher TEACHER.h5 --out STUDENT.h5\n"
+            "                        [--mixers PATTERN | --keep-softmax L1,L2,...]\n"
+            "                        [--gate zero|default] [--conv identity|default]\n"
+            "                        [--decay default|teacher --data SPEC]\n"
+            "                        [--windows N] [--seq_len T] [--seed N]\n\n"
+            "Writes a student checkpoint (step 0, weights only) from a teacher with softmax-attention\n"
+            "layers (mixer A): each softmax layer becomes a gated delta rule layer (G) unless kept.\n"
+            "Embeddings, norms, MLPs, the LM head and kept layers are copied bit for bit; a converted\n"
+            "layer takes the teacher's q_proj and o_proj, and k_proj and v_proj with each key/value\n"
+            "head repeated for its query heads (head_dim = the attention head dim, expand_v = 1).\n"
+            "  --mixers PATTERN      the student's mixers (letters, repeated to n_layers); only the\n"
+            "                        teacher's A layers may differ (to G, D, M or L, or stay A)\n"
+            "  --keep-softmax LIST   layers (0-based) that stay softmax attention\n"
+            "  --gate zero           g_proj = 0: every new mixer outputs exactly 0 (default)\n"
+            "  --gate default        g_proj keeps its fresh random initialisation\n"
+            "  --conv identity       short convolutions pass q, k, v through: last tap 1 (default)\n"
+            "  --conv default        short convolutions keep their fresh random initialisation\n"
+            "  --decay default       A_log, dt_bias, a_proj keep their fresh initialisation (default)\n"
+            "  --decay teacher       per head, the decay whose mean distance equals the teacher's\n"
+            "                        mean attention distance d on --data: A_log = 0, a_proj = 0,\n"
+            "                        dt_bias = -ln d, so g = -ln(1 + 1/d) per token\n"
+            "  --data SPEC           text (.txt, .gz: byte-level) or token shards, as for gdn train\n"
+            "  --windows N           windows of --data measured (default 4; the first N, from 0)\n"
+            "  --seq_len T           tokens per window (default 128)\n"
+            "  --seed N              seed of the fresh initialisation of the other tensors (default 1)\n"
+            "docs/distillation.md (Student initialisation) has the mapping and the formulas.\n");
+}
+
+typedef struct {
+    const char *teacher, *out, *mixers, *keep, *data;
+    int gate_zero, conv_identity, decay_teacher, windows, seq_len;
+    uint64_t seed;
+} init_opts;
+
+/* 0, 1 (help printed) or 2 (usage error, message printed). */
+static int parse_init(int argc, char **argv, init_opts *o) {
+    *o = (init_opts){.gate_zero = 1, .conv_identity = 1, .windows = 4, .seq_len = 128, .seed = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            distill_usage(stdout);
+            return 1;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "gdn distill init: option '%s' needs a value (see gdn distill --help)\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        char err[256];
+        if (!strcmp(a, "--teacher")) o->teacher = v;
+        else if (!strcmp(a, "--out")) o->out = v;
+        else if (!strcmp(a, "--mixers")) o->mixers = v;
+        else if (!strcmp(a, "--keep-softmax")) o->keep = v;
+        else if (!strcmp(a, "--data")) o->data = v;
+        else if (!strcmp(a, "--gate") && (!strcmp(v, "zero") || !strcmp(v, "default")))
+            o->gate_zero = !strcmp(v, "zero");
+        else if (!strcmp(a, "--decay") && (!strcmp(v, "teacher") || !strcmp(v, "default")))
+            o->decay_teacher = !strcmp(v, "teacher");
+        else if (!strcmp(a, "--conv") && (!strcmp(v, "identity") || !strcmp(v, "default")))
+            o->conv_identity = !strcmp(v, "identity");
+        else if (!strcmp(a, "--gate") || !strcmp(a, "--decay") || !strcmp(a, "--conv")) {
+            fprintf(stderr, "gdn distill init: %s must be %s (got '%s')\n", a,
+                    !strcmp(a, "--gate") ? "zero or default" : !strcmp(a, "--conv") ? "identity or default"
+                                                                                     : "default or teacher", v);
+            return 2;
+        } else if (!strcmp(a, "--windows") || !strcmp(a, "--seq_len")) {
+            int *dst = !strcmp(a, "--windows") ? &o->windows : &o->seq_len;
+            if (io_parse_int(a, v, 1, !strcmp(a, "--windows") ? 4096 : 65536, dst, err, sizeof err)) {
+                fprintf(stderr, "gdn distill init: %s\n", err);
+                return 2;
+            }
+        } else if (!strcmp(a, "--seed")) {
+            if (io_parse_u64(a, v, UINT64_MAX, &o->seed, err, sizeof err)) {
+                fprintf(stderr, "gdn distill init: %s\n", err);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "gdn distill init: unknown option '%s' (see gdn distill --help)\n", a);
+            return 2;
+        }
+    }
+    if (!o->teacher || !o->out) {
+        fprintf(stderr, "gdn distill init: --teacher and --out are required (see gdn distill --help)\n");
+        return 2;
+    }
+    if (o->mixers && o->keep) {
+        fprintf(stderr, "gdn distill init: give --mixers or --keep-softmax, not both (a pattern with A "
+                "in the kept layers says the same)\n");
+        return 2;
+    }
+    if (o->decay_teacher != !!o->data) {
+        fprintf(stderr, "gdn distill init: %s\n", o->data ? "--data is read only with --decay teacher"
+                : "--decay teacher measures the teacher's attention on --data SPEC: give it");
+        return 2;
+    }
+    if (op_same_file(o->teacher, o->out)) {
+        fprintf(stderr, "gdn distill init: --out %s is the teacher; writing it would destroy it\n", o->out);
+        return 2;
+    }
+    return 0;
+}
+
+/* The first n windows of T tokens of spec (fewer when it holds fewer): tokens [n*T] malloced. */
+static int *read_windows(const char *spec, int vocab, int T, int *n, char *err, int err_len) {
+    io_tokens tok;
+    io_dataset ds;
+    char sub[1024];
+    if (io_tokens_open(&tok, spec, vocab, sub, sizeof sub)) {
+        snprintf(err, (size_t)err_len, "--data: %s", sub);
+        return NULL;
+    }
+    io_dataset_opts dopts = {.seq_len = T, .seed = 1};
+    if (io_dataset_open(&ds, &tok, &tok, &dopts, sub, sizeof sub)) {
+        snprintf(err, (size_t)err_len, "--data %.500s: %s", spec, sub);
+        io_tokens_close(&tok);
+        return NULL;
+    }
+    if ((uint64_t)*n > ds.n_val_windows) *n = (int)ds.n_val_windows;
+    int *tokens = NULL;
+    if (*n < 1) {
+        snprintf(err, (size_t)err_len, "--data %.500s holds no window of --seq_len + 1 = %d tokens", spec, T + 1);
+    } else {
+        tokens = GDN_MALLOC(sizeof *tokens * (size_t)*n * T);
+        int *row = GDN_MALLOC(sizeof *row * (size_t)(T + 1));
+        for (int w = 0; w < *n; w++) {
+            io_dataset_val_window(&ds, (uint64_t)w, row);
+            memcpy(tokens + (size_t)w * T, row, sizeof *row * (size_t)T);
+        }
+        free(row);
+    }
+    io_dataset_close(&ds);
+    io_tokens_close(&tok);
+    return tokens;
+}
+
+/* The teacher's run configuration with the student's model (defaults when it has none). */
+static char *student_config_json(const char *teacher_json, const gdn_config *model) {
+    gdn_run_config rc;
+    char err[512];
+    if (!teacher_json || gdn_run_config_from_json_text(&rc, teacher_json, err, sizeof err))
+        if (gdn_run_config_from_json_text(&rc, "{}", err, sizeof err)) GDN_DIE("default run config: %s", err);
+    rc.model = *model;
+    io_jw jw;
+    io_jw_init(&jw, 1);
+    gdn_run_config_to_json(&rc, &jw);
+    char *s = strdup(io_jw_text(&jw));
+    io_jw_free(&jw);
+    if (!s) GDN_DIE("out of memory");
+    return s;
+}
+
+static int distill_init(int argc, char **argv) {
+    init_opts o;
+    int r = parse_init(argc, argv, &o);
+    if (r) return r == 1 ? 0 : r;
+    io_h5_quiet();
+    char err[2048];
+    gdn_param_table tt, st;
+    float *tp, *sp = NULL;
+    ckpt_info info;
+    if (gdn_model_load(o.teacher, &tt, &tp, &info, err, sizeof err)) {
+        fprintf(stderr, "gdn distill init: --teacher: %s\n", err);
+        return 1;
+    }
+    const gdn_config *tc = &tt.cfg;
+    char *letters = GDN_MALLOC((size_t)tc->n_layers + 1);
+    double *dist = NULL;
+    char *config_json = NULL;
+    int *tokens = NULL, status = 1;
+    gdn_config sc;
+    if (distill_student_mixers(tc, o.mixers, o.keep, letters, err, sizeof err) ||
+        distill_student_config(tc, letters, &sc, err, sizeof err)) {
+        fprintf(stderr, "gdn distill init: %s: %s\n", o.teacher, err);
+        goto done;
+    }
+    if (o.decay_teacher) {
+        int n = o.windows;
+        if (!(tokens = read_windows(o.data, tc->vocab_size, o.seq_len, &n, err, sizeof err))) {
+            fprintf(stderr, "gdn distill init: %s\n", err);
+            goto done;
+        }
+        dist = GDN_MALLOC(sizeof *dist * (size_t)tc->n_layers * tc->n_heads);
+        distill_attention_distance(&tt, tp, tokens, n, o.seq_len, dist);
+        printf("gdn distill init: mean attention distance of the teacher (%d windows of %d tokens of %s), "
+               "per converted layer and head -> dt_bias = -ln d:\n", n, o.seq_len, o.data);
+    }
+    gdn_param_table_build(&st, &sc);
+    sp = GDN_MALLOC(st.total * sizeof *sp);
+    gdn_params_init(sp, &st, o.seed);
+    distill_init_opts mo = {.gate_zero = o.gate_zero, .conv_identity = o.conv_identity, .dist = dist};
+    distill_map_params(&tt, tp, &st, sp, &mo);
+    int converted = 0;
+    for (int l = 0; l < sc.n_layers; l++) {
+        if (st.layer[l].mixer == tt.layer[l].mixer) continue;
+        converted++;
+        if (!dist || st.layer[l].A_log == GDN_NO_TENSOR) continue;
+        printf("  layer %d:", l);
+        for (int h = 0; h < sc.n_heads; h++) printf(" %.4g", dist[(size_t)l * sc.n_heads + h]);
+        printf("\n");
+    }
+    config_json = student_config_json(info.config_json, &sc);
+    ckpt_contents c = {.step = 0, .tokens_seen = 0, .config_json = config_json, .model = &sc,
+                       .table = &st, .params = sp};
+    if (ckpt_save_atomic(o.out, &c, err, sizeof err)) {
+        fprintf(stderr, "gdn distill init: --out: %s\n", err);
+        gdn_param_table_free(&st);
+        goto done;
+    }
+    printf("gdn distill init: %s (mixers \"%s\") -> %s: mixers \"%s\", %d of %d layers converted, "
+           "head_dim %d, expand_v 1, gate %s, conv %s, decay %s, %zu parameters\n",
+           o.teacher, gdn_config_mixers(tc), o.out, sc.mixers, converted, sc.n_layers, sc.head_dim,
+           o.gate_zero ? "zero" : "default", o.conv_identity ? "identity" : "default", o.decay_teacher ? "teacher" : "default", st.total);
+    if (converted && (tc->qkv_bias || tc->qk_norm))
+        printf("gdn distill init: note: the converted layers drop the teacher's %s%s%s: the delta rule has "
+               "none (it L2-normalises q and k instead)\n", tc->qkv_bias ? "q/k/v biases" : "",
+               tc->qkv_bias && tc->qk_norm ? " and " : "", tc->qk_norm ? "q/k norms" : "");
+    gdn_param_table_free(&st);
+    status = 0;
+done:
+    free(config_json);
+    free(tokens);
+    free(dist);
+    free(letters);
+    free(sp);
+    free(tp);
+    ckpt_info_free(&info);
+    gdn_param_table_free(&tt);
+    return status;
+}
+
+int gdn_cmd_distill(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        distill_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "init")) return distill_init(argc - 1, argv + 1);
+    fprintf(stderr, "gdn distill: unknown subcommand '%s' (init; see gdn distill --help)\n", argv[1]);
+    return 2;
+}
