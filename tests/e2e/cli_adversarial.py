@@ -162,7 +162,11 @@ for argv in [["import"], ["import", tmp], ["import", tmp, "--out"], ["import", c
              ["eval", "--bogus"],
              ["linearize"], ["linearize", "--teacher"], ["linearize", "--teacher", corpus, "--data", corpus],
              ["linearize", "--teacher", ckpt, "--data", corpus, "--layers", "x"], ["linearize", "--bogus"],
-             ["op", "logits"], ["op", "logits", "--ckpt", ckpt, "--in", corpus, "--out", o]]:
+             ["op", "logits"], ["op", "logits", "--ckpt", ckpt, "--in", corpus, "--out", o],
+             ["distill"], ["distill", "nope"], ["distill", "init"], ["distill", "init", "--teacher"],
+             ["distill", "init", "--teacher", corpus, "--out", o], ["distill", "init", "--teacher", ckpt, "--out", o],
+             ["distill", "init", "--teacher", ckpt, "--out", o, "--mixers", "Q"],
+             ["distill", "init", "--teacher", ckpt, "--out", o, "--keep-softmax", "x"], ["distill", "--bogus"]]:
     run("interop structure", argv)
 for v in values(6):
     run("eval", ["eval", "--ckpt", ckpt, "--data", corpus, "--max_windows", v], "--max_windows", "int", v)
