@@ -21,22 +21,15 @@ import zlib
 import h5py
 import numpy as np
 
+from e2e_common import check, failures, gdn_runner
 GDN = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "..", "..")
 DATA = os.path.join(SRC, "data", "kjv.txt.gz")
 FIX = os.path.join(SRC, "tests", "interop", "fixtures", "llama_gqa_bf16")
-failures = []
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
-
-
-def run(*args):
-    return subprocess.run([GDN, *args], capture_output=True, text=True)
+run = gdn_runner(GDN)
 
 
 def must(*args):

@@ -17,18 +17,11 @@ import subprocess
 import sys
 import tempfile
 
+from e2e_common import check, failures, gdn_runner
 GDN = sys.argv[1]
-failures = []
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
-
-
-def run(*args):
-    return subprocess.run([GDN, *args], capture_output=True, text=True)
+run = gdn_runner(GDN)
 
 
 def evaluate(*args):

@@ -21,22 +21,15 @@ import tempfile
 import h5py
 import numpy as np
 
+from e2e_common import check, failures, gdn_runner
 GDN = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "..", "interop", "fixtures")
 NAMES = ["llama_gqa_bf16", "llama_tied_sharded_fp32", "qwen2_bias_fp32", "qwen3_qknorm_fp16"]
 TOL = 1e-4
-failures = []
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
-
-
-def run(*args):
-    return subprocess.run([GDN, *args], capture_output=True, text=True)
+run = gdn_runner(GDN)
 
 
 def logits_of(ckpt, ids, tmp, *extra):

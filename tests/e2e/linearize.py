@@ -20,22 +20,15 @@ import tempfile
 
 import numpy as np
 
+from e2e_common import check, failures, gdn_runner
 GDN = sys.argv[1]
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KJV = os.path.join(SRC, "data", "kjv.txt.gz")
 FIX = os.path.join(SRC, "tests", "interop", "fixtures", "llama_gqa_bf16")
 METHODS = ["gdn", "balanced", "vala"]
-failures = []
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
-
-
-def run(*args):
-    return subprocess.run([GDN, *args], capture_output=True, text=True)
+run = gdn_runner(GDN)
 
 
 def linearize(*args):

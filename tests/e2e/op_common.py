@@ -6,14 +6,7 @@ import os, subprocess, sys
 import h5py
 import numpy as np
 
-failures = []  # what failed, in order; a script exits 1 when it is not empty
-
-
-def check(cond, what):
-    """Records (and prints) a failed check; the script goes on to report the others."""
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
+from e2e_common import check, failures  # noqa: F401 (the op scripts import them from here)
 
 
 def inputs(rng, B, T, H, K, V):
