@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds gdn and runs the whole CTest suite: a normal build, then the unit tests again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, then the libFuzzer harnesses for a bounded time
-# each (GDN_FUZZ_SECONDS, default 60). Installs missing system packages first, the test-only
+# each (GDN_FUZZ_SECONDS, default 40). Installs missing system packages first, the test-only
 # ones included (clang and libFuzzer for the fuzz stage, OpenMP for clang, llvm-symbolizer for
 # readable reports).
 set -euo pipefail
@@ -19,6 +19,6 @@ cc=$(command -v clang-14 || command -v clang) || {
   exit 1
 }
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER="$cc" -DGDN_FUZZ=ON -DGDN_CUDA=OFF \
-  -DGDN_FUZZ_SECONDS="${GDN_FUZZ_SECONDS:-60}" >/dev/null
+  -DGDN_FUZZ_SECONDS="${GDN_FUZZ_SECONDS:-40}" >/dev/null
 cmake --build build-fuzz -j "$jobs"
 (cd build-fuzz && ctest --output-on-failure -j "$jobs" -L fuzz)
