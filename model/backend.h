@@ -98,6 +98,11 @@ struct gdn_backend {
     void (*params_changed)(gdn_model *m);
     /* Every later pass runs as one segment through hooks (copied; NULL: whole sequences). */
     void (*set_seq_hooks)(gdn_model *m, const gdn_seq_hooks *hooks);
+    /* Document starts for every later pass: starts [B,T] (host, copied), 1 where a document
+     * begins at that position (every mixer resets there: no state, convolution tap or attention
+     * crosses it), 0 elsewhere; NULL: none (each row is one stretch of text). Returns 0, or -1
+     * with the reason printed when this backend cannot run documents. */
+    int (*set_doc_starts)(gdn_model *m, const unsigned char *starts);
     /* The stream the model's work runs on (a cudaStream_t), or NULL (CPU: synchronous). */
     void *(*stream)(gdn_model *m);
     /* Bytes of the parameter / optimizer allocation and of activations and scratch. */

@@ -1,6 +1,7 @@
 /* The CPU backend of model/backend.h: the fp32 CPU model (model/cpu/model_cpu.h) with its
  * parameters, gradients and AdamW moments in one host allocation and the CPU optimizer
  * (train/optim.h). Every call is synchronous. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,6 +128,17 @@ static void cpu_set_seq_hooks(gdn_model *m, const gdn_seq_hooks *hooks) {
     gdn_cpu_acts_set_seq_hooks_f32(cpu(m)->acts, hooks);
 }
 
+static int cpu_set_doc_starts(gdn_model *m, const unsigned char *starts) {
+    if (!starts) return 0;
+    const size_t n = (size_t)m->shape.B * (size_t)m->shape.T;
+    for (size_t i = 0; i < n; i++)
+        if (starts[i] && i % (size_t)m->shape.T != 0) {
+            fprintf(stderr, "gdn: the cpu backend cannot run documents packed into one row yet\n");
+            return -1;
+        }
+    return 0;
+}
+
 static void *cpu_stream(gdn_model *m) {
     (void)m;
     return NULL;
@@ -155,6 +167,7 @@ const gdn_backend gdn_backend_cpu = {
     .adamw_shard = cpu_adamw_shard,
     .params_changed = cpu_params_changed,
     .set_seq_hooks = cpu_set_seq_hooks,
+    .set_doc_starts = cpu_set_doc_starts,
     .stream = cpu_stream,
     .memory = cpu_memory,
 };

@@ -1,5 +1,6 @@
 /* The CUDA backend of model/backend.h: the GPU model (model/cuda/model_cuda.h) behind the
  * backend table. Built only with CUDA. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "model/backend.h"
@@ -80,6 +81,17 @@ static void cuda_set_seq_hooks(gdn_model *m, const gdn_seq_hooks *hooks) {
     gdn_cuda_model_set_seq_hooks(gpu(m), hooks);
 }
 
+static int cuda_set_doc_starts(gdn_model *m, const unsigned char *starts) {
+    if (!starts) return 0;
+    const size_t n = (size_t)m->shape.B * (size_t)m->shape.T;
+    for (size_t i = 0; i < n; i++)
+        if (starts[i] && i % (size_t)m->shape.T != 0) {
+            fprintf(stderr, "gdn: the cuda backend cannot run documents packed into one row yet\n");
+            return -1;
+        }
+    return 0;
+}
+
 static void *cuda_stream(gdn_model *m) { return gdn_cuda_model_stream(gpu(m)); }
 
 static void cuda_memory(const gdn_model *m, size_t *param_bytes, size_t *act_bytes) {
@@ -104,6 +116,7 @@ static const gdn_backend backend = {
     .adamw_shard = cuda_adamw_shard,
     .params_changed = cuda_params_changed,
     .set_seq_hooks = cuda_set_seq_hooks,
+    .set_doc_starts = cuda_set_doc_starts,
     .stream = cuda_stream,
     .memory = cuda_memory,
 };
