@@ -236,6 +236,9 @@ typedef struct {
     int late;
     cudaStream_t side;
     cudaEvent_t before, arrived;
+    int B, Ts;                       /* segment shape */
+    void **kv;                       /* [layers * 2] device [B,nseg*Ts,C] act: every segment's keys, values */
+    float **dkv;                     /* [layers * 2] host [B,nseg*Ts,C]: gradient sums of the later segments */
 } seg_store;
 
 static void CUDART_CB seg_delay(void *unused) {
@@ -304,6 +307,62 @@ static void seg_bwd_halo(void *u, int l, void *const dtail[3], const void *const
     }
 }
 
+/* Attention layers: segment r's keys and values go into the store at rows r*Ts.., and kv_all gets
+ * rows 0 .. (r+1)*Ts-1 of it (device copies on the model's stream). The backward (segments in
+ * reverse order) adds each segment's gradient of its prefix into a host fp32 sum and hands back
+ * the rows of the segment itself: the sum over it and every later segment, as the NCCL
+ * reduce-scatter of comm/seqpar_cuda.c. */
+static void seg_attn_kv_fwd(void *u, int l, void *const all[2], const void *const own[2], size_t n) {
+    seg_store *c = u;
+    cudaStream_t s = (cudaStream_t)gdn_cuda_model_stream(c->m);
+    const size_t row = n / ((size_t)c->B * c->Ts) * c->es, seg = (size_t)c->Ts * row, full = (size_t)c->nseg * seg;
+    for (int i = 0; i < 2; i++) {
+        char *st = seg_buf(&c->kv[2 * l + i], (size_t)c->B * full);
+        GDN_CUDA_CHECK(cudaMemcpy2DAsync(st + c->seg * seg, full, own[i], seg, seg, (size_t)c->B,
+                                         cudaMemcpyDeviceToDevice, s));
+        GDN_CUDA_CHECK(cudaMemcpy2DAsync(all[i], (c->seg + 1) * seg, st, full, (c->seg + 1) * seg, (size_t)c->B,
+                                         cudaMemcpyDeviceToDevice, s));
+    }
+}
+static float act_to_f(const void *p, size_t i, size_t es) {
+    if (es == 4) return ((const float *)p)[i];
+    const uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+static void f_to_act(void *p, size_t i, size_t es, float x) {
+    if (es == 4) {
+        ((float *)p)[i] = x;
+        return;
+    }
+    uint32_t u;
+    const float r = bf16_round(x);
+    memcpy(&u, &r, 4);
+    ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
+}
+static void seg_attn_kv_bwd(void *u, int l, void *const dkv[2], void *const dkv_all[2], size_t n) {
+    seg_store *c = u;
+    cudaStream_t s = (cudaStream_t)gdn_cuda_model_stream(c->m);
+    const size_t C = n / ((size_t)c->B * c->Ts), Tf = (size_t)c->nseg * c->Ts, len = (size_t)(c->seg + 1) * c->Ts;
+    const size_t p0 = (size_t)c->seg * c->Ts;
+    char *h = xmalloc((size_t)c->B * len * C * c->es);
+    for (int i = 0; i < 2; i++) {
+        if (!c->dkv[2 * l + i]) c->dkv[2 * l + i] = calloc((size_t)c->B * Tf * C, sizeof(float));
+        float *acc = c->dkv[2 * l + i];
+        if (!acc) { fprintf(stderr, "out of memory\n"); exit(1); }
+        GDN_CUDA_CHECK(cudaStreamSynchronize(s));
+        GDN_CUDA_CHECK(cudaMemcpy(h, dkv_all[i], (size_t)c->B * len * C * c->es, cudaMemcpyDeviceToHost));
+        for (size_t b = 0; b < (size_t)c->B; b++)
+            for (size_t j = 0; j < len * C; j++) acc[b * Tf * C + j] += act_to_f(h, b * len * C + j, c->es);
+        for (size_t b = 0; b < (size_t)c->B; b++)
+            for (size_t j = 0; j < (size_t)c->Ts * C; j++)
+                f_to_act(h, b * c->Ts * C + j, c->es, acc[b * Tf * C + p0 * C + j]);
+        GDN_CUDA_CHECK(cudaMemcpy(dkv[i], h, (size_t)c->B * c->Ts * C * c->es, cudaMemcpyHostToDevice));
+    }
+    free(h);
+}
+
 /* ||a - b|| / ||b|| over n floats (0 when both are zero). */
 static double rel_err_ff(const float *a, const float *b, size_t n) {
     double num = 0.0, den = 0.0;
@@ -357,17 +416,23 @@ static int segment_check(const char *what, const gdn_config *cfg, int B, int T, 
         st.tail = calloc((size_t)cfg->n_layers * 3, sizeof(void *));
         st.dhalo = calloc((size_t)cfg->n_layers * 3, sizeof(void *));
         st.late = late;
+        st.B = B;
+        st.Ts = Ts;
+        st.kv = calloc((size_t)cfg->n_layers * 2, sizeof(void *));
+        st.dkv = calloc((size_t)cfg->n_layers * 2, sizeof(float *));
+        if (!st.kv || !st.dkv) { fprintf(stderr, "out of memory\n"); exit(1); }
         GDN_CUDA_CHECK(cudaStreamCreateWithFlags(&st.side, cudaStreamNonBlocking));
         GDN_CUDA_CHECK(cudaEventCreateWithFlags(&st.before, cudaEventDisableTiming));
         GDN_CUDA_CHECK(cudaEventCreateWithFlags(&st.arrived, cudaEventDisableTiming));
         gdn_cuda_model **ms = calloc((size_t)nseg, sizeof *ms);
         if (!st.S || !st.dS || !st.tail || !st.dhalo || !ms) { fprintf(stderr, "out of memory\n"); exit(1); }
-        const gdn_seq_hooks hk = {&st, seg_fwd_halo, seg_fwd_state_in, seg_fwd_state_out,
-                                  seg_bwd_state_out, seg_bwd_state_in, seg_bwd_halo, NULL, NULL, 0};
+        gdn_seq_hooks hk = {&st, seg_fwd_halo, seg_fwd_state_in, seg_fwd_state_out, seg_bwd_state_out,
+                            seg_bwd_state_in, seg_bwd_halo, seg_attn_kv_fwd, seg_attn_kv_bwd, 0};
         double loss = 0.0;
         for (int r = 0; r < nseg; r++) {
             ms[r] = gdn_cuda_model_create(&t, B, Ts, p);
             gdn_cuda_model_upload(ms[r], p32, NULL, NULL);
+            hk.pos0 = r * Ts; /* RoPE and the causal mask of attention layers */
             gdn_cuda_model_set_seq_hooks(ms[r], &hk);
             gdn_cuda_model_zero_grads(ms[r]);
             for (int b = 0; b < B; b++) {
@@ -394,7 +459,13 @@ static int segment_check(const char *what, const gdn_config *cfg, int B, int T, 
                 cudaFree(st.tail[3 * l + i]);
                 cudaFree(st.dhalo[3 * l + i]);
             }
+            for (int i = 0; i < 2; i++) {
+                cudaFree(st.kv[2 * l + i]);
+                free(st.dkv[2 * l + i]);
+            }
         }
+        free(st.kv);
+        free(st.dkv);
         free(st.S); free(st.dS); free(st.tail); free(st.dhalo); free(ms);
         GDN_CUDA_CHECK(cudaStreamDestroy(st.side));
         GDN_CUDA_CHECK(cudaEventDestroy(st.before));
@@ -848,8 +919,13 @@ int main(int argc, char **argv) {
     /* softmax attention layers (mixer A): hybrids and a softmax-only model */
     grad_case att[3];
     attention_cases(att);
-    printf("attention layers: gradients (as above), hidden states, training steps\n");
+    printf("attention layers: gradients (as above), segments, hidden states, training steps\n");
     for (int i = 0; i < 3; i++) fails += grad_check(&att[i]);
+    /* sequence parallelism with attention: 40-token segments (not a multiple of the 64-row
+     * tiles), chunk-aligned ones, a softmax-only model in 4 segments */
+    fails += segment_check(att[0].what, &att[0].c, 2, 120, 3, 1);
+    fails += segment_check(att[1].what, &att[1].c, 2, 256, 2, 0);
+    fails += segment_check(att[2].what, &att[2].c, 1, 260, 4, 0);
     fails += capture_check(att[0].what, &att[0].c, 2, 45);
     fails += capture_check(att[1].what, &att[1].c, 2, 70);
     fails += steps_check(att[0].what, &att[0].c, 2, 64);
