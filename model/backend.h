@@ -51,8 +51,8 @@ typedef struct {
 /* The teacher's side of the end-to-end distillation loss (forward_kl). */
 typedef struct {
     const float *logits; /* [B,T,vocab] the teacher's logits on the same tokens (host) */
-    float tau;           /* temperature (> 0) of both distributions */
-    float ce_weight;     /* weight of the next-token cross-entropy added to the loss (>= 0) */
+    double tau;          /* temperature (> 0) of both distributions */
+    double ce_weight;    /* weight of the next-token cross-entropy added to the loss (>= 0) */
 } gdn_soft_targets;
 
 /* Told, while a backward pass runs, that the gradients [lo, hi) of the flat buffer grads (the

@@ -92,7 +92,7 @@ static double stage2_micro(distill_hook *h, gdn_model *model, const int *inputs,
     const gdn_backend *be = model->backend;
     be->forward(h->teacher, inputs, NULL, 0.0f, NULL, NULL);
     be->logits(h->teacher, h->logits);
-    gdn_soft_targets soft = {h->logits, (float)h->tau, (float)h->ce_weight};
+    gdn_soft_targets soft = {h->logits, h->tau, h->ce_weight};
     int nv = 0;
     double kl = 0, ce = 0;
     double loss = be->forward_kl(model, inputs, targets, &soft, grad_scale, &nv, &kl, &ce);
