@@ -106,6 +106,9 @@ static double stage2_micro(distill_hook *h, gdn_model *model, const int *inputs,
 static double hook_micro(void *ctx, gdn_model *model, const int *inputs, const int *targets, float grad_scale,
                          double *stats) {
     distill_hook *h = ctx;
+    if (!model->backend->forward_kl || !model->backend->mixer_mse) /* gdn distill train refuses these first */
+        GDN_DIE("gdn distill train: the %s backend has no distillation entries (forward_kl, mixer_mse)",
+                model->backend->name);
     if (!h->frozen_vals) { /* the starting values of the frozen tensors (restored or initial) */
         const float *p = model->backend->params(model);
         size_t total = 0;
