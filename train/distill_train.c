@@ -312,7 +312,11 @@ int distill_train_run(const gdn_run_config *base, const distill_train_opts *o, g
         rc.lr = o->lr[s];
         if (rc.lr_min > rc.lr) rc.lr_min = rc.lr;
         snprintf(rc.resume, sizeof rc.resume, "auto");
-        snprintf(rc.init_from, sizeof rc.init_from, "%s", prev[0] ? prev : o->student);
+        if (snprintf(rc.init_from, sizeof rc.init_from, "%s", prev[0] ? prev : o->student) >= (int)sizeof rc.init_from) {
+            if (comm->rank == 0) fprintf(stderr, "gdn distill train: the path %s is too long\n", prev[0] ? prev : o->student);
+            status = GDN_EXIT_USAGE;
+            break;
+        }
         if (comm->rank == 0)
             printf("gdn distill train: stage %d of 2 (%s), %lld steps from %s, run directory %s\n", s + 1,
                    s == 0 ? "teacher-forced mixer MSE" : "KL to the teacher's logits", (long long)rc.steps,

@@ -146,7 +146,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # the student file in the other commands
     stu = j("a", "stage2", "ckpt_00000020.h5")
     r = run("inspect", stu)
-    check(r.returncode == 0 and "mixers=GGGA" in r.stdout.replace(" ", "").replace("\"", "") or "GGGA" in r.stdout,
+    check(r.returncode == 0 and "mixers=GGGA " in r.stdout and "distill_stage" not in r.stderr,
           f"inspect: {r.stdout[:300]} {r.stderr}")
     r = subprocess.run([GDN, "sample", "--ckpt", stu, "--prompt", "ab", "--bytes", "16", "--seed", "1"],
                        capture_output=True)
