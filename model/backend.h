@@ -37,12 +37,23 @@ typedef struct {
 
 /* Hidden states a forward pass copies out (for distillation): the residual stream after the
  * blocks listed in layers ([n] block indices from -1 = the embedding's output to n_layers - 1),
- * each [B,T,d_model] fp32, to out[i] (host). */
+ * each [B,T,d_model] fp32, to out[i] (host). mid (NULL: not wanted; the CUDA backend has none
+ * and refuses it): mid[i] (host, or NULL) receives the residual stream after block layers[i]'s
+ * mixer, before its MLP (x_mid; layers[i] >= 0), so the block's mixer output is
+ * mid[i] - (the stream after block layers[i] - 1). */
 typedef struct {
     int n;
     const int *layers;
     float *const *out;
+    float *const *mid;
 } gdn_capture;
+
+/* The teacher's side of the end-to-end distillation loss (forward_kl). */
+typedef struct {
+    const float *logits; /* [B,T,vocab] the teacher's logits on the same tokens (host) */
+    double tau;          /* temperature (> 0) of both distributions */
+    double ce_weight;    /* weight of the next-token cross-entropy added to the loss (>= 0) */
+} gdn_soft_targets;
 
 /* Told, while a backward pass runs, that the gradients [lo, hi) of the flat buffer grads (the
  * model's memory) are complete for this pass. The ranges come from the end of the buffer to its
@@ -83,6 +94,20 @@ struct gdn_backend {
      * (NULL: none) is told as ranges complete. Returns with the gradients complete (CUDA:
      * enqueued on the model's stream; anything reading them is ordered after it). */
     void (*backward)(gdn_model *m, gdn_grads_ready_fn ready, void *ctx);
+    /* Distillation (docs/distillation.md "Training"; NULL where a backend has none: the CUDA
+     * backend for now). forward_kl: forward as above whose loss per token with target >= 0 is
+     * tau^2 KL(softmax(z_t/tau) || softmax(z/tau)) + ce_weight CE (z_t = soft->logits, z the
+     * model's logits); returns its SUM, sets *n_valid and the unweighted sums *kl_sum, *ce_sum
+     * (any may be NULL); grad_scale != 0 prepares backward() as forward does. mixer_mse: block
+     * layer's mixer alone, teacher-forced on the residual input x_in [B,T,d_model] (host),
+     * against target [B,T,d_model] (host; the teacher's mixer output): returns the sum of
+     * squared errors of its output x_mid - x_in, and with grad_scale != 0 ACCUMULATES
+     * d(sse * grad_scale) into the gradients of that block's mixer and input norm (no
+     * gradient reaches anything else). Both run whole sequences (no sequence-parallel hooks);
+     * mixer_mse replaces the activations of the last forward. */
+    double (*forward_kl)(gdn_model *m, const int *tokens, const int *targets, const gdn_soft_targets *soft,
+                         float grad_scale, int *n_valid, double *kl_sum, double *ce_sum);
+    double (*mixer_mse)(gdn_model *m, int layer, const float *x_in, const float *target, float grad_scale);
     /* The flat buffers [padded] in the model's memory. */
     float *(*params)(gdn_model *m);
     float *(*grads)(gdn_model *m);

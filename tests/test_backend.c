@@ -65,7 +65,7 @@ static void test_forward_backward_capture(void **state) {
     const int layers[3] = {-1, 0, 2};
     float *hid[3];
     for (int i = 0; i < 3; i++) hid[i] = malloc((size_t)B * T * D * sizeof(float));
-    gdn_capture cap = {3, layers, hid};
+    gdn_capture cap = {3, layers, hid, NULL};
     be->zero_grads(m);
     const double l = be->forward(m, f.tokens, f.targets, 0.01f, &nv, &cap);
     be->backward(m, NULL, NULL);

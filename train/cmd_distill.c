@@ -11,9 +11,12 @@
 #include "io/json.h"
 #include "io/parse_num.h"
 #include "io/tokens.h"
+#include "comm/comm.h"
 #include "model/check.h"
 #include "train/commands.h"
 #include "train/distill_init.h"
+#include "train/distill_train.h"
+#include "train/trainer.h"
 #include "train/model_load.h"
 #include "train/op_io.h"
 #include "train/run_config.h"
@@ -45,7 +48,28 @@ static void distill_usage(FILE *f) {
             "  --windows N           windows of --data measured (default 4; the first N, from 0)\n"
             "  --seq_len T           tokens per window (default 128)\n"
             "  --seed N              seed of the fresh initialisation of the other tensors (default 1)\n"
-            "docs/distillation.md (Student initialisation) has the mapping and the formulas.\n");
+            "docs/distillation.md (Student initialisation) has the mapping and the formulas.\n\n"
+            "usage: gdn distill train --teacher TEACHER.h5 --student STUDENT.h5 --out DIR --data SPEC\n"
+            "                         [--stage1_steps N] [--stage2_steps N] [--stage1_lr X] [--stage2_lr X]\n"
+            "                         [--tau T] [--ce_weight W] [--train mixers|all] [gdn train settings]\n\n"
+            "Trains the student (from gdn distill init) against the teacher, in DIR/stage1 and DIR/stage2\n"
+            "(each a gdn train run directory: config.json, metrics.jsonl, checkpoints):\n"
+            "  stage 1   per converted layer, the student's mixer on the teacher's input to that layer,\n"
+            "            fitted to the teacher's mixer output: loss = sum over layers of the mean squared\n"
+            "            error (mean over tokens and d_model); only those mixers' tensors train\n"
+            "  stage 2   loss = tau^2 KL(teacher || student) at temperature tau + ce_weight x next-token\n"
+            "            cross-entropy, per token\n"
+            "  --stage1_steps N      optimizer steps of stage 1 (default 200; 0 skips it)\n"
+            "  --stage2_steps N      optimizer steps of stage 2 (default 200; 0 skips it)\n"
+            "  --stage1_lr X, --stage2_lr X   peak learning rates (default: --lr)\n"
+            "  --tau T               temperature of stage 2 (default 1)\n"
+            "  --ce_weight W         weight of the cross-entropy in stage 2 (default 0)\n"
+            "  --train mixers|all    stage 2 trains the converted mixers (default) or every tensor\n"
+            "Every other gdn train setting applies to both stages (--data, --batch_size, --seq_len, --lr,\n"
+            "--ckpt_every, --eval_every, --preset, --config, ...). Run again with the same command to\n"
+            "continue: a finished stage is skipped and the current one resumes from its newest checkpoint\n"
+            "(exit status 75 after SIGTERM/SIGUSR1: checkpoint written, run again). Data-parallel over\n"
+            "MPI ranks (mpiexec -n N); CPU backend; sp = 1. docs/distillation.md (Training).\n");
 }
 
 typedef struct {
@@ -250,12 +274,132 @@ done:
     return status;
 }
 
+/* Takes gdn distill train's own options out of argv (both --key value and --key=value); the
+ * rest are gdn train settings. 0, or 2 with the message printed. */
+static int take_train_opts(int *argc, char **argv, distill_train_opts *o, int *lr_given) {
+    int n = 1;
+    char err[256];
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '=');
+        const size_t klen = eq ? (size_t)(eq - a) : strlen(a);
+        static const char *const mine[] = {"--teacher", "--student", "--stage1_steps", "--stage2_steps",
+                                           "--stage1_lr", "--stage2_lr", "--tau", "--ce_weight", "--train"};
+        int k = -1;
+        for (int j = 0; j < (int)(sizeof mine / sizeof *mine); j++)
+            if (strlen(mine[j]) == klen && !strncmp(a, mine[j], klen)) k = j;
+        static const char *const refused[] = {"--steps", "--resume", "--init_from", "--model_from", "--overwrite",
+                                              "--eval_only"};
+        for (int j = 0; j < (int)(sizeof refused / sizeof *refused); j++)
+            if (strlen(refused[j]) == klen && !strncmp(a, refused[j], klen)) {
+                fprintf(stderr, "gdn distill train: %s is not an option here: %s\n", refused[j],
+                        j == 0 ? "give --stage1_steps and --stage2_steps"
+                        : j <= 2 ? "a run resumes on its own (run the same command again); the start is --student"
+                        : j == 3 ? "the student's model comes from --student"
+                                 : "start afresh in a new --out, or delete the old one");
+                return 2;
+            }
+        if (k < 0) {
+            argv[n++] = argv[i];
+            continue;
+        }
+        const char *v = eq ? eq + 1 : i + 1 < *argc ? argv[++i] : NULL;
+        if (!v) {
+            fprintf(stderr, "gdn distill train: option '%s' needs a value (see gdn distill --help)\n", mine[k]);
+            return 2;
+        }
+        int bad = 0;
+        if (k == 0) o->teacher = v;
+        else if (k == 1) o->student = v;
+        else if (k == 2 || k == 3) bad = io_parse_i64(mine[k], v, 0, INT64_MAX / 2, &o->steps[k - 2], err, sizeof err);
+        else if (k == 4 || k == 5) {
+            bad = io_parse_f64(mine[k], v, 1e-12, 1e3, &o->lr[k - 4], err, sizeof err);
+            lr_given[k - 4] = 1;
+        } else if (k == 6) bad = io_parse_f64(mine[k], v, 1e-3, 1e3, &o->tau, err, sizeof err);
+        else if (k == 7) bad = io_parse_f64(mine[k], v, 0, 1e6, &o->ce_weight, err, sizeof err);
+        else if (!strcmp(v, "mixers") || !strcmp(v, "all")) o->train_all = !strcmp(v, "all");
+        else {
+            snprintf(err, sizeof err, "--train must be mixers or all (got '%s')", v);
+            bad = 1;
+        }
+        if (bad) {
+            fprintf(stderr, "gdn distill train: %s\n", err);
+            return 2;
+        }
+    }
+    *argc = n;
+    argv[n] = NULL;
+    if (!o->teacher || !o->student) {
+        fprintf(stderr, "gdn distill train: --teacher and --student are required (see gdn distill --help)\n");
+        return 2;
+    }
+    if (o->steps[0] + o->steps[1] == 0) {
+        fprintf(stderr, "gdn distill train: --stage1_steps and --stage2_steps are both 0: nothing to train\n");
+        return 2;
+    }
+    return 0;
+}
+
+static int distill_train(int argc, char **argv) {
+    static gdn_run_config rc; /* large (paths): keep it off the stack */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            distill_usage(stdout);
+            return 0;
+        }
+    distill_train_opts o = {.steps = {200, 200}, .tau = 1.0};
+    int lr_given[2] = {0, 0};
+    /* argv with room for --model_from STUDENT and the terminator */
+    char **av = GDN_MALLOC(sizeof(char *) * (size_t)(argc + 3));
+    memcpy(av, argv, sizeof(char *) * (size_t)argc);
+    int ac = argc, r = take_train_opts(&ac, av, &o, lr_given);
+    if (r) {
+        free(av);
+        return r;
+    }
+    av[ac++] = "--model_from";
+    av[ac++] = (char *)o.student;
+    av[ac] = NULL;
+    char err[1024];
+    r = gdn_run_config_parse(&rc, ac, av, err, sizeof err);
+    if (r < 0) fprintf(stderr, "gdn distill train: %s\n", err);
+    int status = r < 0 ? GDN_EXIT_USAGE : 0;
+    if (!status && rc.sp > 1) {
+        fprintf(stderr, "gdn distill train: sp = %d: sequence parallelism is not supported for distillation yet "
+                "(the teacher-forced mixers run whole sequences); use sp = 1 and data parallelism\n", rc.sp);
+        status = GDN_EXIT_USAGE;
+    }
+    if (!status && !strcmp(rc.backend, "cuda")) {
+        fprintf(stderr, "gdn distill train: --backend cuda: the cuda backend has no distillation entries yet "
+                "(forward_kl, mixer_mse in model/backend.h); use --backend cpu\n");
+        status = GDN_EXIT_USAGE;
+    }
+    if (status) {
+        free(av);
+        return status;
+    }
+    if (!strcmp(rc.backend, "auto")) snprintf(rc.backend, sizeof rc.backend, "cpu"); /* the one that has them */
+    for (int s = 0; s < 2; s++)
+        if (!lr_given[s]) o.lr[s] = rc.lr;
+    io_h5_quiet();
+    gdn_comm *comm = gdn_comm_init(&ac, &av, rc.sp, err, sizeof err);
+    if (!comm) {
+        if (err[0]) fprintf(stderr, "gdn distill train: %s\n", err);
+        free(av);
+        return GDN_EXIT_USAGE;
+    }
+    status = distill_train_run(&rc, &o, comm, ac, av);
+    gdn_comm_finalize(comm);
+    free(av);
+    return status;
+}
+
 int gdn_cmd_distill(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         distill_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "init")) return distill_init(argc - 1, argv + 1);
-    fprintf(stderr, "gdn distill: unknown subcommand '%s' (init; see gdn distill --help)\n", argv[1]);
+    if (!strcmp(argv[1], "train")) return distill_train(argc - 1, argv + 1);
+    fprintf(stderr, "gdn distill: unknown subcommand '%s' (init or train; see gdn distill --help)\n", argv[1]);
     return 2;
 }

@@ -75,6 +75,7 @@ typedef struct {
     int accum;                   /* micro-batches per step */
     gdn_metrics_log metrics;     /* rank 0 */
     int lock_fd;                 /* rank 0: the run directory's lock (-1: none) */
+    double *hook_stats;          /* [opts.hook->n_stats] this step's, summed over the job */
 } trainer;
 
 /* printf on rank 0 only. */
@@ -250,15 +251,21 @@ static int save_checkpoint(trainer *t, double known_loss) {
         } else {
             io_jw w;
             config_json(&t->rc, &w);
-            ckpt_kv state[5] = {{"data_position", (int64_t)t->sample},
+            ckpt_kv state[7] = {{"data_position", (int64_t)t->sample},
                                 {"schedule_step", t->step},
                                 {"world_size", t->comm->size},
                                 {"dp", t->comm->dp},
                                 {"sp", t->comm->sp}};
+            const gdn_train_hook *hk = t->opts.hook;
+            const int n_state = 5 + (hk ? hk->n_state : 0);
+            for (int i = 5; i < n_state; i++) {
+                snprintf(state[i].name, sizeof state[i].name, "%s", hk->state_key[i - 5]);
+                state[i].value = hk->state_value[i - 5];
+            }
             ckpt_contents c = {.step = t->step, .tokens_seen = t->tokens_seen,
                                .config_json = io_jw_text(&w), .model = &t->rc.model, .table = &t->table,
                                .params = t->params, .m = m, .v = v, .rng = NULL, .n_rng = 0,
-                               .state = state, .n_state = 5};
+                               .state = state, .n_state = n_state};
             double t0 = now_s();
             int r = ckpt_save_atomic(path, &c, err, sizeof err);
             io_jw_free(&w);
@@ -618,6 +625,7 @@ static int close_run(trainer *t) {
     free(t->window);
     free(t->inputs);
     free(t->targets);
+    free(t->hook_stats);
     gdn_param_table_free(&t->table);
     io_dataset_close(&t->data);
     return r;
@@ -647,8 +655,16 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
     *lr = gdn_lr_at(t->step, rc->decay_steps ? rc->decay_steps : rc->steps, rc->warmup_steps, rc->lr, rc->lr_min);
     be->zero_grads(model);
     double loss = 0.0;
+    const gdn_train_hook *hook = t->opts.hook;
+    if (hook) memset(t->hook_stats, 0, (size_t)hook->n_stats * sizeof(double));
     for (int a = 0; a < t->accum; a++) {
         next_train_batch(t);
+        if (hook) { /* its loss; its gradients are complete on return */
+            loss += hook->micro_batch(hook->ctx, model, t->inputs, t->targets, (float)(1.0 / tokens), t->hook_stats);
+            grad_buckets gb = {t, 0, 0};
+            if (all_reduce && a == t->accum - 1) on_grads_ready(&gb, be->grads(model), 0, t->table.total);
+            continue;
+        }
         int nv = 0;
         loss += be->forward(model, t->inputs, t->targets, (float)(1.0 / tokens), &nv, NULL);
         grad_buckets gb = {t, 0, 0};
@@ -658,11 +674,15 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
     gdn_adamw_hparams h = {*lr, rc->beta1, rc->beta2, rc->adam_eps, rc->weight_decay};
     /* the loss over MPI (on GPUs while they finish), then the gradients' all-reduce */
     if (c->size > 1) gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "training loss");
+    if (c->size > 1 && hook && hook->n_stats)
+        gdn_all_reduce(c, GDN_WORLD, t->hook_stats, (size_t)hook->n_stats, GDN_F64, GDN_SUM, "loss statistics");
     if (all_reduce) gdn_comm_wait(t->tb.data, "gradients");
+    if (hook && hook->before_update) hook->before_update(hook->ctx, model);
     if (t->zero.on) /* reduce-scatter, norm, AdamW on this rank's block, all-gather (train/zero.h) */
         *gnorm = gdn_zero_adamw_step(t->tb.data, c, &t->zero, model, &h, t->step + 1, rc->grad_clip);
     else
         *gnorm = be->adamw_step(model, &h, t->step + 1, rc->grad_clip);
+    if (hook && hook->after_update) hook->after_update(hook->ctx, model);
     t->step++;
     t->tokens_seen += (int64_t)tokens;
     return loss / tokens;
@@ -690,6 +710,9 @@ static int write_metrics(trainer *t, const step_metrics *m, const char *stopped)
     io_jw_kv_int(&w, "tokens", t->tokens_seen);
     io_jw_kv_number(&w, "time_s", m->time_s);
     if (m->evaluated && (isfinite(m->val) || stopped)) io_jw_kv_number(&w, "val_loss", m->val);
+    if (t->opts.hook && t->opts.hook->metrics) /* the step's tokens over the job, as train_step */
+        t->opts.hook->metrics(t->opts.hook->ctx, &w, t->hook_stats,
+                              (double)t->accum * t->comm->dp * t->rc.batch_size * t->rc.seq_len);
     if (stopped) io_jw_kv_string(&w, "stopped", stopped);
     io_jw_end_object(&w);
     int r = gdn_metrics_append(&t->metrics, io_jw_text(&w), err, sizeof err);
@@ -900,6 +923,7 @@ int gdn_train_run(const gdn_run_config *rc, const gdn_train_opts *opts, gdn_comm
     const gdn_backend *be = NULL;
     int status = gdn_train_backend_choose(rc, comm, &be);
     if (status) return status;
+    if (opts->hook) t.hook_stats = GDN_CALLOC((size_t)opts->hook->n_stats + 1, sizeof(double));
     setup_process(rc, comm);
     status = open_run(&t, be, argc, argv);
     if (status || opts->eval_only) {

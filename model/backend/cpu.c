@@ -82,8 +82,26 @@ static double cpu_forward(gdn_model *m, const int *tokens, const int *targets, f
         const size_t n = (size_t)m->shape.B * (size_t)m->shape.T * (size_t)m->table->cfg.d_model;
         for (int i = 0; i < capture->n; i++)
             memcpy(capture->out[i], gdn_cpu_hidden_f32(c->acts, capture->layers[i]), n * sizeof(float));
+        for (int i = 0; capture->mid && i < capture->n; i++)
+            if (capture->mid[i])
+                memcpy(capture->mid[i], gdn_cpu_hidden_mid_f32(c->acts, capture->layers[i]), n * sizeof(float));
     }
     return loss;
+}
+
+static double cpu_forward_kl(gdn_model *m, const int *tokens, const int *targets, const gdn_soft_targets *soft,
+                             float grad_scale, int *n_valid, double *kl_sum, double *ce_sum) {
+    cpu_model *c = cpu(m);
+    int nv = 0;
+    double loss = gdn_cpu_forward_kl_f32(c->acts, m->table, c->params, tokens, targets, soft->logits, soft->tau,
+                                         soft->ce_weight, grad_scale, &nv, kl_sum, ce_sum);
+    if (n_valid) *n_valid = nv;
+    return loss;
+}
+
+static double cpu_mixer_mse(gdn_model *m, int layer, const float *x_in, const float *target, float grad_scale) {
+    cpu_model *c = cpu(m);
+    return gdn_cpu_mixer_mse_f32(c->acts, m->table, c->params, c->grads, layer, x_in, target, grad_scale);
 }
 
 static void cpu_logits(gdn_model *m, float *out) {
@@ -160,6 +178,8 @@ const gdn_backend gdn_backend_cpu = {
     .forward = cpu_forward,
     .logits = cpu_logits,
     .backward = cpu_backward,
+    .forward_kl = cpu_forward_kl,
+    .mixer_mse = cpu_mixer_mse,
     .params = cpu_params,
     .grads = cpu_grads,
     .grad_sumsq = cpu_grad_sumsq,

@@ -50,6 +50,7 @@ static void cuda_zero_grads(gdn_model *m) { gdn_cuda_model_zero_grads(gpu(m)); }
 
 static double cuda_forward(gdn_model *m, const int *tokens, const int *targets, float grad_scale, int *n_valid,
                            const gdn_capture *capture) {
+    if (capture && capture->mid) GDN_DIE("the cuda backend cannot capture the residual stream after a mixer (gdn_capture.mid)");
     double loss = gdn_cuda_model_forward(gpu(m), tokens, targets, grad_scale, n_valid);
     for (int i = 0; capture && i < capture->n; i++)
         gdn_cuda_model_download_hidden(gpu(m), capture->layers[i], capture->out[i]);

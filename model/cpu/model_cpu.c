@@ -108,6 +108,13 @@ const real *R(gdn_cpu_hidden)(const acts_t *a, int layer) {
     return a->x + (size_t)(layer + 1) * a->N * (size_t)a->cfg.d_model;
 }
 
+const real *R(gdn_cpu_hidden_mid)(const acts_t *a, int layer) {
+    if (layer < 0 || layer >= a->cfg.n_layers)
+        GDN_DIE("hidden state after the mixer of layer %d requested; the model has layers 0 to %d", layer,
+                a->cfg.n_layers - 1);
+    return a->x_mid + (size_t)layer * a->N * (size_t)a->cfg.d_model;
+}
+
 size_t R(gdn_cpu_acts_bytes)(const acts_t *a) {
     const size_t sp_kv = a->sp_kv ? a->sp_kv_n * 2 * ((size_t)a->n_attn + 1) : 0;
     return (a->arena_n + sp_kv) * sizeof(real) + a->N * sizeof *a->tokens;
@@ -415,4 +422,43 @@ void R(gdn_cpu_backward)(acts_t *a, const gdn_param_table *t, const real *P, rea
     }
     R(gdn_embed_bwd)(G + t->embed, a->tokens, s->dx, N, D);
     a->has_grad = 0;
+}
+
+double R(gdn_cpu_forward_kl)(acts_t *a, const gdn_param_table *t, const real *P, const int *tokens,
+                             const int *targets, const real *teacher, double tau, double ce_weight,
+                             real grad_scale, int *n_valid, double *kl_sum, double *ce_sum) {
+    const gdn_config *c = &a->cfg;
+    R(gdn_cpu_forward)(a, t, P, tokens, NULL, 0, NULL, NULL, NULL);
+    double loss = R(gdn_distill_loss)(grad_scale != 0 ? a->logits : NULL, a->logits, teacher, targets, (int)a->N,
+                                      c->vocab_size, tau, ce_weight, grad_scale, kl_sum, ce_sum, n_valid);
+    a->has_grad = grad_scale != 0;
+    return loss;
+}
+
+double R(gdn_cpu_mixer_mse)(acts_t *a, const gdn_param_table *t, const real *P, real *G, int l,
+                            const real *x_in, const real *target, real grad_scale) {
+    const gdn_config *c = &a->cfg;
+    const size_t n = a->N * (size_t)c->d_model;
+    if (l < 0 || l >= c->n_layers) GDN_DIE("gdn_cpu_mixer_mse: layer %d (the model has 0 to %d)", l, c->n_layers - 1);
+    if (a->seq_parallel) GDN_DIE("gdn_cpu_mixer_mse: a teacher-forced mixer runs on whole sequences, not under "
+                                 "sequence-parallel hooks");
+    real *x = a->x + (size_t)l * n;
+    const real *xm = a->x_mid + (size_t)l * n;
+    memcpy(x, x_in, n * sizeof(real));
+    a->pos0 = 0;
+    a->has_grad = 0;
+    const int delta = gdn_mixer_get(t->layer[l].mixer)->is_delta;
+    if (delta) delta_forward(a, t, P, l, NULL, NULL);
+    else R(gdn_cpu_attn_forward)(a, t, P, l, NULL, NULL);
+    double sse = 0;
+    real *dx = a->s.dx;
+    for (size_t i = 0; i < n; i++) {
+        const real e = (xm[i] - x[i]) - target[i];
+        sse += (double)e * (double)e;
+        dx[i] = 2 * grad_scale * e;
+    }
+    if (grad_scale == 0) return sse;
+    if (delta) delta_backward(a, t, P, G, l);
+    else R(gdn_cpu_attn_backward)(a, t, P, G, l);
+    return sse;
 }

@@ -59,11 +59,34 @@ const real_ *R_(gdn_cpu_logits)(const R_(gdn_cpu_acts) *a);
 /* The residual stream [B,T,d_model] of the last forward pass after block `layer` (-1: the
  * embedding), fp32 or fp64 as the model. */
 const real_ *R_(gdn_cpu_hidden)(const R_(gdn_cpu_acts) *a, int layer);
+/* The residual stream [B,T,d_model] of the last forward pass after block `layer`'s mixer, before
+ * its MLP (x_mid; 0 <= layer < n_layers). */
+const real_ *R_(gdn_cpu_hidden_mid)(const R_(gdn_cpu_acts) *a, int layer);
 /* Bytes held by a (activations and scratch). */
 size_t R_(gdn_cpu_acts_bytes)(const R_(gdn_cpu_acts) *a);
 /* Backward of the last forward (run with grad_scale != 0): ACCUMULATES into grads [total]. */
 void R_(gdn_cpu_backward)(R_(gdn_cpu_acts) *a, const gdn_param_table *t, const real_ *params,
                           real_ *grads);
+
+/* Distillation, end to end (docs/distillation.md "Training"): a forward pass whose loss per
+ * token with target >= 0 is  tau^2 KL(softmax(z_t / tau) || softmax(z_s / tau)) + ce_weight CE,
+ * z_t the teacher's logits teacher [B,T,vocab], z_s the model's, CE the next-token
+ * cross-entropy. Returns its SUM over those tokens, sets *n_valid and the unweighted sums of KL
+ * and CE (*kl_sum, *ce_sum; may be NULL); grad_scale != 0 prepares the backward pass of
+ * d(loss_sum * grad_scale) (gdn_cpu_backward). Whole sequences only (no carry). */
+double R_(gdn_cpu_forward_kl)(R_(gdn_cpu_acts) *a, const gdn_param_table *t, const real_ *params,
+                              const int *tokens, const int *targets, const real_ *teacher, double tau,
+                              double ce_weight, real_ grad_scale, int *n_valid, double *kl_sum,
+                              double *ce_sum);
+/* Distillation, teacher-forced (stage 1): block `layer`'s mixer alone on the residual input
+ * x_in [B,T,d_model] (the teacher's input to that block), its output y = x_mid - x_in compared
+ * with target [B,T,d_model]: returns the sum of squared errors sum (y - target)^2 and, with
+ * grad_scale != 0, ACCUMULATES d(sse * grad_scale)/dparams of that block's mixer and input norm
+ * into grads (nothing flows into x_in). Overwrites the activations of the last forward pass;
+ * not under sequence-parallel hooks. */
+double R_(gdn_cpu_mixer_mse)(R_(gdn_cpu_acts) *a, const gdn_param_table *t, const real_ *params,
+                             real_ *grads, int layer, const real_ *x_in, const real_ *target,
+                             real_ grad_scale);
 
 #undef real_
 #undef R_

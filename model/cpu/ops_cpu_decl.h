@@ -155,6 +155,14 @@ void R_(gdn_beta_bwd)(real_ *db, const real_ *dbeta, const real_ *beta, real_ sc
  * (softmax - onehot) * grad_scale on valid rows and 0 on ignored rows (dlogits may alias logits). */
 double R_(gdn_cross_entropy)(real_ *dlogits, const real_ *logits, const int *targets, int N, int V,
                              real_ grad_scale, int *n_valid);
+/* Per row with targets[n] >= 0: tau^2 KL(p_t || p_s) + ce_weight CE, p_t = softmax(teacher / tau),
+ * p_s = softmax(logits / tau), CE = log sum exp(logits) - logits[target]; returns the sum over
+ * those rows, the unweighted KL and CE sums in *kl_sum, *ce_sum (may be NULL) and the rows'
+ * count in *n_valid. dlogits (or NULL; may alias logits): d(grad_scale * sum)/dlogits, i.e.
+ * grad_scale (tau (p_s - p_t) + ce_weight (softmax(logits) - onehot)); 0 in ignored rows. */
+double R_(gdn_distill_loss)(real_ *dlogits, const real_ *logits, const real_ *teacher, const int *targets,
+                            int N, int V, double tau, double ce_weight, real_ grad_scale, double *kl_sum,
+                            double *ce_sum, int *n_valid);
 
 #undef real_
 #undef R_

@@ -166,8 +166,15 @@ for argv in [["import"], ["import", tmp], ["import", tmp, "--out"], ["import", c
              ["distill"], ["distill", "nope"], ["distill", "init"], ["distill", "init", "--teacher"],
              ["distill", "init", "--teacher", corpus, "--out", o], ["distill", "init", "--teacher", ckpt, "--out", o],
              ["distill", "init", "--teacher", ckpt, "--out", o, "--mixers", "Q"],
-             ["distill", "init", "--teacher", ckpt, "--out", o, "--keep-softmax", "x"], ["distill", "--bogus"]]:
+             ["distill", "init", "--teacher", ckpt, "--out", o, "--keep-softmax", "x"], ["distill", "--bogus"],
+             ["distill", "train"], ["distill", "train", "--teacher"], ["distill", "train", "--bogus"],
+             ["distill", "train", "--teacher", corpus, "--student", corpus, "--data", corpus, "--out", o],
+             ["distill", "train", "--teacher", ckpt, "--student", ckpt, "--data", corpus, "--out", o],
+             ["distill", "train", "--teacher", ckpt, "--student", ckpt, "--data", corpus, "--out", o, "--train", ""]]:
     run("interop structure", argv)
+for v in values(4):  # a valid value ends at the refusal of a student with its teacher's mixers
+    run("distill train", ["distill", "train", "--teacher", ckpt, "--student", ckpt, "--data", corpus, "--out", o,
+                          "--tau", v], "--tau", "real", v)
 for v in values(6):
     run("eval", ["eval", "--ckpt", ckpt, "--data", corpus, "--max_windows", v], "--max_windows", "int", v)
     run("linearize", ["linearize", "--teacher", ckpt, "--data", corpus, "--windows", v], "--windows", "int", v)

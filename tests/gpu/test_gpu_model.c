@@ -601,7 +601,7 @@ static int capture_check(const char *what, const gdn_config *cfg, int B, int T) 
         gdn_model *bm = be ? be->create(&t, &shape) : NULL;
         if (bm) {
             be->upload(bm, p32, NULL, NULL);
-            const gdn_capture cap = {nL + 1, layers, outs};
+            const gdn_capture cap = {nL + 1, layers, outs, NULL};
             be->forward(bm, tok, NULL, 0.0f, NULL, &cap);
         }
         double worst = 0.0;
