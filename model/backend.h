@@ -37,8 +37,7 @@ typedef struct {
 
 /* Hidden states a forward pass copies out (for distillation): the residual stream after the
  * blocks listed in layers ([n] block indices from -1 = the embedding's output to n_layers - 1),
- * each [B,T,d_model] fp32, to out[i] (host). mid (NULL: not wanted; the CUDA backend has none
- * and refuses it): mid[i] (host, or NULL) receives the residual stream after block layers[i]'s
+ * each [B,T,d_model] fp32, to out[i] (host). mid (NULL: not wanted): mid[i] (host, or NULL) receives the residual stream after block layers[i]'s
  * mixer, before its MLP (x_mid; layers[i] >= 0), so the block's mixer output is
  * mid[i] - (the stream after block layers[i] - 1). */
 typedef struct {
@@ -94,8 +93,7 @@ struct gdn_backend {
      * (NULL: none) is told as ranges complete. Returns with the gradients complete (CUDA:
      * enqueued on the model's stream; anything reading them is ordered after it). */
     void (*backward)(gdn_model *m, gdn_grads_ready_fn ready, void *ctx);
-    /* Distillation (docs/distillation.md "Training"; NULL where a backend has none: the CUDA
-     * backend for now). forward_kl: forward as above whose loss per token with target >= 0 is
+    /* Distillation (docs/distillation.md "Training"; NULL where a backend has none). forward_kl: forward as above whose loss per token with target >= 0 is
      * tau^2 KL(softmax(z_t/tau) || softmax(z/tau)) + ce_weight CE (z_t = soft->logits, z the
      * model's logits); returns its SUM, sets *n_valid and the unweighted sums *kl_sum, *ce_sum
      * (any may be NULL); grad_scale != 0 prepares backward() as forward does. mixer_mse: block

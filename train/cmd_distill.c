@@ -368,16 +368,10 @@ static int distill_train(int argc, char **argv) {
                 "(the teacher-forced mixers run whole sequences); use sp = 1 and data parallelism\n", rc.sp);
         status = GDN_EXIT_USAGE;
     }
-    if (!status && !strcmp(rc.backend, "cuda")) {
-        fprintf(stderr, "gdn distill train: --backend cuda: the cuda backend has no distillation entries yet "
-                "(forward_kl, mixer_mse in model/backend.h); use --backend cpu\n");
-        status = GDN_EXIT_USAGE;
-    }
     if (status) {
         free(av);
         return status;
     }
-    if (!strcmp(rc.backend, "auto")) snprintf(rc.backend, sizeof rc.backend, "cpu"); /* the one that has them */
     for (int s = 0; s < 2; s++)
         if (!lr_given[s]) o.lr[s] = rc.lr;
     io_h5_quiet();

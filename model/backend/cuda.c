@@ -50,11 +50,22 @@ static void cuda_zero_grads(gdn_model *m) { gdn_cuda_model_zero_grads(gpu(m)); }
 
 static double cuda_forward(gdn_model *m, const int *tokens, const int *targets, float grad_scale, int *n_valid,
                            const gdn_capture *capture) {
-    if (capture && capture->mid) GDN_DIE("the cuda backend cannot capture the residual stream after a mixer (gdn_capture.mid)");
     double loss = gdn_cuda_model_forward(gpu(m), tokens, targets, grad_scale, n_valid);
-    for (int i = 0; capture && i < capture->n; i++)
+    for (int i = 0; capture && i < capture->n; i++) {
         gdn_cuda_model_download_hidden(gpu(m), capture->layers[i], capture->out[i]);
+        if (capture->mid && capture->mid[i]) gdn_cuda_model_download_mid(gpu(m), capture->layers[i], capture->mid[i]);
+    }
     return loss;
+}
+
+static double cuda_forward_kl(gdn_model *m, const int *tokens, const int *targets, const gdn_soft_targets *soft,
+                              float grad_scale, int *n_valid, double *kl_sum, double *ce_sum) {
+    return gdn_cuda_model_forward_kl(gpu(m), tokens, targets, soft->logits, soft->tau, soft->ce_weight, grad_scale,
+                                     n_valid, kl_sum, ce_sum);
+}
+
+static double cuda_mixer_mse(gdn_model *m, int layer, const float *x_in, const float *target, float grad_scale) {
+    return gdn_cuda_model_mixer_mse(gpu(m), layer, x_in, target, grad_scale);
 }
 
 static void cuda_logits(gdn_model *m, float *out) { gdn_cuda_model_download_logits(gpu(m), out); }
@@ -110,6 +121,8 @@ static const gdn_backend backend = {
     .forward = cuda_forward,
     .logits = cuda_logits,
     .backward = cuda_backward,
+    .forward_kl = cuda_forward_kl,
+    .mixer_mse = cuda_mixer_mse,
     .params = cuda_params,
     .grads = cuda_grads,
     .grad_sumsq = cuda_grad_sumsq,

@@ -67,6 +67,22 @@ void gdn_cuda_model_download_logits(gdn_cuda_model *m, float *logits);
  * embedding's output; up to n_layers - 1), to the host (for distillation). Dies on any other layer
  * or before the first forward. Synchronous. */
 void gdn_cuda_model_download_hidden(gdn_cuda_model *m, int layer, float *out);
+/* Distillation (model/backend.h forward_kl, mixer_mse, gdn_capture.mid; docs/distillation.md):
+ * the forward above with the loss tau^2 KL(softmax(teacher/tau) || softmax(logits/tau)) +
+ * ce_weight CE per row with target >= 0 (teacher: HOST [B,T,vocab] fp32); returns its sum and
+ * the unweighted KL and CE sums. Synchronous. */
+double gdn_cuda_model_forward_kl(gdn_cuda_model *m, const int *tokens, const int *targets, const float *teacher,
+                                 double tau, double ce_weight, float grad_scale, int *n_valid, double *kl_sum,
+                                 double *ce_sum);
+/* The residual stream [B,T,d_model] after block `layer`'s mixer (before its MLP) of the last
+ * forward, to the host. Synchronous. */
+void gdn_cuda_model_download_mid(gdn_cuda_model *m, int layer, float *out);
+/* Block `layer`'s input norm and mixer alone on x_in [B,T,d_model] (HOST): returns the sum of
+ * squared errors of its output x_mid - x_in against target (HOST), and with grad_scale != 0
+ * ACCUMULATES d(sse * grad_scale) into the gradients of that block's mixer and input norm only.
+ * Replaces the activations of the last forward; whole sequences only (no hooks). Synchronous. */
+double gdn_cuda_model_mixer_mse(gdn_cuda_model *m, int layer, const float *x_in, const float *target,
+                                float grad_scale);
 /* Backward of the last forward (run with grad_scale != 0): ACCUMULATES into the device gradients.
  * Asynchronous. */
 void gdn_cuda_model_backward(gdn_cuda_model *m);

@@ -96,6 +96,16 @@ static void block_backward(gdn_cuda_model *m, int l) {
                 gdn_cuda_linear_bwd_dw(bl, p, G + off->up_proj, m->dup, hs, N, D, F));
     PF(PR_NORM, gdn_cuda_rmsnorm_bwd(p, m->dx, 1, m->dx_act, G + off->mlp_norm, m->dh, xm, P + off->mlp_norm,
                                      L->rstd2, N, D, ws, s));
+    gdn_cuda_model_mixer_backward(m, l);
+}
+
+void gdn_cuda_model_mixer_backward(gdn_cuda_model *m, int l) {
+    const auto [c, p, N, D, H, K, B, T, V, F, W, HK, HV, off, mx, L] = block_ctx_of(m, l);
+    const float *P = m->params;
+    float *G = m->grads;
+    gdn_cuda_blas *bl = m->blas;
+    void *s = m->stream, *ws = m->op_ws;
+    const void *dres = m->dx_act ? m->dx_act : (const void *)m->dx; /* dL/dx_mid as act */
     if (layer_is_attn(m, l)) { /* the attention mixer (model_cuda_attn.cu), then the same input backward */
         gdn_cuda_model_attn_backward(m, l);
         return;

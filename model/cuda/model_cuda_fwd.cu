@@ -126,8 +126,9 @@ static void mlp_forward(gdn_cuda_model *m, int l) {
     PF(PR_GEMM, gdn_cuda_linear_fwd_add(bl, p, FP32, xo, mm, wgt(m, off->down_proj), xm, N, F, D));
 }
 
-extern "C" double gdn_cuda_model_forward(gdn_cuda_model *m, const int *tokens, const int *targets, float grad_scale,
-                                         int *n_valid) {
+/* The forward pass to the logits: tokens checked and uploaded, every block, final norm, head;
+ * with targets, their upload and (grad_scale != 0) the embedding backward's plan. */
+static void forward_logits(gdn_cuda_model *m, const int *tokens, const int *targets, float grad_scale) {
     const gdn_config *c = &m->cfg;
     const int N = m->N, D = c->d_model, nL = c->n_layers, Vv = c->vocab_size;
     for (int i = 0; i < N; i++) {
@@ -148,12 +149,7 @@ extern "C" double gdn_cuda_model_forward(gdn_cuda_model *m, const int *tokens, c
     PF(PR_NORM, gdn_cuda_rmsnorm_fwd(m->p, m->hf, m->rstdf, xf, m->params + m->t->final_norm, N, D,
                                      (float)c->norm_eps, m->stream));
     PF(PR_GEMM, gdn_cuda_linear_fwd(m->blas, m->p, m->p, m->logits, m->hf, wgt(m, m->t->lm_head), N, D, Vv, 0.0f));
-    if (n_valid) *n_valid = 0;
-    if (!targets) {
-        GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
-        m->has_logits = 1;
-        return 0.0;
-    }
+    if (!targets) return;
     GDN_CUDA_CHECK(cudaMemcpyAsync(m->targets_d, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
     if (grad_scale != 0.0f) { /* the embedding backward's plan, while the GPU runs */
         m->n_seg = gdn_cuda_embed_plan(tokens, N, Vv, m->perm_h, m->seg_start_h, m->seg_token_h);
@@ -162,6 +158,18 @@ extern "C" double gdn_cuda_model_forward(gdn_cuda_model *m, const int *tokens, c
                                        cudaMemcpyHostToDevice, m->stream));
         GDN_CUDA_CHECK(cudaMemcpyAsync(m->seg_token_d, m->seg_token_h, (size_t)m->n_seg * sizeof(int),
                                        cudaMemcpyHostToDevice, m->stream));
+    }
+}
+
+extern "C" double gdn_cuda_model_forward(gdn_cuda_model *m, const int *tokens, const int *targets, float grad_scale,
+                                         int *n_valid) {
+    const int N = m->N, Vv = m->cfg.vocab_size;
+    forward_logits(m, tokens, targets, grad_scale);
+    if (n_valid) *n_valid = 0;
+    if (!targets) {
+        GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+        m->has_logits = 1;
+        return 0.0;
     }
     PF(PR_LOSS, gdn_cuda_cross_entropy(m->p, grad_scale != 0.0f ? m->logits : NULL, m->logits, m->targets_d, N, Vv,
                                        grad_scale, m->loss_d, m->nvalid_d, m->op_ws, m->stream));
@@ -174,6 +182,97 @@ extern "C" double gdn_cuda_model_forward(gdn_cuda_model *m, const int *tokens, c
     m->has_grad = grad_scale != 0.0f;
     m->has_logits = !m->has_grad;
     return loss;
+}
+
+/* The distillation scratch (device floats, made at the first use): the teacher's logits [N,V]
+ * or a mixer's target [N,D]. */
+static float *distill_buf(gdn_cuda_model *m) {
+    if (!m->distill) {
+        const size_t V = (size_t)m->cfg.vocab_size, D = (size_t)m->cfg.d_model;
+        const size_t n = (size_t)m->N * (V > D ? V : D);
+        if (cudaMalloc((void **)&m->distill, n * sizeof(float)) != cudaSuccess) {
+            (void)cudaGetLastError();
+            GDN_CUDA_DIE("distillation: cannot allocate %.2f GiB for the teacher's logits (%d tokens x %zu)",
+                         n * 4.0 / 1073741824.0, m->N, V > D ? V : D);
+        }
+    }
+    return m->distill;
+}
+
+extern "C" double gdn_cuda_model_forward_kl(gdn_cuda_model *m, const int *tokens, const int *targets,
+                                            const float *teacher, double tau, double ce_weight, float grad_scale,
+                                            int *n_valid, double *kl_sum, double *ce_sum) {
+    const int N = m->N, Vv = m->cfg.vocab_size;
+    if (!targets) GDN_CUDA_DIE("gdn_cuda_model_forward_kl needs targets (the rows to distil)");
+    if (!(tau > 0)) GDN_CUDA_DIE("distillation loss: the temperature must be > 0 (got %g)", tau);
+    float *zt = distill_buf(m);
+    GDN_CUDA_CHECK(cudaMemcpyAsync(zt, teacher, (size_t)N * Vv * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+    forward_logits(m, tokens, targets, grad_scale);
+    double *kl_d = m->loss_d, *ce_d = m->gnorm_d; /* two device doubles free during a forward */
+    PF(PR_LOSS, gdn_cuda_distill_loss(m->p, grad_scale != 0.0f ? m->logits : NULL, m->logits, zt, m->targets_d, N, Vv,
+                                      (float)tau, (float)ce_weight, grad_scale, kl_d, ce_d, m->nvalid_d, m->op_ws,
+                                      m->stream));
+    double kl = 0.0, ce = 0.0;
+    int nv = 0;
+    GDN_CUDA_CHECK(cudaMemcpyAsync(&kl, kl_d, sizeof kl, cudaMemcpyDeviceToHost, m->stream));
+    GDN_CUDA_CHECK(cudaMemcpyAsync(&ce, ce_d, sizeof ce, cudaMemcpyDeviceToHost, m->stream));
+    GDN_CUDA_CHECK(cudaMemcpyAsync(&nv, m->nvalid_d, sizeof nv, cudaMemcpyDeviceToHost, m->stream));
+    GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    if (n_valid) *n_valid = nv;
+    if (kl_sum) *kl_sum = kl;
+    if (ce_sum) *ce_sum = ce;
+    m->has_grad = grad_scale != 0.0f;
+    m->has_logits = !m->has_grad;
+    return tau * tau * kl + ce_weight * ce;
+}
+
+extern "C" void gdn_cuda_model_download_mid(gdn_cuda_model *m, int layer, float *out) {
+    if (layer < 0 || layer >= m->cfg.n_layers)
+        GDN_CUDA_DIE("gdn_cuda_model_download_mid: layer %d requested; the model has 0 to %d", layer,
+                     m->cfg.n_layers - 1);
+    if (!m->has_fwd) GDN_CUDA_DIE("gdn_cuda_model_download_mid needs a forward pass first");
+    const size_t n = (size_t)m->N * m->cfg.d_model;
+    GDN_CUDA_CHECK(cudaMemcpyAsync(out, m->x_mid + (size_t)layer * n, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                   m->stream));
+    GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+
+/* Block l's input norm and mixer alone (no MLP): x_mid from x_in (m->x + l*N*D). */
+static void mixer_forward(gdn_cuda_model *m, int l) {
+    const auto [c, p, N, D, H, K, B, T, V, F, W, HK, HV, off, mx, L] = block_ctx_of(m, l);
+    const float *x = m->x + (size_t)l * N * D;
+    PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, m->hs, L->rstd1, x, m->params + off->attn_norm, N, D, (float)c->norm_eps,
+                                     m->stream));
+    if (layer_is_attn(m, l)) gdn_cuda_model_attn_forward(m, l);
+    else delta_mixer_forward(m, l);
+}
+
+extern "C" double gdn_cuda_model_mixer_mse(gdn_cuda_model *m, int l, const float *x_in, const float *target,
+                                           float grad_scale) {
+    const int nL = m->cfg.n_layers;
+    if (l < 0 || l >= nL) GDN_CUDA_DIE("gdn_cuda_model_mixer_mse: layer %d (the model has 0 to %d)", l, nL - 1);
+    if (m->seq)
+        GDN_CUDA_DIE("gdn_cuda_model_mixer_mse: a teacher-forced mixer runs on whole sequences, not under "
+                     "sequence-parallel hooks");
+    const size_t n = (size_t)m->N * m->cfg.d_model;
+    float *x = m->x + (size_t)l * n, *xm = m->x_mid + (size_t)l * n, *tg = distill_buf(m);
+    m->has_grad = 0;
+    m->has_logits = 0;
+    m->has_fwd = 1;
+    GDN_CUDA_CHECK(cudaMemcpyAsync(x, x_in, n * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+    GDN_CUDA_CHECK(cudaMemcpyAsync(tg, target, n * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+    mixer_forward(m, l);
+    gdn_cuda_mixer_error(m->dx, xm, x, tg, n, m->stream); /* e = (x_mid - x_in) - target */
+    gdn_cuda_grad_sumsq(m->loss_d, m->dx, n, m->op_ws, m->stream);
+    double sse = 0.0;
+    GDN_CUDA_CHECK(cudaMemcpyAsync(&sse, m->loss_d, sizeof sse, cudaMemcpyDeviceToHost, m->stream));
+    if (grad_scale != 0.0f) { /* dL/dx_mid = 2 grad_scale e, then the mixer's backward */
+        gdn_cuda_grad_scale(m->dx, n, 2.0f * grad_scale, m->stream);
+        if (m->dx_act) gdn_cuda_to_act(m->p, m->dx_act, m->dx, n, m->stream);
+        gdn_cuda_model_mixer_backward(m, l);
+    }
+    GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    return sse;
 }
 
 extern "C" void gdn_cuda_model_download_logits(gdn_cuda_model *m, float *logits) {

@@ -155,6 +155,8 @@ struct gdn_cuda_model {
                                 every attention layer, then dk_all, dv_all */
     int kv_len;              /* its prefix length pos0 + T (0: none) */
     void *dk_all, *dv_all;   /* [B,pos0+T,Hkv*Da] act: the attention backward's gradients of them */
+    float *distill;          /* distillation scratch (first use): the teacher's logits [N,V] or a
+                                mixer's target [N,D] */
     size_t n_state, n_halo[3];
 };
 
@@ -242,6 +244,9 @@ void gdn_cuda_model_attn_forward(gdn_cuda_model *m, int l);
 /* Its backward: from dL/dx_mid (m->dx, and m->dx_act in BF16 mode) to dL/dx_in in m->dx, with the
  * layer's parameter gradients. */
 void gdn_cuda_model_attn_backward(gdn_cuda_model *m, int l);
+/* Block l's mixer and input norm backward (either kind), from dL/dx_mid in m->dx (and m->dx_act
+ * in BF16 mode): the parameter gradients accumulated, dL/dx_in added to m->dx. */
+void gdn_cuda_model_mixer_backward(gdn_cuda_model *m, int l);
 
 /* ---- shared by the mixers' backward passes (model_cuda_bwd.cu) -------------------------------------- */
 /* One projection of h1: its output gradient dy [N,out] (act) and its weight's offset. */

@@ -118,6 +118,8 @@ static size_t acts_layout(gdn_cuda_model *m, char *base) {
     if (w2 > ws) ws = w2;
     w2 = gdn_cuda_cross_entropy_workspace(m->N);
     if (w2 > ws) ws = w2;
+    w2 = gdn_cuda_distill_loss_workspace(m->N);
+    if (w2 > ws) ws = w2;
     w2 = gdn_cuda_grad_norm_workspace(m->t->total);
     if (w2 > ws) ws = w2;
     if (has_attn) {
@@ -305,6 +307,7 @@ extern "C" void gdn_cuda_model_free(gdn_cuda_model *m) {
     GDN_CUDA_CHECK(cudaFree(m->abuf));
     if (m->sbuf) GDN_CUDA_CHECK(cudaFree(m->sbuf));
     if (m->kvbuf) GDN_CUDA_CHECK(cudaFree(m->kvbuf));
+    if (m->distill) GDN_CUDA_CHECK(cudaFree(m->distill));
     if (m->prof_ev) {
         for (int i = 0; i < 2 * PROF_MAX; i++) GDN_CUDA_CHECK(cudaEventDestroy(m->prof_ev[i]));
         free(m->prof_ev);

@@ -276,6 +276,20 @@ void gdn_cuda_cross_entropy(gdn_cuda_precision p,
                             int *n_valid,        /* [1] */
                             void *ws, void *stream);
 
+/* ---- distillation (ops_distill.cu) ------------------------------------------------------------ */
+size_t gdn_cuda_distill_loss_workspace(int N);
+/* Per valid row n (targets[n] >= 0): KL(softmax(z/tau) || softmax(l/tau)) with z = teacher's row
+ * (fp32) and l = logits' row, and the cross-entropy of l at the target, their sums over the rows
+ * to *kl_sum, *ce_sum and the count to *n_valid (device pointers). With dlogits (may alias logits):
+ * grad_scale (tau (softmax(l/tau) - softmax(z/tau)) + ce_weight (softmax(l) - onehot)); 0 on
+ * ignored rows. The caller's loss is tau^2 KL + ce_weight CE (model/cpu/loss_distill.c). */
+void gdn_cuda_distill_loss(gdn_cuda_precision p, void *dlogits, const void *logits, const float *teacher,
+                           const int *targets, int N, int V, float tau, float ce_weight, float grad_scale,
+                           double *kl_sum, double *ce_sum, int *n_valid, void *ws, void *stream);
+/* e[i] = (x_mid[i] - x_in[i]) - target[i]: a teacher-forced mixer's error (fp32, [n]). */
+void gdn_cuda_mixer_error(float *e, const float *x_mid, const float *x_in, const float *target, size_t n,
+                          void *stream);
+
 /* ---- optimizer ------------------------------------------------------------------------------- */
 size_t gdn_cuda_grad_norm_workspace(size_t n);
 /* *out = sqrt(sum g^2), partial sums in double over fixed blocks, added in a fixed order. */

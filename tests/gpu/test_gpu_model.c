@@ -17,6 +17,8 @@
  *    q/k/v biases, T no multiple of the attention kernels' 64-row tiles: part 1 (same limits),
  *    hidden states and AdamW steps as in 1c, and segments as in 1b (the keys and values of the
  *    prefix gathered through the attention hooks, their gradients summed back).
+ * 1e. Distillation entries of the backend table (forward_kl, mixer_mse, the mid-block capture):
+ *    the CUDA backend against the CPU backend (distill_check).
  * 2. Training: 200 AdamW steps of the `tiny` preset's shape (B16 x T128, byte-level KJV text,
  *    the preset's schedule, clip 1) on the CPU (fp32) and the GPU (fp32 and bf16) from the same
  *    weights and batches. The mean loss of the last 10 steps must be within 2% of the CPU's.
@@ -555,6 +557,139 @@ static int segment_check(const char *what, const gdn_config *cfg, int B, int T, 
     return fails;
 }
 
+/* ---- 1e. distillation entries of the backend table ------------------------------------------------ */
+/* forward_kl, mixer_mse and the mid-block capture (model/backend.h) of the CUDA backend against
+ * the CPU backend on the same weights (bf16: the CPU on the bf16-rounded weights the GPU multiplies
+ * with): the KL + CE loss, its sums and every gradient; each layer's teacher-forced mixer, its
+ * squared error and gradients, which reach only that block's mixer and input norm (every other
+ * tensor's gradient exactly 0); the residual stream after each mixer. fp32: each value and
+ * tensor < 1e-4; bf16: values < 1e-2, all gradients together (one norm over the flat buffer)
+ * < 2e-2. */
+static int in_mixer(const gdn_param *q, int l) {
+    char pre[48];
+    snprintf(pre, sizeof pre, "model.layers.%d.attn", l); /* attn_norm and attn.* */
+    return strncmp(q->name, pre, strlen(pre)) == 0;
+}
+static int distill_check(const char *what, const gdn_config *cfg, int B, int T) {
+    gdn_param_table t;
+    gdn_param_table_build(&t, cfg);
+    const int N = B * T, Vv = cfg->vocab_size, nL = cfg->n_layers;
+    const size_t nh = (size_t)N * cfg->d_model;
+    float *p32 = init_params(&t, 37), *pr = xmalloc(t.total * sizeof(float));
+    double *p64 = xmalloc(t.total * sizeof(double)), *u = xmalloc(((size_t)N * Vv + 2 * nh) * sizeof(double));
+    int *tok = xmalloc((size_t)N * sizeof(int)), *tgt = xmalloc((size_t)N * sizeof(int));
+    float *teacher = xmalloc((size_t)N * Vv * sizeof(float)), *x_in = xmalloc(nh * sizeof(float));
+    float *target = xmalloc(nh * sizeof(float)), *gc = xmalloc(t.total * sizeof(float)), *gg = xmalloc(t.total * sizeof(float));
+    float *mid = xmalloc(2 * (size_t)nL * nh * sizeof(float)), *hid = xmalloc(2 * (size_t)nL * nh * sizeof(float));
+    fd_fill_uniform(u, (size_t)N, 0, Vv, 61);
+    for (int i = 0; i < N; i++) tok[i] = (int)u[i] < Vv ? (int)u[i] : Vv - 1;
+    for (int i = 0; i < N; i++) tgt[i] = i % 7 == 2 ? -1 : tok[(i + 1) % N];
+    fd_fill_uniform(u, (size_t)N * Vv + 2 * nh, -3, 3, 62);
+    for (size_t i = 0; i < (size_t)N * Vv; i++) teacher[i] = (float)u[i];
+    for (size_t i = 0; i < nh; i++) {
+        x_in[i] = (float)u[(size_t)N * Vv + i];
+        target[i] = (float)(0.1 * u[(size_t)N * Vv + nh + i]);
+    }
+    int *layers = xmalloc((size_t)nL * sizeof(int));
+    float **outs = xmalloc(4 * (size_t)nL * sizeof(float *));
+    for (int l = 0; l < nL; l++) layers[l] = l;
+    const gdn_backend *bc = &gdn_backend_cpu, *bg = gdn_backend_cuda();
+    int fails = 0;
+    for (int pi = 0; bg && pi < 2; pi++) {
+        const double tol = pi ? 1e-2 : 1e-4, gtol = pi ? 2e-2 : 1e-4;
+        reference_params(&t, p32, p64, pi);
+        for (size_t i = 0; i < t.total; i++) pr[i] = (float)p64[i];
+        gdn_model_shape sc = {.B = B, .T = T, .precision = GDN_PRECISION_FP32}, sg = sc;
+        sg.precision = pi ? GDN_PRECISION_BF16 : GDN_PRECISION_FP32;
+        gdn_model *mc = bc->create(&t, &sc), *mg = bg->create(&t, &sg);
+        bc->upload(mc, pr, NULL, NULL);
+        bg->upload(mg, p32, NULL, NULL);
+        /* end to end: tau 2, CE weight 0.5 */
+        const gdn_soft_targets soft = {teacher, 2.0, 0.5};
+        double kl[2], ce[2], loss[2];
+        int nv[2];
+        const gdn_backend *be[2] = {bc, bg};
+        gdn_model *mm[2] = {mc, mg};
+        float *gr[2] = {gc, gg};
+        for (int k = 0; k < 2; k++) {
+            be[k]->zero_grads(mm[k]);
+            loss[k] = be[k]->forward_kl(mm[k], tok, tgt, &soft, 1.0f / N, &nv[k], &kl[k], &ce[k]);
+            be[k]->backward(mm[k], NULL, NULL);
+            be[k]->download_grads(mm[k], gr[k]);
+        }
+        double worst = 0.0;
+        const char *worst_name = "";
+        for (int i = 0; !pi && i < t.n; i++) {
+            const double e = rel_err_ff(gg + t.p[i].offset, gc + t.p[i].offset, t.p[i].numel);
+            if (!(e <= worst)) {
+                worst = e;
+                worst_name = t.p[i].name;
+            }
+        }
+        if (pi) worst = rel_err_ff(gg, gc, t.total);
+        const double el = fabs(loss[1] - loss[0]) / fabs(loss[0]), ek = fabs(kl[1] - kl[0]) / fabs(kl[0]);
+        const double ec = fabs(ce[1] - ce[0]) / fabs(ce[0]);
+        int ok = el < tol && ek < tol && ec < tol && nv[0] == nv[1] && worst < gtol;
+        printf("%-4s %-44s forward_kl vs CPU: loss %.1e KL %.1e CE %.1e, gradients %.1e%s%s %s\n", pi ? "bf16" : "fp32",
+               what, el, ek, ec, worst, pi ? " (all)" : " worst, ", pi ? "" : worst_name, ok ? "ok" : "FAIL");
+        fails += !ok;
+        /* teacher-forced mixers, one layer at a time */
+        double worst_sse = 0.0, worst_g = 0.0;
+        int leaks = 0;
+        for (int l = 0; l < nL; l++) {
+            double sse[2];
+            for (int k = 0; k < 2; k++) {
+                be[k]->zero_grads(mm[k]);
+                sse[k] = be[k]->mixer_mse(mm[k], l, x_in, target, 1.0f / N);
+                be[k]->download_grads(mm[k], gr[k]);
+            }
+            const double es = fabs(sse[1] - sse[0]) / fabs(sse[0]);
+            if (es > worst_sse) worst_sse = es;
+            if (pi) {
+                const double e = rel_err_ff(gg, gc, t.total);
+                if (e > worst_g) worst_g = e;
+            }
+            for (int i = 0; i < t.n; i++) {
+                const gdn_param *q = &t.p[i];
+                if (!in_mixer(q, l)) {
+                    for (size_t j = 0; j < q->numel; j++) leaks += gg[q->offset + j] != 0.0f;
+                } else if (!pi) {
+                    const double e = rel_err_ff(gg + q->offset, gc + q->offset, q->numel);
+                    if (e > worst_g) worst_g = e;
+                }
+            }
+        }
+        ok = worst_sse < tol && worst_g < gtol && !leaks;
+        printf("%-4s %-44s mixer_mse, layers 0..%d vs CPU: squared error %.1e, gradients %.1e, %d nonzero outside "
+               "the layer %s\n", pi ? "bf16" : "fp32", what, nL - 1, worst_sse, worst_g, leaks, ok ? "ok" : "FAIL");
+        fails += !ok;
+        /* the mid-block capture */
+        for (int k = 0; k < 2; k++) {
+            for (int l = 0; l < nL; l++) {
+                outs[(size_t)k * 2 * nL + l] = hid + ((size_t)k * nL + l) * nh;
+                outs[(size_t)k * 2 * nL + nL + l] = mid + ((size_t)k * nL + l) * nh;
+            }
+            const gdn_capture cap = {nL, layers, outs + (size_t)k * 2 * nL, outs + (size_t)k * 2 * nL + nL};
+            be[k]->forward(mm[k], tok, NULL, 0.0f, NULL, &cap);
+        }
+        const double em = rel_err_ff(mid + (size_t)nL * nh, mid, (size_t)nL * nh);
+        ok = em < gtol;
+        printf("%-4s %-44s residual stream after each mixer vs CPU: %.1e %s\n", pi ? "bf16" : "fp32", what, em,
+               ok ? "ok" : "FAIL");
+        fails += !ok;
+        bc->free(mc);
+        bg->free(mg);
+    }
+    if (!bg) {
+        printf("FAIL %s: no cuda backend in this build\n", what);
+        fails++;
+    }
+    free(p32); free(pr); free(p64); free(u); free(tok); free(tgt); free(teacher); free(x_in); free(target);
+    free(gc); free(gg); free(mid); free(hid); free(layers); free(outs);
+    gdn_param_table_free(&t);
+    return fails;
+}
+
 /* ---- 1c. mixer patterns: hidden states and training steps ------------------------------------------ */
 /* A config with a mixer pattern (model/mixer.h) over base. */
 static gdn_config with_mixers(gdn_config c, const char *pattern, int n_layers) {
@@ -972,6 +1107,9 @@ int main(int argc, char **argv) {
     fails += capture_check(att[1].what, &att[1].c, 2, 70);
     fails += steps_check(att[0].what, &att[0].c, 2, 64);
     fails += steps_check(att[2].what, &att[2].c, 2, 100);
+    printf("distillation entries of the backend table (forward_kl, mixer_mse, mid capture) vs the CPU backend\n");
+    fails += distill_check(att[1].what, &att[1].c, 2, 70);
+    fails += distill_check(mix[1].what, &mix[1].c, 2, 70);
     if (!(argc > 1 && !strcmp(argv[1], "--grads"))) fails += train_curves(cpu_in, NULL);
     printf("%s: %d failures\n", fails ? "FAIL" : "PASS", fails);
     return fails ? 1 : 0;
