@@ -16,7 +16,8 @@
 #    stage's first loss within 3% of the CPU's on the same start, the MSE and the KL falling, and
 #    a run resumed from stage 2's step-10 checkpoint ending with the parameters of the straight
 #    run, bitwise.
-# Usage: train_gpu.sh GDN OUT_DIR. Prints "result:" lines for the summary table.
+# Usage: [ONLY=distill] train_gpu.sh GDN OUT_DIR (ONLY=distill: the distillation checks alone).
+# Prints "result:" lines for the summary table.
 set -uo pipefail
 GDN=$1
 out=$2
@@ -26,6 +27,45 @@ trap 'rm -rf "$dir"' EXIT
 status=0
 PY=python3
 common=(--preset tiny --data "$SRC/data/kjv.txt.gz" --seed 5 --eval_every 100 --eval_batches 8 --log_every 50)
+
+distill_checks() {
+  tch=(--data "$SRC/data/kjv.txt.gz" --seq_len 128 --batch_size 8 --d_model 64 --n_layers 4 --n_heads 4 --n_kv_heads 2
+       --head_dim 16 --d_ff 192 --mixers AAAA --lr 3e-3 --warmup_steps 20 --eval_every 0 --val_tokens 100000)
+  "$GDN" train "${tch[@]}" --steps 150 --backend cuda --out "$dir/teacher" > "$out/distill_teacher.log" 2>&1 &&
+    "$GDN" distill init --teacher "$dir/teacher/ckpt_00000150.h5" --out "$dir/student.h5" --decay teacher \
+      --data "$SRC/data/kjv.txt.gz" --seq_len 128 > "$out/distill_init.log" 2>&1 || status=1
+  dst() { # BACKEND OUT
+    "$GDN" distill train --teacher "$dir/teacher/ckpt_00000150.h5" --student "$dir/student.h5" --out "$2" \
+      --data "$SRC/data/kjv.txt.gz" --seq_len 128 --batch_size 8 --val_tokens 100000 --eval_every 0 \
+      --stage1_steps 20 --stage2_steps 20 --stage1_lr 3e-3 --stage2_lr 3e-3 --warmup_steps 5 --ckpt_every 10 \
+      --backend "$1" >> "$out/distill_$1.log" 2>&1
+  }
+  # resumed: stage 1 complete and stage 2's step-10 checkpoint of the first run, then the same command
+  dst cuda "$dir/dg" && dst cpu "$dir/dc" && mkdir -p "$dir/dr/stage2" && cp -r "$dir/dg/stage1" "$dir/dr/" &&
+    cp "$dir/dg/stage2/ckpt_00000010.h5" "$dir/dr/stage2/" && dst cuda "$dir/dr" || status=1
+  $PY - "$dir/dg" "$dir/dc" "$dir/dr" <<'PY' || status=1
+import json, sys, h5py, numpy as np
+def m(d, s):
+    return [json.loads(l) for l in open(f"{d}/stage{s}/metrics.jsonl") if '"loss"' in l]
+def params(d):
+    with h5py.File(f"{d}/stage2/ckpt_00000020.h5", "r") as f:
+        return {k: f["params"][k][()] for k in f["params"].keys()}
+g1, g2, c1, c2 = m(sys.argv[1], 1), m(sys.argv[1], 2), m(sys.argv[2], 1), m(sys.argv[2], 2)
+e1 = abs(g1[0]["loss"] - c1[0]["loss"]) / c1[0]["loss"]
+e2 = abs(g2[0]["kl"] - c2[0]["kl"]) / c2[0]["kl"]
+a, b = params(sys.argv[1]), params(sys.argv[3])
+resumed = all(np.array_equal(a[k], b[k]) for k in a)
+print(f"result: distill --backend cuda: stage 1 MSE {g1[0]['loss']:.4f} -> {g1[-1]['loss']:.4f} (cpu first {c1[0]['loss']:.4f}, "
+      f"rel {e1:.2%}); stage 2 KL {g2[0]['kl']:.4f} -> {g2[-1]['kl']:.4f} (cpu first {c2[0]['kl']:.4f}, rel {e2:.2%}); "
+      f"10+resume 10 == 20 straight: {resumed}")
+assert len(g1) == 20 and len(g2) == 20
+assert e1 < 0.03 and e2 < 0.03 and g1[-1]["loss"] < g1[0]["loss"] and g2[-1]["kl"] < g2[0]["kl"] and resumed
+PY
+}
+if [ "${ONLY:-}" = distill ]; then # the distillation checks alone (kernel iteration)
+  distill_checks
+  exit $status
+fi
 
 "$GDN" train "${common[@]}" --steps 200 --backend cuda --out "$dir/gpu" > "$out/train_gpu.log" 2>&1 || status=1
 "$GDN" train "${common[@]}" --steps 200 --backend cpu --out "$dir/cpu" > "$out/train_cpu.log" 2>&1 || status=1
@@ -127,36 +167,5 @@ print(f"result: GGGA gpu 10+resume 10 == 20 straight: {resumed}; cuda checkpoint
 assert resumed and worst < 0.03
 PY
 
-tch=(--data "$SRC/data/kjv.txt.gz" --seq_len 128 --batch_size 8 --d_model 64 --n_layers 4 --n_heads 4 --n_kv_heads 2
-     --head_dim 16 --d_ff 192 --mixers AAAA --lr 3e-3 --warmup_steps 20 --eval_every 0 --val_tokens 100000)
-"$GDN" train "${tch[@]}" --steps 150 --backend cuda --out "$dir/teacher" > "$out/distill_teacher.log" 2>&1 &&
-  "$GDN" distill init --teacher "$dir/teacher/ckpt_00000150.h5" --out "$dir/student.h5" --decay teacher \
-    --data "$SRC/data/kjv.txt.gz" --seq_len 128 > "$out/distill_init.log" 2>&1 || status=1
-dst() { # BACKEND OUT
-  "$GDN" distill train --teacher "$dir/teacher/ckpt_00000150.h5" --student "$dir/student.h5" --out "$2" \
-    --data "$SRC/data/kjv.txt.gz" --seq_len 128 --batch_size 8 --val_tokens 100000 --eval_every 0 \
-    --stage1_steps 20 --stage2_steps 20 --stage1_lr 3e-3 --stage2_lr 3e-3 --warmup_steps 5 --ckpt_every 10 \
-    --backend "$1" >> "$out/distill_$1.log" 2>&1
-}
-# resumed: stage 1 complete and stage 2's step-10 checkpoint of the first run, then the same command
-dst cuda "$dir/dg" && dst cpu "$dir/dc" && mkdir -p "$dir/dr/stage2" && cp -r "$dir/dg/stage1" "$dir/dr/" &&
-  cp "$dir/dg/stage2/ckpt_00000010.h5" "$dir/dr/stage2/" && dst cuda "$dir/dr" || status=1
-$PY - "$dir/dg" "$dir/dc" "$dir/dr" <<'PY' || status=1
-import json, sys, h5py, numpy as np
-def m(d, s):
-    return [json.loads(l) for l in open(f"{d}/stage{s}/metrics.jsonl") if '"loss"' in l]
-def params(d):
-    with h5py.File(f"{d}/stage2/ckpt_00000020.h5", "r") as f:
-        return {k: f["params"][k][()] for k in f["params"].keys()}
-g1, g2, c1, c2 = m(sys.argv[1], 1), m(sys.argv[1], 2), m(sys.argv[2], 1), m(sys.argv[2], 2)
-e1 = abs(g1[0]["loss"] - c1[0]["loss"]) / c1[0]["loss"]
-e2 = abs(g2[0]["kl"] - c2[0]["kl"]) / c2[0]["kl"]
-a, b = params(sys.argv[1]), params(sys.argv[3])
-resumed = all(np.array_equal(a[k], b[k]) for k in a)
-print(f"result: distill --backend cuda: stage 1 MSE {g1[0]['loss']:.4f} -> {g1[-1]['loss']:.4f} (cpu first {c1[0]['loss']:.4f}, "
-      f"rel {e1:.2%}); stage 2 KL {g2[0]['kl']:.4f} -> {g2[-1]['kl']:.4f} (cpu first {c2[0]['kl']:.4f}, rel {e2:.2%}); "
-      f"10+resume 10 == 20 straight: {resumed}")
-assert len(g1) == 20 and len(g2) == 20
-assert e1 < 0.03 and e2 < 0.03 and g1[-1]["loss"] < g1[0]["loss"] and g2[-1]["kl"] < g2[0]["kl"] and resumed
-PY
+distill_checks
 exit $status
