@@ -11,7 +11,8 @@
 #    within 3%, the loss falling by more than 1 nat); 10 + resume 10 == 20 straight, bitwise; a
 #    checkpoint written by the cuda backend resumes on the cpu backend (checkpoints are
 #    interchangeable), its next losses within 3% of the cuda run's;
-#  - distillation with --backend cuda: a softmax teacher (AAAA) trained 150 steps on the GPU, its
+#  - distillation with --backend cuda: a softmax teacher (AAAA, head dim 64: the CUDA attention
+#    kernels take 64 or 128) trained 150 steps on the GPU, its
 #    GDN student (gdn distill init), both stages (stage 1 teacher-forced MSE, stage 2 KL): each
 #    stage's first loss within 3% of the CPU's on the same start, the MSE and the KL falling, and
 #    a run resumed from stage 2's step-10 checkpoint ending with the parameters of the straight
@@ -29,8 +30,8 @@ PY=python3
 common=(--preset tiny --data "$SRC/data/kjv.txt.gz" --seed 5 --eval_every 100 --eval_batches 8 --log_every 50)
 
 distill_checks() {
-  tch=(--data "$SRC/data/kjv.txt.gz" --seq_len 128 --batch_size 8 --d_model 64 --n_layers 4 --n_heads 4 --n_kv_heads 2
-       --head_dim 16 --d_ff 192 --mixers AAAA --lr 3e-3 --warmup_steps 20 --eval_every 0 --val_tokens 100000)
+  tch=(--data "$SRC/data/kjv.txt.gz" --seq_len 128 --batch_size 8 --d_model 128 --n_layers 4 --n_heads 2 --n_kv_heads 1
+       --head_dim 64 --d_ff 256 --mixers AAAA --lr 3e-3 --warmup_steps 20 --eval_every 0 --val_tokens 100000)
   "$GDN" train "${tch[@]}" --steps 150 --backend cuda --out "$dir/teacher" > "$out/distill_teacher.log" 2>&1 &&
     "$GDN" distill init --teacher "$dir/teacher/ckpt_00000150.h5" --out "$dir/student.h5" --decay teacher \
       --data "$SRC/data/kjv.txt.gz" --seq_len 128 > "$out/distill_init.log" 2>&1 || status=1
