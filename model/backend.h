@@ -119,6 +119,10 @@ struct gdn_backend {
     void (*adamw_shard)(gdn_model *m, const gdn_adamw_hparams *h, int64_t step, double gnorm, double grad_clip);
     /* The parameters changed in place in the model's memory (an all-gather): refresh copies. */
     void (*params_changed)(gdn_model *m);
+    /* Overwrites [lo, hi) of the flat parameter buffer (grads = 0; call params_changed after the
+     * last write) or gradient buffer (grads = 1) with src (host, hi - lo floats), or with zeros
+     * where src is NULL. Synchronous. */
+    void (*write_range)(gdn_model *m, int grads, size_t lo, size_t hi, const float *src);
     /* Every later pass runs as one segment through hooks (copied; NULL: whole sequences). */
     void (*set_seq_hooks)(gdn_model *m, const gdn_seq_hooks *hooks);
     /* Document starts for every later pass: starts [B,T] (host, copied), 1 where a document

@@ -125,6 +125,41 @@ static void test_ready_callback(void **state) {
     fixture_free(&f);
 }
 
+/* write_range: the range of the parameters or gradients takes the values (or zeros), and nothing
+ * outside it changes. */
+static void test_write_range(void **state) {
+    (void)state;
+    fixture f;
+    fixture_init(&f);
+    gdn_model_shape shape = {.B = B, .T = T};
+    gdn_model *m = gdn_backend_cpu.create(&f.t, &shape);
+    gdn_backend_cpu.upload(m, f.params, NULL, NULL);
+    gdn_backend_cpu.zero_grads(m);
+    gdn_backend_cpu.forward(m, f.tokens, f.targets, 1.0f, NULL, NULL);
+    gdn_backend_cpu.backward(m, NULL, NULL);
+    const size_t n = f.t.total, lo = n / 3, hi = n / 2;
+    float *g0 = malloc(n * sizeof(float)), *g1 = malloc(n * sizeof(float)), *p1 = malloc(n * sizeof(float));
+    float *src = malloc((hi - lo) * sizeof(float));
+    for (size_t i = 0; i < hi - lo; i++) src[i] = (float)i * 0.25f - 3.0f;
+    gdn_backend_cpu.download_grads(m, g0);
+    gdn_backend_cpu.write_range(m, 1, lo, hi, NULL);
+    gdn_backend_cpu.write_range(m, 0, lo, hi, src);
+    gdn_backend_cpu.params_changed(m);
+    gdn_backend_cpu.download_grads(m, g1);
+    gdn_backend_cpu.download(m, p1, NULL, NULL);
+    for (size_t i = 0; i < n; i++) {
+        const int in = i >= lo && i < hi;
+        assert_true(in ? g1[i] == 0.0f : g1[i] == g0[i]);
+        assert_true(in ? p1[i] == src[i - lo] : p1[i] == f.params[i]);
+    }
+    free(g0);
+    free(g1);
+    free(p1);
+    free(src);
+    gdn_backend_cpu.free(m);
+    fixture_free(&f);
+}
+
 /* AdamW through the table: the unsharded step (with and without clipping) equals the optimizer's
  * norm, clip and update; a shard [lo, hi) equals the range update with the same clip factor. */
 static void test_adamw(void **state) {
@@ -205,6 +240,7 @@ int main(void) {
         cmocka_unit_test(test_forward_backward_capture),
         cmocka_unit_test(test_ready_callback),
         cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_write_range),
         cmocka_unit_test(test_no_cuda_backend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

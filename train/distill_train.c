@@ -110,7 +110,8 @@ static double hook_micro(void *ctx, gdn_model *model, const int *inputs, const i
         GDN_DIE("gdn distill train: the %s backend has no distillation entries (forward_kl, mixer_mse)",
                 model->backend->name);
     if (!h->frozen_vals) { /* the starting values of the frozen tensors (restored or initial) */
-        const float *p = model->backend->params(model);
+        float *p = GDN_MALLOC(sizeof(float) * model->table->total);
+        model->backend->download(model, p, NULL, NULL); /* host or device memory alike */
         size_t total = 0;
         for (int i = 0; i < h->n_frozen; i++) total += h->frozen[2 * i + 1] - h->frozen[2 * i];
         h->frozen_vals = GDN_MALLOC(sizeof(float) * (total ? total : 1));
@@ -120,6 +121,7 @@ static double hook_micro(void *ctx, gdn_model *model, const int *inputs, const i
             memcpy(dst, p + lo, len * sizeof(float));
             dst += len;
         }
+        free(p);
     }
     teacher_open(h, model);
     return h->stage == 1 ? stage1_micro(h, model, inputs, grad_scale, stats)
@@ -128,19 +130,17 @@ static double hook_micro(void *ctx, gdn_model *model, const int *inputs, const i
 
 static void hook_before_update(void *ctx, gdn_model *model) {
     distill_hook *h = ctx;
-    float *g = model->backend->grads(model);
     for (int i = 0; i < h->n_frozen; i++)
-        memset(g + h->frozen[2 * i], 0, (h->frozen[2 * i + 1] - h->frozen[2 * i]) * sizeof(float));
+        model->backend->write_range(model, 1, h->frozen[2 * i], h->frozen[2 * i + 1], NULL);
 }
 
 static void hook_after_update(void *ctx, gdn_model *model) {
     distill_hook *h = ctx;
-    float *p = model->backend->params(model);
     const float *src = h->frozen_vals;
     for (int i = 0; i < h->n_frozen; i++) {
-        const size_t lo = h->frozen[2 * i], len = h->frozen[2 * i + 1] - lo;
-        memcpy(p + lo, src, len * sizeof(float));
-        src += len;
+        const size_t lo = h->frozen[2 * i], hi = h->frozen[2 * i + 1];
+        model->backend->write_range(model, 0, lo, hi, src);
+        src += hi - lo;
     }
     model->backend->params_changed(model);
 }

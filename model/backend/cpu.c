@@ -142,6 +142,13 @@ static void cpu_adamw_shard(gdn_model *m, const gdn_adamw_hparams *h, int64_t st
 
 static void cpu_params_changed(gdn_model *m) { (void)m; }
 
+static void cpu_write_range(gdn_model *m, int grads, size_t lo, size_t hi, const float *src) {
+    GDN_ASSERT(lo <= hi && hi <= m->shape.padded);
+    float *dst = (grads ? cpu(m)->grads : cpu(m)->params) + lo;
+    if (src) memcpy(dst, src, (hi - lo) * sizeof(float));
+    else memset(dst, 0, (hi - lo) * sizeof(float));
+}
+
 static void cpu_set_seq_hooks(gdn_model *m, const gdn_seq_hooks *hooks) {
     gdn_cpu_acts_set_seq_hooks_f32(cpu(m)->acts, hooks);
 }
@@ -186,6 +193,7 @@ const gdn_backend gdn_backend_cpu = {
     .adamw_step = cpu_adamw_step,
     .adamw_shard = cpu_adamw_shard,
     .params_changed = cpu_params_changed,
+    .write_range = cpu_write_range,
     .set_seq_hooks = cpu_set_seq_hooks,
     .set_doc_starts = cpu_set_doc_starts,
     .stream = cpu_stream,

@@ -89,6 +89,10 @@ static void cuda_adamw_shard(gdn_model *m, const gdn_adamw_hparams *h, int64_t s
 
 static void cuda_params_changed(gdn_model *m) { gdn_cuda_model_params_changed(gpu(m)); }
 
+static void cuda_write_range(gdn_model *m, int grads, size_t lo, size_t hi, const float *src) {
+    gdn_cuda_model_write_range(gpu(m), grads, lo, hi, src);
+}
+
 static void cuda_set_seq_hooks(gdn_model *m, const gdn_seq_hooks *hooks) {
     gdn_cuda_model_set_seq_hooks(gpu(m), hooks);
 }
@@ -129,6 +133,7 @@ static const gdn_backend backend = {
     .adamw_step = cuda_adamw_step,
     .adamw_shard = cuda_adamw_shard,
     .params_changed = cuda_params_changed,
+    .write_range = cuda_write_range,
     .set_seq_hooks = cuda_set_seq_hooks,
     .set_doc_starts = cuda_set_doc_starts,
     .stream = cuda_stream,

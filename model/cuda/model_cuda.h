@@ -124,6 +124,9 @@ void gdn_cuda_model_adamw_shard(gdn_cuda_model *m, const gdn_adamw_hparams *h, i
 /* Refreshes the bf16 copy of the parameters (BF16 mode) after the fp32 ones were changed in place
  * on the device (an all-gather); ordered on the model's stream. */
 void gdn_cuda_model_params_changed(gdn_cuda_model *m);
+/* [lo, hi) of the device parameters (grads = 0; then gdn_cuda_model_params_changed) or gradients
+ * (grads = 1) from HOST src (hi - lo floats), or zeros where src is NULL. Synchronous. */
+void gdn_cuda_model_write_range(gdn_cuda_model *m, int grads, size_t lo, size_t hi, const float *src);
 
 /* Device bytes of the two allocations (parameters and optimizer state; activations and scratch). */
 void gdn_cuda_model_memory(const gdn_cuda_model *m, size_t *param_bytes, size_t *act_bytes);

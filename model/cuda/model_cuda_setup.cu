@@ -361,6 +361,15 @@ extern "C" void gdn_cuda_model_download_grads(gdn_cuda_model *m, float *grads) {
     GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
 }
 
+extern "C" void gdn_cuda_model_write_range(gdn_cuda_model *m, int grads, size_t lo, size_t hi, const float *src) {
+    if (lo > hi || hi > m->padded)
+        GDN_CUDA_DIE("gdn_cuda_model_write_range: [%zu, %zu) is outside the buffer of %zu floats", lo, hi, m->padded);
+    float *dst = (grads ? m->grads : m->params) + lo;
+    if (src) GDN_CUDA_CHECK(cudaMemcpyAsync(dst, src, (hi - lo) * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+    else GDN_CUDA_CHECK(cudaMemsetAsync(dst, 0, (hi - lo) * sizeof(float), m->stream));
+    GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+
 extern "C" void gdn_cuda_model_zero_grads(gdn_cuda_model *m) {
     GDN_CUDA_CHECK(cudaMemsetAsync(m->grads, 0, m->padded * sizeof(float), m->stream));
 }
