@@ -10,7 +10,8 @@
 # D_MODEL [384], LAYERS [6], HEADS [6] (head dim 64), KV_HEADS [2], D_FF [1024], SEQ [256],
 # BATCH [32], TEACHER_STEPS [1000], FRACTION [10] (percent of the teacher's tokens for each
 # student), STAGE1_PERCENT [20] (of the student's steps spent in stage 1), LR [2e-3],
-# STUDENT_LR [3e-3], VAL_TOKENS [200000], EVAL_WINDOWS [256].
+# STUDENT_LR [3e-3], TAU [1], CE_WEIGHT [0], VAL_TOKENS [200000], EVAL_WINDOWS [256]. A teacher
+# checkpoint already in OUT_DIR/teacher is used as it is (variants of the students share one).
 # Prints one table line per model (held-out loss in nats per token, and its gap to the teacher),
 # also written to OUT_DIR/results.json. Every command is echoed, so the run can be repeated by hand.
 set -euo pipefail
@@ -21,7 +22,7 @@ GDN=${GDN:-$src/build/gdn} DATA=${DATA:-$src/data/kjv.txt.gz} BACKEND=${BACKEND:
 D_MODEL=${D_MODEL:-384} LAYERS=${LAYERS:-6} HEADS=${HEADS:-6} KV_HEADS=${KV_HEADS:-2} D_FF=${D_FF:-1024}
 SEQ=${SEQ:-256} BATCH=${BATCH:-32} TEACHER_STEPS=${TEACHER_STEPS:-1000} FRACTION=${FRACTION:-10}
 STAGE1_PERCENT=${STAGE1_PERCENT:-20} LR=${LR:-2e-3} STUDENT_LR=${STUDENT_LR:-3e-3}
-VAL_TOKENS=${VAL_TOKENS:-200000} EVAL_WINDOWS=${EVAL_WINDOWS:-256}
+TAU=${TAU:-1} CE_WEIGHT=${CE_WEIGHT:-0} VAL_TOKENS=${VAL_TOKENS:-200000} EVAL_WINDOWS=${EVAL_WINDOWS:-256}
 [ -x "$GDN" ] || { echo "distill_experiment: no gdn at $GDN (build it or set GDN)" >&2; exit 2; }
 [ "$LAYERS" -ge 2 ] || { echo "distill_experiment: LAYERS must be at least 2 (the hybrid keeps one)" >&2; exit 2; }
 mkdir -p "$out"
@@ -52,7 +53,7 @@ say "$GDN" distill init --teacher "$tckpt" --out "$out/student_H.h5" --keep-soft
 for k in G H; do
   say "$GDN" distill train --teacher "$tckpt" --student "$out/student_$k.h5" --out "$out/distill_$k" "${common[@]}" \
     --stage1_steps "$s1" --stage2_steps $((steps - s1)) --stage1_lr "$STUDENT_LR" --stage2_lr "$STUDENT_LR" \
-    --warmup_steps $((steps / 20 + 1)) --tau 1 --train all > "$out/distill_$k.log"
+    --warmup_steps $((steps / 20 + 1)) --tau "$TAU" --ce_weight "$CE_WEIGHT" --train all > "$out/distill_$k.log"
   # the same shape from scratch on the same number of tokens
   say "$GDN" train "${common[@]}" --out "$out/scratch_$k" --steps "$steps" --model_from "$out/student_$k.h5" \
     --lr "$STUDENT_LR" --warmup_steps $((steps / 20 + 1)) --resume auto > "$out/scratch_$k.log"
