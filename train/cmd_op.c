@@ -197,7 +197,7 @@ static int cmd_gated_delta(int argc, char **argv) {
     a.h0 = op_read_array(f, in, "h0", 4, es, "[B,H,K,V]", dh, 1);
     a.d_o = op_read_array(f, in, "do", 4, dv, "[B,T,H,V] (as v)", dh, 1);
     a.dht = op_read_array(f, in, "dht", 4, es, "[B,H,K,V]", dh, 1);
-    a.s = (gdn_delta_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dq[3], (int)dv[3], chunk, 0, variant};
+    a.s = (gdn_delta_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dq[3], (int)dv[3], chunk, 0, variant, NULL};
     a.scale = 1.0 / sqrt((double)a.s.K);
     if (op_read_scale(f, in, &a.scale)) {
         io_h5_close(f);

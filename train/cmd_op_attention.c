@@ -194,7 +194,7 @@ int gdn_cmd_op_attention(int argc, char **argv) {
     a.v = op_read_array(f, in, "v", 4, dk, want, dd, 0);
     snprintf(want, sizeof want, "[%lld,%lld,%lld,%lld] (the shape of q)", dq[0], dq[1], dq[2], dq[3]);
     a.d_o = op_read_array(f, in, "do", 4, dq, want, dd, 1);
-    a.s = (gdn_attn_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dk[2], (int)dq[3]};
+    a.s = (gdn_attn_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dk[2], (int)dq[3], NULL};
     a.scale = 1.0 / sqrt((double)a.s.D);
     if (op_read_scale(f, in, &a.scale)) {
         io_h5_close(f);
