@@ -26,7 +26,7 @@
  * start per row (B int64), so that every rank knows where the document open at its first token
  * began: its convolution reads no halo row before that start and its attention no earlier key.
  * A start inside a segment needs nothing more: the state and the maps cut there (docs/design.md
- * section 3.5). */
+ * section 3.8). */
 #ifndef GDN_COMM_SEQPAR_H
 #define GDN_COMM_SEQPAR_H
 

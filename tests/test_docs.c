@@ -1,4 +1,4 @@
-/* Documents packed into the rows of a batch (docs/design.md section 3.5): every CPU kernel and
+/* Documents packed into the rows of a batch (docs/design.md section 3.8): every CPU kernel and
  * the whole model, given document starts, must give exactly (fp64, to rounding) what the
  * documents give run one by one, forward and backward:
  * - the chunked delta rule of every mixer kind (starts at chunk edges, inside chunks, at 0 and

@@ -1,5 +1,5 @@
 /* Documents packed into the rows of a batch, in the form every CPU kernel reads (docs/design.md
- * section 3.5): doc [B,T] int, doc[b,t] = the position where token t's document begins, relative
+ * section 3.8): doc [B,T] int, doc[b,t] = the position where token t's document begins, relative
  * to position 0 of the call (doc[b,t] <= t). A value below 0 says the document began before the
  * call's first row: in the rows that reach it from outside (the entering state, a convolution
  * halo, the keys of earlier positions), of which those before doc[b,t] are not read;

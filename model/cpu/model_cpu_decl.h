@@ -47,7 +47,7 @@ void R_(gdn_cpu_acts_free)(R_(gdn_cpu_acts) *a);
  * synchronous and the state hooks return NULL. */
 void R_(gdn_cpu_acts_set_seq_hooks)(R_(gdn_cpu_acts) *a, const gdn_seq_hooks *hooks);
 
-/* Document starts for every later pass (docs/design.md section 3.5): starts [B,T] (copied), 1
+/* Document starts for every later pass (docs/design.md section 3.8): starts [B,T] (copied), 1
  * where a document begins at that position: every mixer resets there (no state, convolution
  * tap or attention crosses it; RoPE positions restart). NULL: none. Under sequence-parallel
  * hooks the starts are the segment's and the hooks must have doc_prev. A carried KV cache
