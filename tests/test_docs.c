@@ -223,6 +223,15 @@ static void test_delta_packed(void **state) {
             assert_true(e0 < TOL && e1 < TOL && em < TOL);
             delta_case_free(&c);
         }
+    /* every token its own document (the most chunks a row can be cut into) */
+    unsigned char ones[2 * T];
+    memset(ones, 1, sizeof ones);
+    delta_case c;
+    delta_case_make(&c, GDN_MIXER_G, 2, T, 2, 8, 6, 64, ones, 99);
+    const double e = worst(delta_packed_vs_docs(&c, ones, 1), delta_maps_vs_packed(&c, ones));
+    printf("  gdn, one-token documents: %.1e\n", e);
+    assert_true(e < TOL);
+    delta_case_free(&c);
 }
 
 /* Without starts (doc of one document per row, or NULL) the result is the plain op's, bitwise. */
