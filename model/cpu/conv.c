@@ -21,9 +21,12 @@ static inline const real *conv_row(const real *x /* [B,T,C] */, const real *halo
     return halo + ((size_t)b * (W - 1) + (W - 1) + t) * C;
 }
 
-/* Output row t of sequence b may read input row p (doc: model/cpu/doc.h; NULL: every row). */
-static inline int conv_sees(const int *doc, int b, int t, int p, int T) {
-    return !doc || p >= doc[(size_t)b * T + t];
+/* The first tap j that output row t of sequence b reads: tap j reads input row t-(W-1)+j, and
+ * rows before t's document start are not read (doc: model/cpu/doc.h; NULL: every tap). */
+static inline int conv_first_tap(const int *doc, int b, int t, int T, int W) {
+    if (!doc) return 0;
+    const long j0 = (long)doc[(size_t)b * T + t] - (t - (W - 1));
+    return j0 < 0 ? 0 : j0 > W ? W : (int)j0;
 }
 
 /* wt[j, c] = w[c, j], so the inner loops over channels are contiguous. */
@@ -45,9 +48,9 @@ void R(gdn_conv_fwd)(real *y /* [B,T,C] */, const real *x /* [B,T,C] */, const r
         int b = (int)(bt / T), t = (int)(bt % T);
         real *yr = y + (size_t)bt * C;
         for (int c = 0; c < C; c++) yr[c] = 0;
-        for (int j = 0; j < W; j++) {
+        for (int j = conv_first_tap(doc, b, t, T, W); j < W; j++) {
             const real *src = conv_row(x, halo, b, t - (W - 1) + j, T, C, W);
-            if (!src || !conv_sees(doc, b, t, t - (W - 1) + j, T)) continue;
+            if (!src) continue;
             const real *wj = wt + (size_t)j * C;
             for (int c = 0; c < C; c++) yr[c] += wj[c] * src[c];
         }
@@ -80,13 +83,13 @@ void R(gdn_conv_bwd)(real *dx /* [B,T,C] */, real *dw /* [C,W] */,
                 for (int c = c0; c < c1; c++) dxr[c] = 0;
                 for (int j = 0; j < W; j++) {
                     int to = t + (W - 1) - j; /* output time that reads x[t] through tap j */
-                    if (to >= T || !conv_sees(doc, b, to, t, T)) continue;
+                    if (to >= T || j < conv_first_tap(doc, b, to, T, W)) continue;
                     const real *wj = wt + (size_t)j * C, *g = dyb + (size_t)to * C;
                     for (int c = c0; c < c1; c++) dxr[c] += wj[c] * g[c];
                 }
-                for (int j = 0; j < W; j++) {
+                for (int j = conv_first_tap(doc, b, t, T, W); j < W; j++) {
                     const real *src = conv_row(x, halo, b, t - (W - 1) + j, T, C, W);
-                    if (!src || !conv_sees(doc, b, t, t - (W - 1) + j, T)) continue;
+                    if (!src) continue;
                     double *pj = part + (size_t)j * C;
                     for (int c = c0; c < c1; c++) pj[c] += (double)dyr[c] * src[c];
                 }
@@ -97,7 +100,7 @@ void R(gdn_conv_bwd)(real *dx /* [B,T,C] */, real *dw /* [C,W] */,
                 for (int c = c0; c < c1; c++) dhr[c] = 0;
                 for (int j = 0; j < W; j++) {
                     int to = r - j;
-                    if (to < 0 || to >= T || !conv_sees(doc, b, to, r - (W - 1), T)) continue;
+                    if (to < 0 || to >= T || j < conv_first_tap(doc, b, to, T, W)) continue;
                     const real *wj = wt + (size_t)j * C, *g = dyb + (size_t)to * C;
                     for (int c = c0; c < c1; c++) dhr[c] += wj[c] * g[c];
                 }
