@@ -445,6 +445,22 @@ static void test_documents(void **state) {
     assert_true(run_segments_docs("GA", PASS_STATE, split3, 3, st) < 1e-12);
     assert_true(run_segments_docs("AGGA", FOLD_MAPS, split4, 4, st) < 1e-12);
     assert_true(run_segments_docs("GGAA", PASS_STATE, split4, 4, st) < 1e-12);
+    /* random packings: documents of 1 to 12 tokens, starts falling anywhere against the edges */
+    const int *splits[3] = {split2, split3, split4}, n_split[3] = {2, 3, 4};
+    const char *kinds[3] = {"GDML", "AG", "MA"};
+    for (unsigned seed = 1; seed <= 6; seed++) {
+        unsigned r = seed * 2654435761u;
+        memset(st, 0, sizeof st);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T;) {
+                r = r * 1103515245u + 12345u;
+                t += 1 + (int)((r >> 16) % 12);
+                if (t < T) st[b * T + t] = 1;
+            }
+        const int k = (int)(seed % 3);
+        assert_true(run_segments_docs(kinds[k], seed & 1 ? FOLD_MAPS : PASS_STATE, splits[k], n_split[k], st) <
+                    1e-12);
+    }
 }
 
 /* ---- a CPU hook may not hand back a ready event (model/seq_hooks.h) ------------------------- */
