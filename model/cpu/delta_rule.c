@@ -6,7 +6,9 @@
  * order, each chunk's rows gathered into contiguous scratch and the per-chunk products done by
  * BLAS gemm (the shared chunk steps are in delta_chunk.h). A partial last chunk needs no masking,
  * and decays enter only as exp(G_i - G_j) with i >= j, so g down to -20 per token (and beyond)
- * cannot overflow. */
+ * cannot overflow. With documents (s->doc) the chunks restart at every document start, where the
+ * state is zero and the reverse walk drops the state gradient (docs/design.md section 3.8): a
+ * packed row runs exactly the chunks of its documents run one by one. */
 #include <stdlib.h>
 #include <string.h>
 

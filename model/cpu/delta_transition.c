@@ -5,7 +5,10 @@
  *   backward: dh0 = M^T dht + E,     E = dh0 when dht = 0.
  * Chunk quantities (gates, T, W, U) are the ones delta_rule.c builds (delta_chunk.h). Mixers
  * without the delta term have W = 0, so M_c = gamma_C I and the W terms are skipped; mixers
- * without decay have gamma = 1 (s->variant, model/mixer.h). */
+ * without decay have gamma = 1 (s->variant, model/mixer.h). With documents (s->doc) the chunks
+ * are delta_rule.c's, and a document start makes the map of everything before it zero: M and H
+ * restart from 0 there, and the adjoint's state gradient is dropped past it (docs/design.md
+ * section 3.8). */
 #include <stdlib.h>
 #include <string.h>
 
