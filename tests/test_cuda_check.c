@@ -67,6 +67,18 @@ static void test_cu_sources_report_through_handler(void **state) {
     }
     expect_message("delta_launch.cu:", "qk_heads=3");
 
+    /* documents: the CUDA kernels do not reset, so a shape with a doc array is refused */
+    static const int doc[64] = {0};
+    const gdn_delta_shape sd = {.B = 1, .T = 64, .H = 4, .K = 64, .V = 64, .chunk = 64, .doc = doc};
+    die_message[0] = 0;
+    gdn_set_die_handler(die_to_test);
+    if (setjmp(die_jump) == 0) {
+        gdn_cuda_delta_check_shape(&sd);
+        gdn_set_die_handler(NULL);
+        fail_msg("a shape with documents accepted by the CUDA delta rule");
+    }
+    expect_message("delta_launch.cu:", "documents");
+
     const gdn_config c = {.vocab_size = 32, .d_model = 16, .n_layers = 1, .n_heads = 2, .head_dim = 8,
                           .expand_v = 2, .d_ff = 32, .conv_width = 4, .chunk_size = 16, .norm_eps = 1e-6};
     static gdn_param_table t; /* static: kept across the longjmp */

@@ -6,7 +6,9 @@
  * order, each chunk's rows gathered into contiguous scratch and the per-chunk products done by
  * BLAS gemm (the shared chunk steps are in delta_chunk.h). A partial last chunk needs no masking,
  * and decays enter only as exp(G_i - G_j) with i >= j, so g down to -20 per token (and beyond)
- * cannot overflow. */
+ * cannot overflow. With documents (s->doc) the chunks restart at every document start, where the
+ * state is zero and the reverse walk drops the state gradient (docs/design.md section 3.8): a
+ * packed row runs exactly the chunks of its documents run one by one. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,8 +83,9 @@ static void delta_fwd_pair(const gdn_delta_shape *s, const gdn_mixer_info *mx, i
         memcpy(w->S, h0 + st, sizeof(real) * K * V);
     else
         memset(w->S, 0, sizeof(real) * K * V);
-    for (int t0 = 0; t0 < s->T; t0 += C) {
-        int n = delta_chunk_rows(s, t0);
+    for (int t0 = 0, n; t0 < s->T; t0 += n) {
+        n = delta_chunk_len(s, b, t0);
+        if (delta_doc_reset(s, b, t0)) memset(w->S, 0, sizeof(real) * K * V);
         delta_gather(w->q, q, s, b, h, t0, n, K);
         delta_gather(w->k, k, s, b, h, t0, n, K);
         if (mx->has_decay) delta_gather(w->g, g, s, b, h, t0, n, 1);
@@ -126,8 +129,13 @@ void R(gdn_delta_fwd)(const gdn_delta_shape *s, const real *q, const real *k, co
 /* Per-thread scratch of the backward pass. The first group holds, for every chunk of the pair,
  * what the recomputed forward produced; the rest is one chunk's working set. */
 typedef struct {
-    /* Per chunk c: S entering [K,V], Tm [C,C], W [C,K], U [C,V], Vn [C,V]. */
+    /* Chunk c of rows [t0, t0 + n): Tm, W, U, Vn at row t0 of Tc [T,C], Wc [T,K], Uc, Vc [T,V]
+     * (n rows each, so documents cut into short chunks need no more room); its entering state
+     * is slot si[c] of Sc [NT+2,K,V], slot 0 the zero state of a chunk that starts a
+     * document (at most ceil(T/C) + 1 chunks do not: each but the first follows a full chunk of
+     * its document). */
     real *Sc, *Tc, *Wc, *Uc, *Vc;
+    int *si;                          /* [chunks] */
     real *q, *k, *v, *dO;             /* [C,K] [C,K] [C,V] [C,V] gathered rows */
     real *g, *beta, *gam;             /* [C] */
     real *dGd, *y;                    /* [C] direct gate terms; running column sums */
@@ -137,22 +145,24 @@ typedef struct {
     real *dv, *dVn, *dVb, *dOg, *KdS; /* [C,V] */
     real *tmp;                        /* [C,max(K,V)] */
     real *dS, *dSp;                   /* [K,V] gradient of the state leaving / entering the chunk */
+    int *t0;                          /* [chunks + 1] first row of each chunk of the pair's row */
 } delta_bwd_ws;
 
-static size_t delta_bwd_ws_size(int NT, int C, int K, int V) {
+/* NT = ceil(T / C): the chunks of a row without documents. */
+static size_t delta_bwd_ws_size(int NT, int T, int C, int K, int V) {
     size_t KV = (size_t)(K > V ? K : V);
-    size_t per_chunk = (size_t)K * V + (size_t)C * C + (size_t)C * K + 2 * (size_t)C * V;
-    return (size_t)NT * per_chunk + (size_t)C * (6 * K + 7 * V + KV) + 7 * (size_t)C +
-           5 * (size_t)C * C + 2 * (size_t)K * V;
+    size_t per_row = (size_t)C + (size_t)K + 2 * (size_t)V;
+    return ((size_t)NT + 2) * K * V + (size_t)T * per_row + (size_t)C * (6 * K + 7 * V + KV) +
+           7 * (size_t)C + 5 * (size_t)C * C + 2 * (size_t)K * V;
 }
 
-static void delta_bwd_ws_carve(delta_bwd_ws *w, real *base, int NT, int C, int K, int V) {
+static void delta_bwd_ws_carve(delta_bwd_ws *w, real *base, int NT, int T, int C, int K, int V) {
     size_t KV = (size_t)(K > V ? K : V);
-    w->Sc = delta_take(&base, (size_t)NT * K * V);
-    w->Tc = delta_take(&base, (size_t)NT * C * C);
-    w->Wc = delta_take(&base, (size_t)NT * C * K);
-    w->Uc = delta_take(&base, (size_t)NT * C * V);
-    w->Vc = delta_take(&base, (size_t)NT * C * V);
+    w->Sc = delta_take(&base, ((size_t)NT + 2) * K * V);
+    w->Tc = delta_take(&base, (size_t)T * C);
+    w->Wc = delta_take(&base, (size_t)T * K);
+    w->Uc = delta_take(&base, (size_t)T * V);
+    w->Vc = delta_take(&base, (size_t)T * V);
     w->q = delta_take(&base, (size_t)C * K);
     w->k = delta_take(&base, (size_t)C * K);
     w->v = delta_take(&base, (size_t)C * V);
@@ -322,13 +332,17 @@ static void delta_bwd_chunk(int n, int C, int K, int V, real scale, int decay, i
     }
 }
 
+/* State slots of the backward's scratch (delta_bwd_ws.Sc). */
+#define NT_SLOTS(s) (((s)->T + (s)->chunk - 1) / (s)->chunk + 2)
+
 static void delta_bwd_pair(const gdn_delta_shape *s, const gdn_mixer_info *mx, int b, int h,
                            const real *q, const real *k, const real *v, const real *g,
                            const real *beta, real scale, const real *h0, const real *d_o,
                            const real *dht, real *dq, real *dk, real *dv, real *dg, real *dbeta,
                            real *dh0, delta_bwd_ws *w) {
-    const int C = s->chunk, K = s->K, V = s->V, NT = (s->T + C - 1) / C;
+    const int C = s->chunk, K = s->K, V = s->V;
     const int decay = mx->has_decay, delta = mx->has_delta;
+    int NT = 0; /* chunks of this row; their first rows in w->t0 */
     const size_t KV = (size_t)K * V, st = ((size_t)b * s->H + h) * KV;
 
     /* Recompute the forward state pass, keeping each chunk's entering state, T, W, U and Vn
@@ -338,11 +352,21 @@ static void delta_bwd_pair(const gdn_delta_shape *s, const gdn_mixer_info *mx, i
     else
         memset(w->dSp, 0, sizeof(real) * KV);
     real *S = w->dSp; /* running state; dSp is free until the reverse walk */
-    for (int c = 0; c < NT; c++) {
-        int t0 = c * C, n = delta_chunk_rows(s, t0);
-        real *Tm = w->Tc + (size_t)c * C * C, *W = w->Wc + (size_t)c * C * K;
-        real *U = w->Uc + (size_t)c * C * V, *Vn = w->Vc + (size_t)c * C * V;
-        memcpy(w->Sc + (size_t)c * KV, S, sizeof(real) * KV);
+    for (int t0 = 0; t0 < s->T; t0 += delta_chunk_len(s, b, t0)) w->t0[NT++] = t0;
+    w->t0[NT] = s->T;
+    memset(w->Sc, 0, sizeof(real) * KV); /* slot 0: the zero state a document starts from */
+    for (int c = 0, slots = 1; c < NT; c++) {
+        int t0 = w->t0[c], n = w->t0[c + 1] - t0;
+        real *Tm = w->Tc + (size_t)t0 * C, *W = w->Wc + (size_t)t0 * K;
+        real *U = w->Uc + (size_t)t0 * V, *Vn = w->Vc + (size_t)t0 * V;
+        if (delta_doc_reset(s, b, t0)) {
+            memset(S, 0, sizeof(real) * KV);
+            w->si[c] = 0;
+        } else {
+            GDN_ASSERT(slots < NT_SLOTS(s));
+            w->si[c] = slots++;
+            memcpy(w->Sc + (size_t)w->si[c] * KV, S, sizeof(real) * KV);
+        }
         delta_gather(w->k, k, s, b, h, t0, n, K);
         delta_gather(w->v, v, s, b, h, t0, n, V);
         if (decay) delta_gather(w->g, g, s, b, h, t0, n, 1);
@@ -361,16 +385,16 @@ static void delta_bwd_pair(const gdn_delta_shape *s, const gdn_mixer_info *mx, i
     else
         memset(w->dS, 0, sizeof(real) * KV);
     for (int c = NT - 1; c >= 0; c--) {
-        int t0 = c * C, n = delta_chunk_rows(s, t0);
+        int t0 = w->t0[c], n = w->t0[c + 1] - t0;
         delta_gather(w->q, q, s, b, h, t0, n, K);
         delta_gather(w->k, k, s, b, h, t0, n, K);
         delta_gather(w->v, v, s, b, h, t0, n, V);
         delta_gather(w->dO, d_o, s, b, h, t0, n, V);
         if (decay) delta_gather(w->g, g, s, b, h, t0, n, 1);
         if (delta) delta_gather(w->beta, beta, s, b, h, t0, n, 1);
-        delta_bwd_chunk(n, C, K, V, scale, decay, delta, w->Sc + (size_t)c * KV,
-                        w->Tc + (size_t)c * C * C, w->Wc + (size_t)c * C * K,
-                        w->Uc + (size_t)c * C * V, delta ? w->Vc + (size_t)c * C * V : w->v, w);
+        delta_bwd_chunk(n, C, K, V, scale, decay, delta, w->Sc + (size_t)w->si[c] * KV,
+                        w->Tc + (size_t)t0 * C, w->Wc + (size_t)t0 * K, w->Uc + (size_t)t0 * V,
+                        delta ? w->Vc + (size_t)t0 * V : w->v, w);
         delta_scatter(dq, w->dq, s, b, h, t0, n, K);
         delta_scatter(dk, w->dk, s, b, h, t0, n, K);
         delta_scatter(dv, w->dv, s, b, h, t0, n, V);
@@ -379,6 +403,8 @@ static void delta_bwd_pair(const gdn_delta_shape *s, const gdn_mixer_info *mx, i
         real *swap = w->dS;
         w->dS = w->dSp;
         w->dSp = swap;
+        /* a document starts here: nothing before it reached the state */
+        if (delta_doc_reset(s, b, t0)) memset(w->dS, 0, sizeof(real) * KV);
     }
     if (dh0) memcpy(dh0 + st, w->dS, sizeof(real) * KV);
 }
@@ -388,19 +414,23 @@ void R(gdn_delta_bwd)(const gdn_delta_shape *s, const real *q, const real *k, co
                       const real *dht, real *dq, real *dk, real *dv, real *dg, real *dbeta,
                       real *dh0) {
     const gdn_mixer_info *mx = delta_check_shape(s, "gdn_delta_bwd");
-    const int npairs = s->B * s->H, NT = (s->T + s->chunk - 1) / s->chunk;
+    const int npairs = s->B * s->H, NT = (s->T + s->chunk - 1) / s->chunk, most = delta_max_chunks(s);
     const int blas_threads = delta_blas_single_begin();
 #pragma omp parallel
     {
-        real *block = GDN_MALLOC(sizeof(real) * delta_bwd_ws_size(NT, s->chunk, s->K, s->V));
+        real *block = GDN_MALLOC(sizeof(real) * delta_bwd_ws_size(NT, s->T, s->chunk, s->K, s->V));
+        int *t0 = GDN_MALLOC(sizeof(int) * (2 * (size_t)most + 1));
         delta_bwd_ws w;
 #pragma omp for schedule(dynamic, 1)
         for (int p = 0; p < npairs; p++) {
             /* Carve per pair: the reverse walk swaps the dS / dSp pointers. */
-            delta_bwd_ws_carve(&w, block, NT, s->chunk, s->K, s->V);
+            delta_bwd_ws_carve(&w, block, NT, s->T, s->chunk, s->K, s->V);
+            w.t0 = t0;
+            w.si = t0 + most + 1;
             delta_bwd_pair(s, mx, p / s->H, p % s->H, q, k, v, g, beta, scale, h0, d_o, dht, dq,
                            dk, dv, dg, dbeta, dh0, &w);
         }
+        free(t0);
         free(block);
     }
     delta_blas_single_end(blas_threads);
