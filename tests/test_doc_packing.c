@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "io/dataset.h"
 #include "io/docs.h"
@@ -452,6 +453,35 @@ static void test_data_documents(void **state) {
     ASSERT_CONTAINS(buf, "\"vocab_size\": 257");
     ASSERT_CONTAINS(buf, "\"documents\": 3");
     ASSERT_CONTAINS(buf, "\"bytes\": 9"); /* the text's bytes, not the delimiters */
+
+    /* with a tokenizer: its <|endoftext|> (GPT-2's vocab.json + merges.txt, ids = bytes) */
+    char tokdir[300], vocab[32768];
+    snprintf(tokdir, sizeof tokdir, "%s", tmp_path("tok"));
+    assert_int_equal(mkdir(tokdir, 0700), 0);
+    size_t vn = (size_t)snprintf(vocab, sizeof vocab, "{");
+    for (unsigned b = 0; b < 256; b++) {
+        int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        unsigned cp = b, k = 0;
+        if (!keep) {
+            for (unsigned i = 0; i < b; i++)
+                k += !((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || (i >= 174 && i <= 255));
+            cp = 256 + k;
+        }
+        if (cp == '"' || cp == '\\') vn += (size_t)snprintf(vocab + vn, sizeof vocab - vn, "\"\\%c\": %u, ", cp, b);
+        else vn += (size_t)snprintf(vocab + vn, sizeof vocab - vn, "\"\\u%04x\": %u, ", cp, b);
+    }
+    snprintf(vocab + vn, sizeof vocab - vn, "\"<|endoftext|>\": 256}");
+    char vpath[340], mpath[340];
+    snprintf(vpath, sizeof vpath, "%s/vocab.json", tokdir);
+    snprintf(mpath, sizeof mpath, "%s/merges.txt", tokdir);
+    write_file(vpath, vocab, strlen(vocab));
+    write_file(mpath, "#version: 0.2\n", 14);
+    const char *a5[] = {"--in", in, "--out", prefix, "--val-tokens", "0", "--doc_sep", "---",
+                        "--tokenizer", tokdir, "--threads", "1"};
+    assert_int_equal(run_data(12, a5), 0);
+    n = read_shard(prefix, "train", got, 64);
+    assert_int_equal(n, strlen(want2));
+    for (size_t i = 0; i < n; i++) assert_int_equal(got[i], want2[i] == 1 ? 256u : (uint32_t)(unsigned char)want2[i]);
 
     /* an eod id outside a byte vocabulary's u16 range and a bad combination are refused */
     const char *a3[] = {"--in", in, "--out", prefix, "--eod_token", "70000"};
