@@ -29,6 +29,7 @@ struct gdn_seqpar {
     int C;
     size_t n_kv;
     float *kv;
+    int64_t *docs; /* [sp][B]: every segment's last document start per row */
 };
 
 int gdn_sp_exchange_parse(const char *name, gdn_sp_exchange *out) {
@@ -59,7 +60,8 @@ uint64_t gdn_seqpar_bytes(const gdn_config *cfg, int B, int T_seg, int sp, gdn_s
     const uint64_t p2p_fwd = mode == GDN_SP_PASS ? halo + state : halo, p2p_bwd = p2p_fwd;
     const uint64_t gathered = mode == GDN_SP_PASS ? 0 : map + (with_backward ? state : 0);
     uint64_t p2p = with_backward ? (sp > 2 ? p2p_fwd + p2p_bwd : p2p_fwd) : p2p_fwd;
-    return 4 * (((uint64_t)cfg->n_layers - n_attn) * (p2p + gathered) + attn);
+    /* documents: each segment's last start per row, once per forward pass (B int64) */
+    return 4 * (((uint64_t)cfg->n_layers - n_attn) * (p2p + gathered) + attn) + 8 * (uint64_t)B;
 }
 
 static float *alloc_f(size_t n) { return GDN_CALLOC(n ? n : 1, sizeof(float)); }
@@ -101,6 +103,7 @@ gdn_seqpar *gdn_seqpar_create(gdn_comm *c, const gdn_config *cfg, int B, int T_s
     s->C = gdn_config_kv_heads(cfg) * gdn_config_attn_dim(cfg);
     s->n_kv = (size_t)B * (size_t)T_seg * (size_t)s->C;
     if (gdn_config_count_mixer(cfg, GDN_MIXER_A)) s->kv = alloc_f(sp * 2 * s->n_kv);
+    s->docs = GDN_CALLOC(sp * (size_t)B, sizeof *s->docs);
     return s;
 }
 
@@ -110,6 +113,7 @@ void gdn_seqpar_free(gdn_seqpar *s) {
     float *all[] = {s->send_halo, s->send_dhalo, s->recv_halo, s->tmp, s->send_state,
                     s->send_dstate, s->maps, s->my_map, s->my_E, s->all_E, s->kv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    free(s->docs);
     free(s);
 }
 
@@ -340,6 +344,27 @@ static void hook_attn_kv_bwd(void *user, int l, void *const dkv[2], void *const 
     memcpy(dkv[1], mine + n, n * sizeof(float));
 }
 
+/* ---- documents: the start of the document open at each segment's first token ---------------- */
+
+/* Every segment's last start per row, all-gathered (B int64 per rank); prev = the largest of the
+ * segments before this one. */
+static void hook_doc_prev(void *user, const int *last, int *prev, int B) {
+    gdn_seqpar *s = user;
+    gdn_comm *c = s->c;
+    if (B != s->B)
+        GDN_DIE("sequence parallelism: the model's batch of %d rows reached hooks made for %d: attach to a "
+                "model of the same shape", B, s->B);
+    int64_t *mine = s->docs + (size_t)c->sp_rank * B;
+    for (int b = 0; b < B; b++) mine[b] = last[b];
+    gdn_all_gather(c, GDN_SP, mine, s->docs, (size_t)B, GDN_I64, "document starts");
+    for (int b = 0; b < B; b++) {
+        int64_t p = -1;
+        for (int j = 0; j < c->sp_rank; j++)
+            if (s->docs[(size_t)j * B + b] > p) p = s->docs[(size_t)j * B + b];
+        prev[b] = (int)p;
+    }
+}
+
 gdn_seq_hooks gdn_seqpar_hooks(gdn_seqpar *s) {
     const gdn_seq_hooks h = {.user = s,
                              .fwd_halo = hook_fwd_halo,
@@ -350,6 +375,7 @@ gdn_seq_hooks gdn_seqpar_hooks(gdn_seqpar *s) {
                              .bwd_halo = hook_bwd_halo,
                              .attn_kv_fwd = hook_attn_kv_fwd,
                              .attn_kv_bwd = hook_attn_kv_bwd,
+                             .doc_prev = hook_doc_prev,
                              .pos0 = s->c->sp_rank * s->T};
     return h;
 }

@@ -20,7 +20,13 @@
  * Per attention layer (either mode) the group all-gathers every rank's keys and values (after
  * RoPE; 2*B*T_seg*C per rank, C = n_kv_heads * attn_head_dim) and each rank attends over those
  * of the ranks up to itself; backward, each rank's gradients of all segments' keys and values
- * (zeros for the later ones) are reduce-scattered, each rank keeping its own segment's sum. */
+ * (zeros for the later ones) are reduce-scattered, each rank keeping its own segment's sum.
+ *
+ * Documents (doc_prev): once per forward pass the group all-gathers each rank's last document
+ * start per row (B int64), so that every rank knows where the document open at its first token
+ * began: its convolution reads no halo row before that start and its attention no earlier key.
+ * A start inside a segment needs nothing more: the state and the maps cut there (docs/design.md
+ * section 3.8). */
 #ifndef GDN_COMM_SEQPAR_H
 #define GDN_COMM_SEQPAR_H
 

@@ -69,6 +69,14 @@ typedef struct {
      * rows, summed over this segment and every later one (each read them). dkv_all may be
      * overwritten. */
     void (*attn_kv_bwd)(void *user, int layer, void *const dkv[2], void *const dkv_all[2], size_t n_kv);
+    /* Documents (optional; a model given document starts needs it): forward, once per pass
+     * before the first layer, on every segment whether or not it has starts. last[b] is the
+     * position in the sequence of this segment's last document start in row b, or -1 for none;
+     * fill prev[b] with the largest last[b] of the segments before this one, or -1 for none
+     * (the first segment: -1). The model cuts the convolution halo and masks the attention
+     * prefix with it (a reset inside a segment needs nothing more: the state the segment hands
+     * on is already the open document's). */
+    void (*doc_prev)(void *user, const int *last, int *prev, int B);
     /* Position of this segment's first token in the sequence: RoPE and the causal mask of the
      * attention layers (for the delta-rule layers the halo and state carry the position). */
     int pos0;

@@ -45,7 +45,7 @@ typedef struct {
 
 static attn_problem problem_make(int B, int T, int H, int Hkv, int D, double amp,
                                  unsigned long long seed) {
-    attn_problem p = {{B, T, H, Hkv, D}, 1.0 / sqrt((double)D), 0, 0, 0, NULL, NULL, NULL, NULL};
+    attn_problem p = {{B, T, H, Hkv, D, NULL}, 1.0 / sqrt((double)D), 0, 0, 0, NULL, NULL, NULL, NULL};
     p.nq = (size_t)B * T * H * D;
     p.nkv = (size_t)B * T * Hkv * D;
     p.nl = (size_t)B * H * T;
@@ -371,7 +371,7 @@ static void test_attn_kv_vs_naive(void **state) {
         attn_ref_fwd(&full.s, full.q, full.k, full.v, full.scale, o, lse);
         attn_ref_bwd(&full.s, full.q, full.k, full.v, full.scale, full.w, dq, dk, dv);
         /* the last T rows of each sequence: q, w in; o, lse, dq to compare */
-        gdn_attn_shape s = {B, T, H, Hkv, D};
+        gdn_attn_shape s = {B, T, H, Hkv, D, NULL};
         const size_t nq = (size_t)B * T * qrow, nl = (size_t)B * H * T;
         double *q = malloc(sizeof(double) * nq), *w = malloc(sizeof(double) * nq);
         double *o_ref = malloc(sizeof(double) * nq), *dq_ref = malloc(sizeof(double) * nq);

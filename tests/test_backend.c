@@ -200,11 +200,53 @@ static void test_no_cuda_backend(void **state) {
     assert_string_equal(gdn_backend_cpu.name, "cpu");
 }
 
+/* Documents through the table: the CPU backend accepts starts inside rows and runs them as the
+ * CPU model does (bitwise); NULL switches back to whole rows. */
+static void test_doc_starts(void **state) {
+    (void)state;
+    fixture f;
+    fixture_init(&f);
+    const size_t n = f.t.total;
+    const gdn_backend *be = &gdn_backend_cpu;
+    gdn_model_shape shape = {.B = B, .T = T, .precision = GDN_PRECISION_FP32};
+    gdn_model *m = be->create(&f.t, &shape);
+    be->upload(m, f.params, NULL, NULL);
+    unsigned char st[B * T] = {0};
+    st[3] = st[17] = st[T + 1] = st[T + 16] = 1;
+    gdn_cpu_acts_f32 *a = gdn_cpu_acts_create_f32(&f.t, B, T), *plain = gdn_cpu_acts_create_f32(&f.t, B, T);
+    gdn_cpu_acts_set_doc_starts_f32(a, st);
+    float *g_ref = calloc(n, sizeof(float)), *g = malloc(n * sizeof(float)), *g0 = calloc(n, sizeof(float));
+    int nv = 0;
+    const double l_ref = gdn_cpu_forward_f32(a, &f.t, f.params, f.tokens, f.targets, 0.01f, &nv, NULL, NULL);
+    gdn_cpu_backward_f32(a, &f.t, f.params, g_ref);
+    const double l_plain = gdn_cpu_forward_f32(plain, &f.t, f.params, f.tokens, f.targets, 0.01f, &nv, NULL, NULL);
+    gdn_cpu_backward_f32(plain, &f.t, f.params, g0);
+    assert_int_equal(be->set_doc_starts(m, st), 0);
+    be->zero_grads(m);
+    const double l = be->forward(m, f.tokens, f.targets, 0.01f, NULL, NULL);
+    be->backward(m, NULL, NULL);
+    be->download_grads(m, g);
+    assert_true(l == l_ref && l != l_plain);
+    assert_memory_equal(g, g_ref, n * sizeof(float));
+    assert_int_equal(be->set_doc_starts(m, NULL), 0);
+    be->zero_grads(m);
+    assert_true(be->forward(m, f.tokens, f.targets, 0.01f, NULL, NULL) == l_plain);
+    be->backward(m, NULL, NULL);
+    be->download_grads(m, g);
+    assert_memory_equal(g, g0, n * sizeof(float));
+    gdn_cpu_acts_free_f32(a);
+    gdn_cpu_acts_free_f32(plain);
+    free(g_ref), free(g), free(g0);
+    be->free(m);
+    fixture_free(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_backward_capture),
         cmocka_unit_test(test_ready_callback),
         cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_doc_starts),
         cmocka_unit_test(test_no_cuda_backend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -270,7 +270,7 @@ static void test_balance(void **state) {
     assert_true(lam > 1.5);
     assert_true(fabs(sq2 - sk2) <= 1e-13 * sk2);
     /* softmax attention (scale 1: q already scaled) */
-    gdn_attn_shape s = {1, h.T, 1, 1, h.D};
+    gdn_attn_shape s = {1, h.T, 1, 1, h.D, NULL};
     double *o = ref_nan_array(nk), *ob = ref_nan_array(nk);
     gdn_attn_fwd_f64(&s, h.q, h.k, h.v, 1.0, o, NULL);
     gdn_attn_fwd_f64(&s, qs, ks, h.v, 1.0, ob, NULL);

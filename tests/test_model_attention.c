@@ -232,7 +232,7 @@ static void test_block_vs_naive(void **state) {
     rmsnorm_rows(k, tmp, P + o->k_norm, N * Hkv, Da, cfg->norm_eps);
     rope_ref(k, k, B, T, Hkv, Da, 0, cfg->rope_theta);
     matmul_t(v, h, P + o->v_proj, P + o->v_bias, N, D, Hkv * Da);
-    gdn_attn_shape s = {B, T, H, Hkv, Da};
+    gdn_attn_shape s = {B, T, H, Hkv, Da, NULL};
     attn_ref_fwd(&s, q, k, v, 1.0 / sqrt((double)Da), att, NULL);
     matmul_t(xm, att, P + o->o_proj, NULL, N, H * Da, D);
     for (int i = 0; i < N * D; i++) xm[i] += x[i];

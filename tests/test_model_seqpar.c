@@ -29,6 +29,7 @@ typedef struct {
     int mode, n_seg, B, H, K, V, Wm1, HK, HV;
     size_t n_state, n_map;
     int C, len[MAX_SEG], pos[MAX_SEG];        /* attention: kv row width; segment lengths, starts */
+    int last[MAX_SEG][8];                     /* documents: each segment's last start per row */
     double *S[MAX_SEG + 1][MAX_LAYERS];       /* state entering segment i (passing) */
     double *M[MAX_SEG][MAX_LAYERS], *Hm[MAX_SEG][MAX_LAYERS], *E[MAX_SEG][MAX_LAYERS]; /* maps */
     double *dS[MAX_SEG + 1][MAX_LAYERS];      /* gradient of the state entering segment i */
@@ -200,6 +201,19 @@ static void attn_kv_bwd(void *user, int l, void *const dkv[2], void *const dkv_a
     }
 }
 
+/* Documents: the largest last start of the earlier segments (they ran first). */
+static void doc_prev(void *user, const int *last, int *prev, int B) {
+    seg_user *u = user;
+    exchange *x = u->x;
+    assert_int_equal(B, x->B);
+    for (int b = 0; b < B; b++) {
+        x->last[u->seg][b] = last[b];
+        prev[b] = -1;
+        for (int j = 0; j < u->seg; j++)
+            if (x->last[j][b] > prev[b]) prev[b] = x->last[j][b];
+    }
+}
+
 /* Frees everything handed over and clears the pointers (the next pass starts empty). */
 static void exchange_clear(exchange *x) {
     double **all = (double **)&x->S[0][0];
@@ -242,7 +256,17 @@ static double *make_params(const gdn_param_table *t, uint64_t seed) {
 
 /* Runs the segments [len[0], len[1], ...] of tokens [B,T] and compares loss, logits and the
  * gradient with one pass; returns the largest relative error. */
+static double run_segments_docs(const char *mixers, int mode, const int *len, int n_seg,
+                                const unsigned char *starts);
+
 static double run_segments_of(const char *mixers, int mode, const int *len, int n_seg) {
+    return run_segments_docs(mixers, mode, len, n_seg, NULL);
+}
+
+/* starts [B,T] (NULL: none): the document starts of the whole sequence, each segment given its
+ * own rows of them. */
+static double run_segments_docs(const char *mixers, int mode, const int *len, int n_seg,
+                                const unsigned char *starts) {
     const gdn_config cfg = tiny_config(mixers);
     gdn_param_table t;
     gdn_param_table_build(&t, &cfg);
@@ -263,6 +287,7 @@ static double run_segments_of(const char *mixers, int mode, const int *len, int 
 
     /* one pass over the whole sequence */
     gdn_cpu_acts_f64 *whole = gdn_cpu_acts_create_f64(&t, B, T);
+    gdn_cpu_acts_set_doc_starts_f64(whole, starts);
     double *g_ref = calloc(t.total, sizeof *g_ref);
     int nv_ref = 0;
     double loss_ref = gdn_cpu_forward_f64(whole, &t, P, tokens, targets, gs, &nv_ref, NULL, NULL);
@@ -297,9 +322,15 @@ static double run_segments_of(const char *mixers, int mode, const int *len, int 
         }
         users[s] = (seg_user){&x, s};
         const gdn_seq_hooks h = {&users[s], fwd_halo, fwd_state_in, fwd_state_out, bwd_state_out,
-                                 bwd_state_in, bwd_halo, attn_kv_fwd, attn_kv_bwd, t0};
+                                 bwd_state_in, bwd_halo, attn_kv_fwd, attn_kv_bwd, doc_prev, t0};
         acts[s] = gdn_cpu_acts_create_f64(&t, B, Ts);
         gdn_cpu_acts_set_seq_hooks_f64(acts[s], &h);
+        if (starts) {
+            unsigned char *st = malloc((size_t)B * Ts);
+            for (int b = 0; b < B; b++) memcpy(st + b * Ts, starts + (size_t)b * T + t0, (size_t)Ts);
+            gdn_cpu_acts_set_doc_starts_f64(acts[s], st);
+            free(st);
+        }
         int n = 0;
         loss += gdn_cpu_forward_f64(acts[s], &t, P, tok, tgt, gs, &n, NULL, NULL);
         nv += n;
@@ -335,7 +366,8 @@ static double run_segments_of(const char *mixers, int mode, const int *len, int 
             worst_name = t.p[i].name;
         }
     }
-    printf("  %s, %s, segments", mixers, mode == PASS_STATE ? "state passed on" : "affine maps folded");
+    printf("  %s, %s%s, segments", mixers, mode == PASS_STATE ? "state passed on" : "affine maps folded",
+           starts ? ", documents" : "");
     for (int s = 0; s < n_seg; s++) printf(" %d", len[s]);
     printf(": loss %.1e logits %.1e gradient %.1e (worst tensor %.1e, %s)\n", e_loss, e_logits, e_grad,
            worst, worst_name);
@@ -395,6 +427,26 @@ static void test_attention_layers(void **state) {
     assert_true(run_segments_of("A", PASS_STATE, split3, 3) < 1e-12);
 }
 
+/* Documents: starts inside segments, exactly at segment edges (positions 20, 14, 17, 32, 37),
+ * at 1, documents shorter than the convolution width and than a chunk, and rows that differ;
+ * every mixer kind and attention, both exchanges, 2 to 4 segments. Exact against one pass over
+ * the whole packed sequence (itself checked against documents run one by one in test_docs). */
+static void test_documents(void **state) {
+    (void)state;
+    enum { B = 2, T = 40 };
+    unsigned char st[B * T] = {0};
+    const int row0[] = {1, 3, 5, 14, 20, 22, 37}, row1[] = {7, 16, 17, 18, 32, 33};
+    for (size_t i = 0; i < sizeof row0 / sizeof *row0; i++) st[row0[i]] = 1;
+    for (size_t i = 0; i < sizeof row1 / sizeof *row1; i++) st[T + row1[i]] = 1;
+    st[0] = 1;
+    assert_true(run_segments_docs("GDML", PASS_STATE, split2, 2, st) < 1e-12);
+    assert_true(run_segments_docs("GDML", FOLD_MAPS, split2, 2, st) < 1e-12);
+    assert_true(run_segments_docs("GDML", FOLD_MAPS, split3, 3, st) < 1e-12);
+    assert_true(run_segments_docs("GA", PASS_STATE, split3, 3, st) < 1e-12);
+    assert_true(run_segments_docs("AGGA", FOLD_MAPS, split4, 4, st) < 1e-12);
+    assert_true(run_segments_docs("GGAA", PASS_STATE, split4, 4, st) < 1e-12);
+}
+
 /* ---- a CPU hook may not hand back a ready event (model/seq_hooks.h) ------------------------- */
 static jmp_buf die_jump;
 static char die_message[2048];
@@ -435,7 +487,7 @@ static void test_cpu_hook_event_refused(void **state) {
     static gdn_cpu_acts_f64 *a;
     a = gdn_cpu_acts_create_f64(&t, B, T);
     const gdn_seq_hooks h = {NULL, zero_halo, event_state_in, drop_state, zero_state, drop_state, zero_dtail,
-                             NULL, NULL, 0};
+                             NULL, NULL, NULL, 0};
     gdn_cpu_acts_set_seq_hooks_f64(a, &h);
     die_message[0] = 0;
     gdn_set_die_handler(die_to_test);
@@ -455,6 +507,7 @@ int main(void) {
         cmocka_unit_test(test_fold_maps),
         cmocka_unit_test(test_mixers_gdml),
         cmocka_unit_test(test_attention_layers),
+        cmocka_unit_test(test_documents),
         cmocka_unit_test(test_cpu_hook_event_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -362,7 +362,7 @@ typedef struct {
 
 static double conv_loss(void *p) {
     conv_ctx *c = p;
-    gdn_conv_fwd_f64(c->y, c->x, c->w, c->halo, c->B, c->T, c->C, c->W);
+    gdn_conv_fwd_f64(c->y, c->x, c->w, c->halo, NULL, c->B, c->T, c->C, c->W);
     return wsum(c->y, c->wy, (size_t)c->B * c->T * c->C);
 }
 
@@ -399,9 +399,9 @@ static void conv_case(const char *name, int B, int T, int C, int W, int with_hal
 
     double *dx = vec_nan(nx), *dhalo = vec_nan(nh), *base = vec(nw, -1, 1, seed + 4);
     double *dw = dup(base, nw);
-    gdn_conv_bwd_f64(dx, dw, dhalo, wy, x, w, halo, B, T, C, W);
+    gdn_conv_bwd_f64(dx, dw, dhalo, wy, x, w, halo, NULL, B, T, C, W);
     double *dx2 = vec_nan(nx), *dw2 = dup(base, nw);
-    gdn_conv_bwd_f64(dx2, dw2, NULL, wy, x, w, halo, B, T, C, W);
+    gdn_conv_bwd_f64(dx2, dw2, NULL, wy, x, w, halo, NULL, B, T, C, W);
     expect_same(name, "dhalo NULL", dx2, dx, nx * sizeof(double));
     expect_same(name, "dhalo NULL", dw2, dw, nw * sizeof(double));
     unaccumulate(dw, base, nw);
@@ -411,7 +411,7 @@ static void conv_case(const char *name, int B, int T, int C, int W, int with_hal
         expect_fd(name, "halo", conv_loss, &c, halo, dhalo, nh);
     } else { /* without a halo, dhalo is the gradient at an all-zero halo */
         double *zero = vec(nh, 0, 0, 0), *dhz = vec_nan(nh), *dwz = dup(base, nw);
-        gdn_conv_bwd_f64(dx2, dwz, dhz, wy, x, w, zero, B, T, C, W);
+        gdn_conv_bwd_f64(dx2, dwz, dhz, wy, x, w, zero, NULL, B, T, C, W);
         expect_same(name, "dhalo(zeros)", dhalo, dhz, nh * sizeof(double));
         free(zero), free(dhz), free(dwz);
     }
@@ -419,9 +419,9 @@ static void conv_case(const char *name, int B, int T, int C, int W, int with_hal
     float *xf = f32_of(x, nx), *wf = f32_of(w, nw), *hf = with_halo ? f32_of(halo, nh) : NULL;
     float *wyf = f32_of(wy, nx), *yf = f32_alloc(nx), *dxf = f32_alloc(nx);
     float *dwf = f32_alloc(nw), *dhf = f32_alloc(nh);
-    gdn_conv_fwd_f32(yf, xf, wf, hf, B, T, C, W);
+    gdn_conv_fwd_f32(yf, xf, wf, hf, NULL, B, T, C, W);
     expect_f32(name, "y", yf, y, nx);
-    gdn_conv_bwd_f32(dxf, dwf, dhf, wyf, xf, wf, hf, B, T, C, W);
+    gdn_conv_bwd_f32(dxf, dwf, dhf, wyf, xf, wf, hf, NULL, B, T, C, W);
     expect_f32(name, "dx", dxf, dx, nx);
     expect_f32(name, "dw", dwf, dw, nw);
     expect_f32(name, "dhalo", dhf, dhalo, nh);
@@ -747,7 +747,7 @@ typedef struct {
         gdn_gated_rmsnorm_bwd_##S(b[2], b[3], b[4], dy, x, z, w, rstd, DN, DD);                  \
         gdn_decay_gate_bwd_##S(b[5], b[6], b[7], dy, x, w, w + DH, DGN, DH);                     \
         gdn_embed_bwd_##S(b[8], tok, dy, DN / 2, 2 * DD); /* two column blocks */                \
-        gdn_conv_bwd_##S(b[9], b[10], b[11], dy, x, cw, z, DB, DT, DC, DW);                      \
+        gdn_conv_bwd_##S(b[9], b[10], b[11], dy, x, cw, z, NULL, DB, DT, DC, DW);                \
         int nv;                                                                                  \
         o->ce_loss = gdn_cross_entropy_##S(b[12], x, tgt, DCEN, DCEV, (T)0.5, &nv);              \
         free(rstd), free(y);                                                                     \

@@ -278,13 +278,13 @@ int gdn_cmd_bench(int argc, char **argv) {
                 return 2;
             }
             shapes[n++] = (gdn_delta_shape){dims[0], dims[1], dims[2], dims[3], got == 5 ? dims[4] : dims[3], 64, 0,
-                                            GDN_MIXER_G};
+                                            GDN_MIXER_G, NULL};
         } else if (cuda) {
-            shapes[n++] = (gdn_delta_shape){4, 4096, 16, 128, 128, 64, 0, GDN_MIXER_G};
-            shapes[n++] = (gdn_delta_shape){2, 16384, 16, 128, 128, 64, 0, GDN_MIXER_G};
-            shapes[n++] = (gdn_delta_shape){1, 8192, 96, 128, 128, 64, 0, GDN_MIXER_G};
+            shapes[n++] = (gdn_delta_shape){4, 4096, 16, 128, 128, 64, 0, GDN_MIXER_G, NULL};
+            shapes[n++] = (gdn_delta_shape){2, 16384, 16, 128, 128, 64, 0, GDN_MIXER_G, NULL};
+            shapes[n++] = (gdn_delta_shape){1, 8192, 96, 128, 128, 64, 0, GDN_MIXER_G, NULL};
         } else {
-            shapes[n++] = (gdn_delta_shape){1, 2048, 4, 64, 64, 64, 0, GDN_MIXER_G};
+            shapes[n++] = (gdn_delta_shape){1, 2048, 4, 64, 64, 64, 0, GDN_MIXER_G, NULL};
         }
         for (int i = 0; i < n; i++) {
 #ifdef GDN_HAVE_CUDA

@@ -36,6 +36,10 @@ static void op_usage(FILE *f) {
             "An input the variant ignores may be absent; when present it is checked like the others\n"
             "and its gradient (dg or dbeta) is written as zeros. Both backends run every variant.\n"
             "Precision: cpu computes in fp32 (default) or fp64; cuda in fp32 or bf16 (default).\n"
+            "Documents (cpu): an optional integer dataset cu_seqlens [n+1] = 0, ..., T splits every\n"
+            "batch row into the documents [c_i, c_i+1) (B = 1 is the packed varlen layout): the state\n"
+            "is zero at each later document's start; h0 enters the first document of a row and ht\n"
+            "(and dht) is the state leaving its last one.\n"
             "Softmax attention: gdn op attention --help. A model's logits: gdn op logits --help.\n");
 }
 
@@ -197,9 +201,21 @@ static int cmd_gated_delta(int argc, char **argv) {
     a.h0 = op_read_array(f, in, "h0", 4, es, "[B,H,K,V]", dh, 1);
     a.d_o = op_read_array(f, in, "do", 4, dv, "[B,T,H,V] (as v)", dh, 1);
     a.dht = op_read_array(f, in, "dht", 4, es, "[B,H,K,V]", dh, 1);
-    a.s = (gdn_delta_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dq[3], (int)dv[3], chunk, 0, variant};
+    a.s = (gdn_delta_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dq[3], (int)dv[3], chunk, 0, variant, NULL};
     a.scale = 1.0 / sqrt((double)a.s.K);
+    int *doc = op_read_cu_seqlens(f, in, a.s.B, a.s.T);
+    a.s.doc = doc;
+    if (doc && use_cuda) {
+        fprintf(stderr, "gdn op: %s: cu_seqlens (documents) is supported by --backend cpu only; the CUDA "
+                        "kernels do not reset at document starts yet\n", in);
+        io_h5_close(f);
+        free(doc);
+        double *in_arrays[] = {a.q, a.k, a.v, a.g, a.beta, a.h0, a.d_o, a.dht};
+        for (size_t i = 0; i < 8; i++) free(in_arrays[i]);
+        return 2;
+    }
     if (op_read_scale(f, in, &a.scale)) {
+        free(doc);
         io_h5_close(f);
         double *in_arrays[] = {a.q, a.k, a.v, a.g, a.beta, a.h0, a.d_o, a.dht};
         for (size_t i = 0; i < 8; i++) free(in_arrays[i]);
@@ -241,9 +257,10 @@ static int cmd_gated_delta(int argc, char **argv) {
     }
     if (H5Fclose(o) < 0) GDN_DIE("cannot close %s: %s", out, io_h5_last_error(err, sizeof err));
     printf("gdn op gated-delta: B=%d T=%d H=%d K=%d V=%d chunk=%d scale=%g variant=%s backend=%s "
-           "precision=%s%s -> %s\n",
+           "precision=%s%s%s -> %s\n",
            a.s.B, a.s.T, a.s.H, a.s.K, a.s.V, chunk, a.scale, mx->name, backend, precision,
-           want_grad ? " (with gradients)" : "", out);
+           doc ? " documents=cu_seqlens" : "", want_grad ? " (with gradients)" : "", out);
+    free(doc);
     double *in_arrays[] = {a.q, a.k, a.v, a.g, a.beta, a.h0, a.d_o, a.dht};
     float *out_arrays[] = {a.o, a.ht, a.dq, a.dk, a.dv, a.dg, a.dbeta, a.dh0};
     for (size_t i = 0; i < 8; i++) { free(in_arrays[i]); free(out_arrays[i]); }

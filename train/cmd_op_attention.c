@@ -26,7 +26,10 @@ static void attn_usage(FILE *f) {
             "sum(o * do): dq [B,T,H,D], dk, dv [B,T,Hkv,D].\n"
             "Precision: cpu computes in fp32 (default) or fp64; cuda in bf16 (default: bf16 inputs\n"
             "and outputs, fp32 accumulation, flash-style tensor-core kernels) or fp32. The cuda\n"
-            "backend takes head dims 64 and 128.\n");
+            "backend takes head dims 64 and 128.\n"
+            "Documents (cpu): an optional integer dataset cu_seqlens [n+1] = 0, ..., T splits every\n"
+            "batch row into the documents [c_i, c_i+1) (B = 1 is the packed varlen layout): a query\n"
+            "attends only to the keys of its own document (block-diagonal causal).\n");
 }
 
 typedef struct {
@@ -35,6 +38,7 @@ typedef struct {
     double *q, *k, *v, *d_o;       /* inputs (fp64 copies) */
     float *o, *lse, *dq, *dk, *dv; /* outputs */
     size_t nq, nkv, nl;            /* elements of q (o, do, dq), k (v, dk, dv), lse */
+    int *doc;                      /* documents from cu_seqlens (model/cpu/doc.h), or NULL */
 } attn_arrays;
 
 static float *attn_alloc_f32(size_t n) { return GDN_MALLOC(n * sizeof(float)); }
@@ -126,6 +130,7 @@ static void free_arrays(attn_arrays *a) {
     float *out[] = {a->o, a->lse, a->dq, a->dk, a->dv};
     for (size_t i = 0; i < 4; i++) free(in[i]);
     for (size_t i = 0; i < 5; i++) free(out[i]);
+    free(a->doc);
 }
 
 int gdn_cmd_op_attention(int argc, char **argv) {
@@ -194,8 +199,17 @@ int gdn_cmd_op_attention(int argc, char **argv) {
     a.v = op_read_array(f, in, "v", 4, dk, want, dd, 0);
     snprintf(want, sizeof want, "[%lld,%lld,%lld,%lld] (the shape of q)", dq[0], dq[1], dq[2], dq[3]);
     a.d_o = op_read_array(f, in, "do", 4, dq, want, dd, 1);
-    a.s = (gdn_attn_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dk[2], (int)dq[3]};
+    a.s = (gdn_attn_shape){(int)dq[0], (int)dq[1], (int)dq[2], (int)dk[2], (int)dq[3], NULL};
     a.scale = 1.0 / sqrt((double)a.s.D);
+    a.doc = op_read_cu_seqlens(f, in, a.s.B, a.s.T);
+    a.s.doc = a.doc;
+    if (a.doc && use_cuda) {
+        fprintf(stderr, "gdn op attention: %s: cu_seqlens (documents) is supported by --backend cpu only; the "
+                        "CUDA kernels do not mask by document yet\n", in);
+        io_h5_close(f);
+        free_arrays(&a);
+        return 2;
+    }
     if (op_read_scale(f, in, &a.scale)) {
         io_h5_close(f);
         free_arrays(&a);
@@ -243,9 +257,9 @@ int gdn_cmd_op_attention(int argc, char **argv) {
         op_write_f32(o, out, "dv", 4, shk, a.dv);
     }
     if (H5Fclose(o) < 0) GDN_DIE("cannot close %s: %s", out, io_h5_last_error(err, sizeof err));
-    printf("gdn op attention: B=%d T=%d H=%d Hkv=%d D=%d scale=%g backend=%s precision=%s%s -> %s\n",
+    printf("gdn op attention: B=%d T=%d H=%d Hkv=%d D=%d scale=%g backend=%s precision=%s%s%s -> %s\n",
            a.s.B, a.s.T, a.s.H, a.s.Hkv, a.s.D, a.scale, backend, precision,
-           want_grad ? " (with gradients)" : "", out);
+           a.doc ? " documents=cu_seqlens" : "", want_grad ? " (with gradients)" : "", out);
     free_arrays(&a);
     return 0;
 }

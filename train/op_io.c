@@ -9,6 +9,7 @@
 
 #include "io/h5util.h"
 #include "model/check.h"
+#include "model/cpu/doc.h"
 
 double *op_read_array(hid_t file, const char *path, const char *name, int rank,
                       const long long *expect, const char *expect_text, long long *dims,
@@ -71,6 +72,44 @@ double *op_read_array(hid_t file, const char *path, const char *name, int rank,
     io_h5_close(sp);
     io_h5_close(ds);
     return out;
+}
+
+int *op_read_cu_seqlens(hid_t file, const char *path, int B, int T) {
+    char err[512];
+    if (io_h5_exists(file, "cu_seqlens") <= 0) return NULL;
+    hid_t ds = H5Dopen2(file, "cu_seqlens", H5P_DEFAULT);
+    if (ds < 0) GDN_DIE("%s: cannot open dataset 'cu_seqlens': %s", path, io_h5_last_error(err, sizeof err));
+    hid_t ty = H5Dget_type(ds), sp = H5Dget_space(ds);
+    if (H5Tget_class(ty) != H5T_INTEGER)
+        GDN_DIE("%s: dataset 'cu_seqlens' must hold integers (document offsets 0 ... T = %d)", path, T);
+    hsize_t n = 0;
+    if (H5Sget_simple_extent_ndims(sp) != 1)
+        GDN_DIE("%s: dataset 'cu_seqlens' must be 1-D [n_docs + 1]", path);
+    H5Sget_simple_extent_dims(sp, &n, NULL);
+    if (n < 2 || n > (hsize_t)T + 1)
+        GDN_DIE("%s: dataset 'cu_seqlens' has %llu entries; it needs 2 to T + 1 = %d (0, the ends of the "
+                "documents, T)", path, (unsigned long long)n, T + 1);
+    long long *cu = GDN_MALLOC((size_t)n * sizeof *cu);
+    if (H5Dread(ds, H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, cu) < 0)
+        GDN_DIE("%s: cannot read dataset 'cu_seqlens': %s", path, io_h5_last_error(err, sizeof err));
+    if (cu[0] != 0 || cu[n - 1] != T)
+        GDN_DIE("%s: dataset 'cu_seqlens' runs from %lld to %lld; it must run from 0 to T = %d", path, cu[0],
+                cu[n - 1], T);
+    for (hsize_t i = 1; i < n; i++)
+        if (cu[i] <= cu[i - 1])
+            GDN_DIE("%s: dataset 'cu_seqlens' is not increasing at entry %llu (%lld after %lld): every "
+                    "document needs at least one token", path, (unsigned long long)i, cu[i], cu[i - 1]);
+    unsigned char *starts = GDN_CALLOC((size_t)B * T, 1);
+    for (int b = 0; b < B; b++)
+        for (hsize_t i = 1; i + 1 < n; i++) starts[(size_t)b * T + cu[i]] = 1;
+    int *doc = GDN_MALLOC((size_t)B * T * sizeof *doc);
+    gdn_doc_build(doc, starts, NULL, B, T);
+    free(starts);
+    free(cu);
+    io_h5_close(sp);
+    io_h5_close(ty);
+    io_h5_close(ds);
+    return doc;
 }
 
 float *op_to_f32(const double *x, size_t n) {

@@ -20,6 +20,14 @@ double *op_read_array(hid_t file, const char *path, const char *name, int rank,
                       const long long *expect, const char *expect_text, long long *dims,
                       int optional);
 
+/* The optional dataset 'cu_seqlens' (integers [n+1]: 0 = c_0 < c_1 < ... < c_n = T, the
+ * documents [c_i, c_{i+1}) of every batch row, the layout of packed varlen kernels with B = 1)
+ * as the kernels' doc array [B,T] (model/cpu/doc.h), malloced; NULL when absent. The first
+ * document of a row continues the entering state (h0), the later ones start from zero. Any
+ * problem (not integer, not 1-D, not from 0 to T, not increasing) is a fatal error naming the
+ * dataset. */
+int *op_read_cu_seqlens(hid_t file, const char *path, int B, int T);
+
 /* A malloced float copy of x [n]; NULL for NULL. */
 float *op_to_f32(const double *x, size_t n);
 

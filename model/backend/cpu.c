@@ -129,13 +129,7 @@ static void cpu_set_seq_hooks(gdn_model *m, const gdn_seq_hooks *hooks) {
 }
 
 static int cpu_set_doc_starts(gdn_model *m, const unsigned char *starts) {
-    if (!starts) return 0;
-    const size_t n = (size_t)m->shape.B * (size_t)m->shape.T;
-    for (size_t i = 0; i < n; i++)
-        if (starts[i] && i % (size_t)m->shape.T != 0) {
-            fprintf(stderr, "gdn: the cpu backend cannot run documents packed into one row yet\n");
-            return -1;
-        }
+    gdn_cpu_acts_set_doc_starts_f32(cpu(m)->acts, starts);
     return 0;
 }
 

@@ -10,7 +10,12 @@
  * The forward runs OpenMP over (batch, query head); the backward over (batch, kv head), each
  * task walking the query heads of its group in order, so dk and dv are summed in a fixed order
  * without sharing: the results are bitwise the same for any thread count. BLAS is held to one
- * thread inside the tasks, as in the delta rule. */
+ * thread inside the tasks, as in the delta rule.
+ *
+ * Documents (s->doc, model/cpu/doc.h): a query row reads only the keys of its own document, so
+ * the mask is block-diagonal causal; a block of query rows multiplies only the keys from the
+ * earliest document start among its rows, so packed short documents cost less than one long
+ * sequence. */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -35,43 +40,52 @@ static void attn_check_shape(const gdn_attn_shape *s, const char *who) {
                 s->T, s->H, s->D);
 }
 
-/* Scores of query rows t0..t0+n-1 (at key positions off+t0..) against keys 0..off+t0+n-1:
- * S [n, off+t0+n] = scale Q K^T. q and k point at row 0 of this (b, head) with row strides qs
- * and ks. */
-static void attn_scores(real *S, const real *q, const real *k, int off, int t0, int n, int D, size_t qs,
-                        size_t ks, real scale) {
-    int m = off + t0 + n;
-    R(gdn_gemm)(0, 1, n, m, D, scale, q + (size_t)t0 * qs, (int)qs, k, (int)ks, 0, S, m);
+/* First key query row t may read (its document's start; 0 without documents). */
+static inline int attn_key_lo(const gdn_attn_shape *s, int b, int off, int t) {
+    if (!s->doc) return 0;
+    const long lo = (long)off + s->doc[(size_t)b * s->T + t];
+    return lo > 0 ? (int)lo : 0;
 }
 
 /* Probabilities of the query block at t0 (n = min(ATTN_BLOCK, T - t0) rows; query row t is at key
- * position off + t) against keys 0..off+t0+n-1: P [n, off+t0+n], zero past each row's own
- * position. With lse_in (the backward) they are exp(score - lse); else (the forward) the row
- * softmax, its log-sum-exp into lse_out where that is not NULL. Returns n. */
-static int attn_block_probs(real *P, const real *qb, const real *kb, int off, int t0, int T, int D,
-                            size_t qs, size_t ks, real scale, const real *lse_in, real *lse_out) {
-    const int n = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK, m = off + t0 + n;
-    attn_scores(P, qb, kb, off, t0, n, D, qs, ks, scale);
+ * position off + t) against keys klo..off+t0+n-1, klo the first key any row of the block reads
+ * (returned in *klo): P [n, off+t0+n-klo], zero past each row's own position and before its
+ * document's start. With lse_in (the backward) they are exp(score - lse); else (the forward) the
+ * row softmax, its log-sum-exp into lse_out where that is not NULL. Returns n. */
+static int attn_block_probs(real *P, const gdn_attn_shape *s, int b, const real *qb, const real *kb,
+                            int off, int t0, int T, int D, size_t qs, size_t ks, real scale,
+                            const real *lse_in, real *lse_out, int *klo) {
+    const int n = T - t0 < ATTN_BLOCK ? T - t0 : ATTN_BLOCK;
+    int lo = attn_key_lo(s, b, off, t0);
+    for (int r = 1; r < n; r++) {
+        int l = attn_key_lo(s, b, off, t0 + r);
+        if (l < lo) lo = l;
+    }
+    const int m = off + t0 + n - lo;
+    R(gdn_gemm)(0, 1, n, m, D, scale, qb + (size_t)t0 * qs, (int)qs, kb + (size_t)lo * ks, (int)ks, 0, P, m);
     for (int r = 0; r < n; r++) {
         real *row = P + (size_t)r * m;
-        int t = off + t0 + r; /* this row's key position; lse is indexed by query row */
-        for (int j = t + 1; j < m; j++) row[j] = 0; /* the future */
+        /* this row's key position and its first key, relative to lo; lse is indexed by query row */
+        const int t = off + t0 + r - lo, first = attn_key_lo(s, b, off, t0 + r) - lo;
+        for (int j = 0; j < first; j++) row[j] = 0; /* an earlier document */
+        for (int j = t + 1; j < m; j++) row[j] = 0;  /* the future */
         if (lse_in) {
-            for (int j = 0; j <= t; j++) row[j] = REXP(row[j] - lse_in[t0 + r]);
+            for (int j = first; j <= t; j++) row[j] = REXP(row[j] - lse_in[t0 + r]);
             continue;
         }
-        real mx = row[0];
-        for (int j = 1; j <= t; j++)
+        real mx = row[first];
+        for (int j = first + 1; j <= t; j++)
             if (row[j] > mx) mx = row[j];
         double sum = 0; /* each term is in (0, 1]: a double sum stays exact enough for any T */
-        for (int j = 0; j <= t; j++) {
+        for (int j = first; j <= t; j++) {
             row[j] = REXP(row[j] - mx);
             sum += row[j];
         }
         real inv = (real)(1.0 / sum);
-        for (int j = 0; j <= t; j++) row[j] *= inv;
+        for (int j = first; j <= t; j++) row[j] *= inv;
         if (lse_out) lse_out[t0 + r] = (real)((double)mx + log(sum));
     }
+    *klo = lo;
     return n;
 }
 
@@ -89,8 +103,10 @@ static void attn_fwd_pair(const gdn_attn_shape *s, int Tk, int b, int h, const r
     real *ob = o + (size_t)b * T * qs + (size_t)h * D;
     real *lb = lse ? lse + ((size_t)b * s->H + h) * T : NULL;
     for (int t0 = 0; t0 < T; t0 += ATTN_BLOCK) {
-        const int n = attn_block_probs(S, qb, kb, off, t0, T, D, qs, ks, scale, NULL, lb), m = off + t0 + n;
-        R(gdn_gemm)(0, 0, n, D, m, 1, S, m, vb, (int)ks, 0, ob + (size_t)t0 * qs, (int)qs);
+        int lo;
+        const int n = attn_block_probs(S, s, b, qb, kb, off, t0, T, D, qs, ks, scale, NULL, lb, &lo);
+        const int m = off + t0 + n - lo;
+        R(gdn_gemm)(0, 0, n, D, m, 1, S, m, vb + (size_t)lo * ks, (int)ks, 0, ob + (size_t)t0 * qs, (int)qs);
     }
 }
 
@@ -137,19 +153,21 @@ static void attn_bwd_head(const gdn_attn_shape *s, int Tk, int b, int h, int hk,
     const real *lb = lse + ((size_t)b * s->H + h) * T;
     real *dqb = dq + qoff, *dkb = dk + koff, *dvb = dv + koff;
     for (int t0 = 0; t0 < T; t0 += ATTN_BLOCK) {
-        const int n = attn_block_probs(P, qb, kb, off, t0, T, D, qs, ks, scale, lb, NULL), m = off + t0 + n;
-        const real *dob_blk = dob + (size_t)t0 * qs;
-        R(gdn_gemm)(1, 0, m, D, n, 1, P, m, dob_blk, (int)qs, 1, dvb, (int)ks);
-        R(gdn_gemm)(0, 1, n, m, D, 1, dob_blk, (int)qs, vb, (int)ks, 0, dP, m);
+        int lo;
+        const int n = attn_block_probs(P, s, b, qb, kb, off, t0, T, D, qs, ks, scale, lb, NULL, &lo);
+        const int m = off + t0 + n - lo;
+        const real *dob_blk = dob + (size_t)t0 * qs, *kl = kb + (size_t)lo * ks;
+        R(gdn_gemm)(1, 0, m, D, n, 1, P, m, dob_blk, (int)qs, 1, dvb + (size_t)lo * ks, (int)ks);
+        R(gdn_gemm)(0, 1, n, m, D, 1, dob_blk, (int)qs, vb + (size_t)lo * ks, (int)ks, 0, dP, m);
         for (int r = 0; r < n; r++) {
             const real *dor = dob_blk + (size_t)r * qs, *orow = ob + (size_t)(t0 + r) * qs;
             double di = 0;
             for (int d = 0; d < D; d++) di += (double)dor[d] * orow[d];
             real *prow = P + (size_t)r * m, *dprow = dP + (size_t)r * m;
-            for (int j = 0; j < m; j++) dprow[j] = prow[j] * (dprow[j] - (real)di); /* 0 past t */
+            for (int j = 0; j < m; j++) dprow[j] = prow[j] * (dprow[j] - (real)di); /* 0 where P is */
         }
-        R(gdn_gemm)(0, 0, n, D, m, scale, dP, m, kb, (int)ks, 0, dqb + (size_t)t0 * qs, (int)qs);
-        R(gdn_gemm)(1, 0, m, D, n, scale, dP, m, qb + (size_t)t0 * qs, (int)qs, 1, dkb, (int)ks);
+        R(gdn_gemm)(0, 0, n, D, m, scale, dP, m, kl, (int)ks, 0, dqb + (size_t)t0 * qs, (int)qs);
+        R(gdn_gemm)(1, 0, m, D, n, scale, dP, m, qb + (size_t)t0 * qs, (int)qs, 1, dkb + (size_t)lo * ks, (int)ks);
     }
 }
 
@@ -196,6 +214,7 @@ void R(gdn_attn_bwd)(const gdn_attn_shape *s, const real *q, const real *k, cons
 void R(gdn_attn_fwd_cached)(const gdn_attn_shape *s, const real *q, const real *k, const real *v,
                             int len, int pos0, real scale, real *o, real *lse) {
     attn_check_shape(s, "gdn_attn_fwd_cached");
+    if (s->doc) GDN_DIE("gdn_attn_fwd_cached: documents are not supported when decoding from a cache");
     if (pos0 < 0 || len < 0 || (long)pos0 + s->T > len)
         GDN_DIE("gdn_attn_fwd_cached: rows at positions %d..%ld do not fit a cache of %d positions",
                 pos0, (long)pos0 + s->T - 1, len);

@@ -1,5 +1,7 @@
 /* Depthwise causal short convolution (width W, no bias) with an optional halo: the last W-1
- * input rows of the previous segment, so a sequence can be processed in pieces. */
+ * input rows of the previous segment, so a sequence can be processed in pieces. With documents
+ * (model/cpu/doc.h) a tap that would read a row before the output row's document start reads
+ * zero instead, in the halo as well. */
 #include "model/real.h"
 #include "model/cpu/ops_cpu.h"
 #include "model/check.h"
@@ -19,6 +21,11 @@ static inline const real *conv_row(const real *x /* [B,T,C] */, const real *halo
     return halo + ((size_t)b * (W - 1) + (W - 1) + t) * C;
 }
 
+/* Output row t of sequence b may read input row p (doc: model/cpu/doc.h; NULL: every row). */
+static inline int conv_sees(const int *doc, int b, int t, int p, int T) {
+    return !doc || p >= doc[(size_t)b * T + t];
+}
+
 /* wt[j, c] = w[c, j], so the inner loops over channels are contiguous. */
 static real *conv_transpose_weight(const real *w /* [C,W] */, int C, int W) {
     real *wt = GDN_MALLOC((size_t)C * W * sizeof(real));
@@ -28,7 +35,8 @@ static real *conv_transpose_weight(const real *w /* [C,W] */, int C, int W) {
 }
 
 void R(gdn_conv_fwd)(real *y /* [B,T,C] */, const real *x /* [B,T,C] */, const real *w /* [C,W] */,
-                     const real *halo /* [B,W-1,C] or NULL */, int B, int T, int C, int W) {
+                     const real *halo /* [B,W-1,C] or NULL */, const int *doc /* [B,T] or NULL */,
+                     int B, int T, int C, int W) {
     GDN_ASSERT(W >= 1);
     real *wt = conv_transpose_weight(w, C, W);
     long rows = (long)B * T;
@@ -39,7 +47,7 @@ void R(gdn_conv_fwd)(real *y /* [B,T,C] */, const real *x /* [B,T,C] */, const r
         for (int c = 0; c < C; c++) yr[c] = 0;
         for (int j = 0; j < W; j++) {
             const real *src = conv_row(x, halo, b, t - (W - 1) + j, T, C, W);
-            if (!src) continue;
+            if (!src || !conv_sees(doc, b, t, t - (W - 1) + j, T)) continue;
             const real *wj = wt + (size_t)j * C;
             for (int c = 0; c < C; c++) yr[c] += wj[c] * src[c];
         }
@@ -54,7 +62,8 @@ void R(gdn_conv_fwd)(real *y /* [B,T,C] */, const real *x /* [B,T,C] */, const r
 void R(gdn_conv_bwd)(real *dx /* [B,T,C] */, real *dw /* [C,W] */,
                      real *dhalo /* [B,W-1,C] or NULL */, const real *dy /* [B,T,C] */,
                      const real *x /* [B,T,C] */, const real *w /* [C,W] */,
-                     const real *halo /* [B,W-1,C] or NULL */, int B, int T, int C, int W) {
+                     const real *halo /* [B,W-1,C] or NULL */, const int *doc /* [B,T] or NULL */,
+                     int B, int T, int C, int W) {
     GDN_ASSERT(W >= 1);
     real *wt = conv_transpose_weight(w, C, W);
     double *part = GDN_CALLOC((size_t)W * C, sizeof(double)); /* [W,C] */
@@ -71,13 +80,13 @@ void R(gdn_conv_bwd)(real *dx /* [B,T,C] */, real *dw /* [C,W] */,
                 for (int c = c0; c < c1; c++) dxr[c] = 0;
                 for (int j = 0; j < W; j++) {
                     int to = t + (W - 1) - j; /* output time that reads x[t] through tap j */
-                    if (to >= T) continue;
+                    if (to >= T || !conv_sees(doc, b, to, t, T)) continue;
                     const real *wj = wt + (size_t)j * C, *g = dyb + (size_t)to * C;
                     for (int c = c0; c < c1; c++) dxr[c] += wj[c] * g[c];
                 }
                 for (int j = 0; j < W; j++) {
                     const real *src = conv_row(x, halo, b, t - (W - 1) + j, T, C, W);
-                    if (!src) continue;
+                    if (!src || !conv_sees(doc, b, t, t - (W - 1) + j, T)) continue;
                     double *pj = part + (size_t)j * C;
                     for (int c = c0; c < c1; c++) pj[c] += (double)dyr[c] * src[c];
                 }
@@ -88,7 +97,7 @@ void R(gdn_conv_bwd)(real *dx /* [B,T,C] */, real *dw /* [C,W] */,
                 for (int c = c0; c < c1; c++) dhr[c] = 0;
                 for (int j = 0; j < W; j++) {
                     int to = r - j;
-                    if (to < 0 || to >= T) continue;
+                    if (to < 0 || to >= T || !conv_sees(doc, b, to, r - (W - 1), T)) continue;
                     const real *wj = wt + (size_t)j * C, *g = dyb + (size_t)to * C;
                     for (int c = c0; c < c1; c++) dhr[c] += wj[c] * g[c];
                 }

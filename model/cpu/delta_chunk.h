@@ -6,8 +6,8 @@
  * Private to model/cpu: include after model/real.h, model/check.h and model/cpu/ops_cpu.h.
  *
  * Rows of a chunk are r = 0..n-1 with n = chunk, or fewer for the last chunk of a sequence whose
- * length is not a multiple of the chunk: every product runs over n rows, so nothing needs
- * masking. Decays enter only as exp(G_i - G_j) with i >= j (<= 1), never as exp(-G). */
+ * length is not a multiple of the chunk or for the chunk before a document start (chunks restart
+ * at each document): every product runs over n rows, so nothing needs masking. Decays enter only as exp(G_i - G_j) with i >= j (<= 1), never as exp(-G). */
 #ifndef GDN_CPU_DELTA_CHUNK_H
 #define GDN_CPU_DELTA_CHUNK_H
 
@@ -67,6 +67,35 @@ static inline const gdn_mixer_info *delta_check_shape(const gdn_delta_shape *s, 
 /* Rows n of the chunk starting at token t0: the chunk size, or what is left of the sequence. */
 static inline int delta_chunk_rows(const gdn_delta_shape *s, int t0) {
     return s->T - t0 < s->chunk ? s->T - t0 : s->chunk;
+}
+
+/* Documents (s->doc, model/cpu/doc.h): the state is zero where row b starts a document at t. */
+static inline int delta_doc_reset(const gdn_delta_shape *s, int b, int t) {
+    return s->doc && s->doc[(size_t)b * s->T + t] == t;
+}
+
+/* Rows of the chunk of row b starting at t0: the chunk size, or what is left of the sequence, or
+ * up to the next document start. A chunk therefore lies inside one document: it starts from a
+ * zero state when t0 starts one, and no product inside it needs a mask. */
+static inline int delta_chunk_len(const gdn_delta_shape *s, int b, int t0) {
+    const int n = delta_chunk_rows(s, t0);
+    if (s->doc)
+        for (int r = 1; r < n; r++)
+            if (delta_doc_reset(s, b, t0 + r)) return r;
+    return n;
+}
+
+/* The most chunks any row is cut into (more than ceil(T / chunk) only with documents). */
+static inline int delta_max_chunks(const gdn_delta_shape *s) {
+    const int NT = (s->T + s->chunk - 1) / s->chunk;
+    if (!s->doc) return NT;
+    int most = 0;
+    for (int b = 0; b < s->B; b++) {
+        int c = 0;
+        for (int t0 = 0; t0 < s->T; t0 += delta_chunk_len(s, b, t0)) c++;
+        if (c > most) most = c;
+    }
+    return most;
 }
 
 /* dst[r, :] = x[b, t0 + r, h, :] for r < n; x is [B,T,H,D], dst is [n,D]. */

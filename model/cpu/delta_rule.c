@@ -81,8 +81,9 @@ static void delta_fwd_pair(const gdn_delta_shape *s, const gdn_mixer_info *mx, i
         memcpy(w->S, h0 + st, sizeof(real) * K * V);
     else
         memset(w->S, 0, sizeof(real) * K * V);
-    for (int t0 = 0; t0 < s->T; t0 += C) {
-        int n = delta_chunk_rows(s, t0);
+    for (int t0 = 0, n; t0 < s->T; t0 += n) {
+        n = delta_chunk_len(s, b, t0);
+        if (delta_doc_reset(s, b, t0)) memset(w->S, 0, sizeof(real) * K * V);
         delta_gather(w->q, q, s, b, h, t0, n, K);
         delta_gather(w->k, k, s, b, h, t0, n, K);
         if (mx->has_decay) delta_gather(w->g, g, s, b, h, t0, n, 1);
@@ -137,6 +138,7 @@ typedef struct {
     real *dv, *dVn, *dVb, *dOg, *KdS; /* [C,V] */
     real *tmp;                        /* [C,max(K,V)] */
     real *dS, *dSp;                   /* [K,V] gradient of the state leaving / entering the chunk */
+    int *t0;                          /* [chunks + 1] first row of each chunk of the pair's row */
 } delta_bwd_ws;
 
 static size_t delta_bwd_ws_size(int NT, int C, int K, int V) {
@@ -327,8 +329,9 @@ static void delta_bwd_pair(const gdn_delta_shape *s, const gdn_mixer_info *mx, i
                            const real *beta, real scale, const real *h0, const real *d_o,
                            const real *dht, real *dq, real *dk, real *dv, real *dg, real *dbeta,
                            real *dh0, delta_bwd_ws *w) {
-    const int C = s->chunk, K = s->K, V = s->V, NT = (s->T + C - 1) / C;
+    const int C = s->chunk, K = s->K, V = s->V;
     const int decay = mx->has_decay, delta = mx->has_delta;
+    int NT = 0; /* chunks of this row; their first rows in w->t0 */
     const size_t KV = (size_t)K * V, st = ((size_t)b * s->H + h) * KV;
 
     /* Recompute the forward state pass, keeping each chunk's entering state, T, W, U and Vn
@@ -338,8 +341,11 @@ static void delta_bwd_pair(const gdn_delta_shape *s, const gdn_mixer_info *mx, i
     else
         memset(w->dSp, 0, sizeof(real) * KV);
     real *S = w->dSp; /* running state; dSp is free until the reverse walk */
+    for (int t0 = 0; t0 < s->T; t0 += delta_chunk_len(s, b, t0)) w->t0[NT++] = t0;
+    w->t0[NT] = s->T;
     for (int c = 0; c < NT; c++) {
-        int t0 = c * C, n = delta_chunk_rows(s, t0);
+        int t0 = w->t0[c], n = w->t0[c + 1] - t0;
+        if (delta_doc_reset(s, b, t0)) memset(S, 0, sizeof(real) * KV);
         real *Tm = w->Tc + (size_t)c * C * C, *W = w->Wc + (size_t)c * C * K;
         real *U = w->Uc + (size_t)c * C * V, *Vn = w->Vc + (size_t)c * C * V;
         memcpy(w->Sc + (size_t)c * KV, S, sizeof(real) * KV);
@@ -361,7 +367,7 @@ static void delta_bwd_pair(const gdn_delta_shape *s, const gdn_mixer_info *mx, i
     else
         memset(w->dS, 0, sizeof(real) * KV);
     for (int c = NT - 1; c >= 0; c--) {
-        int t0 = c * C, n = delta_chunk_rows(s, t0);
+        int t0 = w->t0[c], n = w->t0[c + 1] - t0;
         delta_gather(w->q, q, s, b, h, t0, n, K);
         delta_gather(w->k, k, s, b, h, t0, n, K);
         delta_gather(w->v, v, s, b, h, t0, n, V);
@@ -379,6 +385,8 @@ static void delta_bwd_pair(const gdn_delta_shape *s, const gdn_mixer_info *mx, i
         real *swap = w->dS;
         w->dS = w->dSp;
         w->dSp = swap;
+        /* a document starts here: nothing before it reached the state */
+        if (delta_doc_reset(s, b, t0)) memset(w->dS, 0, sizeof(real) * KV);
     }
     if (dh0) memcpy(dh0 + st, w->dS, sizeof(real) * KV);
 }
@@ -388,19 +396,22 @@ void R(gdn_delta_bwd)(const gdn_delta_shape *s, const real *q, const real *k, co
                       const real *dht, real *dq, real *dk, real *dv, real *dg, real *dbeta,
                       real *dh0) {
     const gdn_mixer_info *mx = delta_check_shape(s, "gdn_delta_bwd");
-    const int npairs = s->B * s->H, NT = (s->T + s->chunk - 1) / s->chunk;
+    const int npairs = s->B * s->H, NT = delta_max_chunks(s);
     const int blas_threads = delta_blas_single_begin();
 #pragma omp parallel
     {
         real *block = GDN_MALLOC(sizeof(real) * delta_bwd_ws_size(NT, s->chunk, s->K, s->V));
+        int *t0 = GDN_MALLOC(sizeof(int) * ((size_t)NT + 1));
         delta_bwd_ws w;
 #pragma omp for schedule(dynamic, 1)
         for (int p = 0; p < npairs; p++) {
             /* Carve per pair: the reverse walk swaps the dS / dSp pointers. */
             delta_bwd_ws_carve(&w, block, NT, s->chunk, s->K, s->V);
+            w.t0 = t0;
             delta_bwd_pair(s, mx, p / s->H, p % s->H, q, k, v, g, beta, scale, h0, d_o, dht, dq,
                            dk, dv, dg, dbeta, dh0, &w);
         }
+        free(t0);
         free(block);
     }
     delta_blas_single_end(blas_threads);

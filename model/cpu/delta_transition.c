@@ -97,13 +97,17 @@ static void tr_for_pairs(const gdn_delta_shape *s, const char *who, tr_pair_fn f
 }
 
 static void tr_fwd_pair(const gdn_delta_shape *s, int b, int h, const tr_args *a, tr_ws *w) {
-    const int C = s->chunk, K = s->K, V = s->V;
+    const int K = s->K, V = s->V;
     real *Mr = w->A, *Hr = w->B2, *H = a->H; /* running M [K,K] and H [K,V] */
     memset(Mr, 0, sizeof(real) * K * K);
     for (int i = 0; i < K; i++) Mr[(size_t)i * K + i] = 1;
     if (H) memset(Hr, 0, sizeof(real) * K * V);
-    for (int t0 = 0; t0 < s->T; t0 += C) {
-        int n = delta_chunk_rows(s, t0);
+    for (int t0 = 0, n; t0 < s->T; t0 += n) {
+        n = delta_chunk_len(s, b, t0);
+        if (delta_doc_reset(s, b, t0)) { /* nothing before a document start reaches its end */
+            memset(Mr, 0, sizeof(real) * K * K);
+            if (H) memset(Hr, 0, sizeof(real) * K * V);
+        }
         if (H) delta_gather(w->x, a->v, s, b, h, t0, n, V);
         tr_chunk(s, a->mx, b, h, t0, n, a->k, a->g, a->beta, H ? w->x : NULL, w);
         const real gl = w->gam[n - 1];
@@ -136,12 +140,15 @@ void R(gdn_delta_transition)(const gdn_delta_shape *s, const real *k, const real
  * - W^T dVn, with Lm = scale (Q K^T o Gam) on and below the diagonal. Without the delta term
  * W = 0, so dVn is not needed. */
 static void tr_adj_pair(const gdn_delta_shape *s, int b, int h, const tr_args *a, tr_ws *w) {
-    const int C = s->chunk, K = s->K, V = s->V, NT = (s->T + C - 1) / C;
+    const int C = s->chunk, K = s->K, V = s->V;
     const real scale = a->scale;
     real *dS = w->A, *dVn = w->U, *dOg = w->P;
     memset(dS, 0, sizeof(real) * K * V);
-    for (int c = NT - 1; c >= 0; c--) {
-        int t0 = c * C, n = delta_chunk_rows(s, t0);
+    /* the chunks in reverse: the last one ends at T, each earlier one where the next begins */
+    for (int end = s->T; end > 0;) {
+        const int d = s->doc ? s->doc[(size_t)b * s->T + end - 1] : 0, from = d > 0 ? d : 0;
+        const int t0 = from + (end - 1 - from) / C * C, n = end - t0;
+        end = t0;
         const int delta = a->mx->has_delta;
         tr_chunk(s, a->mx, b, h, t0, n, a->k, a->g, a->beta, NULL, w);
         delta_gather(w->q, a->q, s, b, h, t0, n, K);
@@ -159,6 +166,7 @@ static void tr_adj_pair(const gdn_delta_shape *s, int b, int h, const tr_args *a
         /* dS <- gam_last dS + Q^T dOg - W^T dVn (in place: dVn already read dS) */
         R(gdn_gemm)(1, 0, K, V, n, 1, w->q, K, dOg, V, gl, dS, V);
         if (delta) R(gdn_gemm)(1, 0, K, V, n, -1, w->W, K, dVn, V, 1, dS, V);
+        if (delta_doc_reset(s, b, t0)) memset(dS, 0, sizeof(real) * K * V);
     }
     memcpy(a->E + ((size_t)b * s->H + h) * K * V, dS, sizeof(real) * K * V);
 }

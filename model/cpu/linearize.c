@@ -42,7 +42,7 @@ int R(gdn_lin_gdn)(int T, int D, int Dv, const real *q, const real *k, const rea
         g[t] = t ? (real)log1p(-1.0 / p) : 0;
         beta[t] = t ? (real)(1.0 / (p - 1.0)) : 0;
     }
-    gdn_delta_shape s = {1, T, 1, D, Dv, chunk, 0, GDN_MIXER_G};
+    gdn_delta_shape s = {1, T, 1, D, Dv, chunk, 0, GDN_MIXER_G, NULL};
     R(gdn_delta_fwd)(&s, qq, kk, vv, g, beta, 1, NULL, o, NULL);
     memset(vbar, 0, sizeof(double) * (size_t)Dv);
     int bad = 0;

@@ -75,6 +75,11 @@ struct R(gdn_cpu_acts) {
     int pos0;          /* position of the first token (a carried KV cache); the backward needs 0 */
     int n_attn;        /* attention layers */
     hooks_t hooks;
+    /* documents: the starts set (NULL: none) and, per forward pass, the form the kernels read
+     * (model/cpu/doc.h); doc_used is doc when any row has a document boundary, else NULL */
+    unsigned char *starts; /* [N] */
+    int *doc;              /* [N] */
+    const int *doc_used;
     /* sequence parallelism with attention layers: the prefix's keys and values [B,pos0+T,C] per
      * attention layer (k, v; kept for the backward), then the gradients of one layer's (dk, dv) */
     real *sp_kv;

@@ -4,7 +4,8 @@
  * and its backward; with a carry, RoPE starts at the carried position and the keys and values
  * go through the carried KV cache (decoding); under sequence parallelism RoPE starts at the
  * segment's position and the earlier segments' keys and values come through the hooks
- * (model/seq_hooks.h). */
+ * (model/seq_hooks.h). With documents (a->doc_used) a query reads only its document's keys and
+ * RoPE counts positions from the document's start. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,10 +116,10 @@ void R(gdn_cpu_attn_forward)(acts_t *a, const gdn_param_table *t, const real *P,
         memcpy(L->k, L->kp, sizeof(real) * (size_t)N * KW);
     }
     const int p0 = rope_pos0(a);
-    R(gdn_rope_fwd)(L->q, L->q, B, T, H, Da, p0, theta);
-    R(gdn_rope_fwd)(L->k, L->k, B, T, Hkv, Da, p0, theta);
+    R(gdn_rope_fwd_doc)(L->q, L->q, B, T, H, Da, p0, a->doc_used, theta);
+    R(gdn_rope_fwd_doc)(L->k, L->k, B, T, Hkv, Da, p0, a->doc_used, theta);
 
-    gdn_attn_shape shape = {B, T, H, Hkv, Da};
+    gdn_attn_shape shape = {B, T, H, Hkv, Da, a->doc_used};
     const real scale = (real)(1.0 / sqrt((double)Da));
     if (cout && !cout->kv_k != !cout->kv_v)
         GDN_DIE("gdn_cpu_forward: carry_out has only one of kv_k, kv_v; give both or neither");
@@ -162,7 +163,7 @@ void R(gdn_cpu_attn_backward)(acts_t *a, const gdn_param_table *t, const real *P
     const real *x = a->x + (size_t)l * N * D;
 
     R(gdn_linear_bwd)(s->ado, G + off->o_proj, s->dx, L->o, P + off->o_proj, N, QW, D);
-    gdn_attn_shape shape = {B, T, H, Hkv, Da};
+    gdn_attn_shape shape = {B, T, H, Hkv, Da, a->doc_used};
     const real scale = (real)(1.0 / sqrt((double)Da));
     const int p0 = rope_pos0(a); /* 0 without hooks: gdn_cpu_backward refuses a carried cache */
     if (a->seq_parallel) { /* gradients of the prefix's keys and values; the hooks sum our rows' */
@@ -176,8 +177,8 @@ void R(gdn_cpu_attn_backward)(acts_t *a, const gdn_param_table *t, const real *P
     } else {
         R(gdn_attn_bwd)(&shape, L->q, L->k, L->vp, L->o, L->lse, scale, s->ado, s->adq, s->adk, s->adv);
     }
-    R(gdn_rope_bwd)(s->adq, s->adq, B, T, H, Da, p0, theta);
-    R(gdn_rope_bwd)(s->adk, s->adk, B, T, Hkv, Da, p0, theta);
+    R(gdn_rope_bwd_doc)(s->adq, s->adq, B, T, H, Da, p0, a->doc_used, theta);
+    R(gdn_rope_bwd_doc)(s->adk, s->adk, B, T, Hkv, Da, p0, a->doc_used, theta);
     const real *dqp = s->adq, *dkp = s->adk;
     if (c->qk_norm) {
         R(gdn_rmsnorm_bwd)(s->adqp, G + off->q_norm, s->adq, L->qp, P + off->q_norm, L->rq, N * H, Da);

@@ -83,6 +83,7 @@ acts_t *R(gdn_cpu_acts_create)(const gdn_param_table *t, int B, int T) {
     a->L = GDN_CALLOC((size_t)t->cfg.n_layers, sizeof *a->L);
     a->n_attn = gdn_config_count_mixer(&t->cfg, GDN_MIXER_A);
     a->tokens = GDN_CALLOC(a->N, sizeof *a->tokens);
+    a->doc = GDN_CALLOC(a->N ? a->N : 1, sizeof *a->doc);
     size_t n = acts_layout(a, NULL);
     a->arena_n = n;
     a->arena = GDN_CALLOC(n, sizeof(real));
@@ -94,6 +95,8 @@ void R(gdn_cpu_acts_free)(acts_t *a) {
     if (!a) return;
     free(a->arena);
     free(a->sp_kv);
+    free(a->starts);
+    free(a->doc);
     free(a->tokens);
     free(a->L);
     free(a);
@@ -148,15 +151,67 @@ static void halo_load(real *dst, const real *carry, size_t n) {
     else memset(dst, 0, n * sizeof(real));
 }
 
+void R(gdn_cpu_acts_set_doc_starts)(acts_t *a, const unsigned char *starts) {
+    free(a->starts);
+    a->starts = NULL;
+    if (!starts) return;
+    a->starts = GDN_MALLOC(a->N ? a->N : 1);
+    memcpy(a->starts, starts, a->N);
+}
+
+/* The documents of this pass (a->doc_used): from the starts and, under sequence parallelism,
+ * the document open before the segment (the doc_prev hook, called on every segment). */
+static void docs_prepare(acts_t *a) {
+    const int B = a->B, T = a->T;
+    a->doc_used = NULL;
+    int *prev = NULL, any = 0;
+    if (a->seq_parallel && a->hooks.doc_prev) {
+        const int pos0 = a->hooks.pos0;
+        int *last = GDN_MALLOC(2 * (size_t)B * sizeof(int));
+        prev = last + B;
+        for (int b = 0; b < B; b++) {
+            last[b] = -1;
+            for (int t = 0; a->starts && t < T; t++)
+                if (a->starts[(size_t)b * T + t]) last[b] = pos0 + t;
+        }
+        a->hooks.doc_prev(a->hooks.user, last, prev, B);
+        for (int b = 0; b < B; b++) {
+            if (prev[b] >= pos0 || prev[b] < -1)
+                GDN_DIE("sequence parallelism: the doc_prev hook gave position %d for row %d, not an "
+                        "earlier segment's (the segment starts at %d)", prev[b], b, pos0);
+            any |= prev[b] > 0;
+            prev[b] = prev[b] > 0 ? prev[b] - pos0 : GDN_DOC_BEFORE;
+        }
+        memmove(last, prev, (size_t)B * sizeof(int));
+        prev = last;
+    } else if (a->seq_parallel && a->starts) {
+        GDN_DIE("document starts under sequence parallelism need hooks with doc_prev "
+                "(model/seq_hooks.h)");
+    }
+    for (size_t i = 0; a->starts && i < a->N && !any; i++) any = a->starts[i] != 0;
+    if (any) {
+        if (a->n_attn && a->pos0 > 0)
+            GDN_DIE("gdn_cpu_forward: document starts cannot be combined with a carried KV cache "
+                    "(carry_in->pos = %d): decode each document from position 0", a->pos0);
+        gdn_doc_build(a->doc, a->starts, prev, B, T);
+        a->doc_used = a->doc;
+    }
+    free(prev);
+}
+
 /* The last W-1 rows of [halo; x] per sequence: the halo of the next segment.
  * halo, out: [B,W-1,C]; x: [B,T,C]. */
-static void halo_next(real *out, const real *halo, const real *x, int B, int T, int C, int Wm1) {
+static void halo_next(real *out, const real *halo, const real *x, const int *doc, int B, int T, int C,
+                      int Wm1) {
     for (int b = 0; b < B; b++) {
         for (int r = 0; r < Wm1; r++) {
             int t = T - Wm1 + r; /* position in x; negative means inside the old halo */
             const real *src = t >= 0 ? x + ((size_t)b * T + t) * C
                                      : halo + ((size_t)b * Wm1 + (Wm1 + t)) * C;
-            memcpy(out + ((size_t)b * Wm1 + r) * C, src, (size_t)C * sizeof(real));
+            real *dst = out + ((size_t)b * Wm1 + r) * C;
+            /* rows of a document that ended before the row's last one began: zeros */
+            if (doc && T > 0 && t < doc[(size_t)b * T + T - 1]) memset(dst, 0, (size_t)C * sizeof(real));
+            else memcpy(dst, src, (size_t)C * sizeof(real));
         }
     }
 }
@@ -209,12 +264,12 @@ static void delta_forward(acts_t *a, const gdn_param_table *t, const real *P, in
         halo_load(L->halo_k, cin && cin->halo_k ? cin->halo_k + l * hk_n : NULL, hk_n);
         halo_load(L->halo_v, cin && cin->halo_v ? cin->halo_v + l * hv_n : NULL, hv_n);
     }
-    R(gdn_conv_fwd)(L->qc, L->qp, P + off->q_conv, L->halo_q, B, T, HK, W);
-    R(gdn_conv_fwd)(L->kc, L->kp, P + off->k_conv, L->halo_k, B, T, HK, W);
-    R(gdn_conv_fwd)(L->vc, L->vp, P + off->v_conv, L->halo_v, B, T, HV, W);
-    if (cout && cout->halo_q) halo_next(cout->halo_q + l * hk_n, L->halo_q, L->qp, B, T, HK, W - 1);
-    if (cout && cout->halo_k) halo_next(cout->halo_k + l * hk_n, L->halo_k, L->kp, B, T, HK, W - 1);
-    if (cout && cout->halo_v) halo_next(cout->halo_v + l * hv_n, L->halo_v, L->vp, B, T, HV, W - 1);
+    R(gdn_conv_fwd)(L->qc, L->qp, P + off->q_conv, L->halo_q, a->doc_used, B, T, HK, W);
+    R(gdn_conv_fwd)(L->kc, L->kp, P + off->k_conv, L->halo_k, a->doc_used, B, T, HK, W);
+    R(gdn_conv_fwd)(L->vc, L->vp, P + off->v_conv, L->halo_v, a->doc_used, B, T, HV, W);
+    if (cout && cout->halo_q) halo_next(cout->halo_q + l * hk_n, L->halo_q, L->qp, a->doc_used, B, T, HK, W - 1);
+    if (cout && cout->halo_k) halo_next(cout->halo_k + l * hk_n, L->halo_k, L->kp, a->doc_used, B, T, HK, W - 1);
+    if (cout && cout->halo_v) halo_next(cout->halo_v + l * hv_n, L->halo_v, L->vp, a->doc_used, B, T, HV, W - 1);
 
     real *tmp = s->dq1; /* backward scratch, free during the forward pass */
     R(gdn_silu_fwd)(tmp, L->qc, (size_t)N * HK);
@@ -227,7 +282,7 @@ static void delta_forward(acts_t *a, const gdn_param_table *t, const real *P, in
         R(gdn_beta_fwd)(L->beta, L->bp, c->allow_neg_eigval ? (real)2 : (real)1, (size_t)N * H);
     const real *g = mx->has_decay ? L->g : NULL, *beta = mx->has_beta ? L->beta : NULL;
 
-    gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size, 0, off->mixer};
+    gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size, 0, off->mixer, a->doc_used};
     const real scale = (real)(1.0 / sqrt((double)K));
     if (a->seq_parallel) {
         delta_args_t d = {&shape, L->q, L->k, L->v, g, beta, scale, NULL};
@@ -279,6 +334,7 @@ double R(gdn_cpu_forward)(acts_t *a, const gdn_param_table *t, const real *P, co
     R(gdn_embed_fwd)(a->x, tokens, P + t->embed, N, D);
     a->pos0 = cin ? cin->pos : 0;
     if (a->pos0 < 0) GDN_DIE("gdn_cpu_forward: carry_in->pos is %d; it must be >= 0", a->pos0);
+    docs_prepare(a);
     for (int l = 0; l < nL; l++) {
         if (gdn_mixer_get(t->layer[l].mixer)->is_delta) delta_forward(a, t, P, l, cin, cout);
         else R(gdn_cpu_attn_forward)(a, t, P, l, cin, cout);
@@ -334,7 +390,7 @@ static void delta_backward(acts_t *a, const gdn_param_table *t, const real *P, r
      * differentiated. */
     const gdn_mixer_info *mx = gdn_mixer_get(off->mixer);
     const real *g = mx->has_decay ? L->g : NULL, *beta = mx->has_beta ? L->beta : NULL;
-    gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size, 0, off->mixer};
+    gdn_delta_shape shape = {B, T, H, K, V, c->chunk_size, 0, off->mixer, a->doc_used};
     const real scale = (real)(1.0 / sqrt((double)K));
     const int sp = a->seq_parallel;
     const size_t state_n = (size_t)B * H * K * V, hk_n = (size_t)B * (W - 1) * HK,
@@ -354,14 +410,14 @@ static void delta_backward(acts_t *a, const gdn_param_table *t, const real *P, r
     R(gdn_l2norm_bwd)(s->dq1, s->dqn, L->q, L->rq, N * H, K);
     R(gdn_silu_bwd)(s->dq1, s->dq1, L->qc, (size_t)N * HK);
     R(gdn_conv_bwd)(s->dqn, G + off->q_conv, sp ? s->dhalo[0] : NULL, s->dq1, L->qp, P + off->q_conv,
-                    L->halo_q, B, T, HK, W);
+                    L->halo_q, a->doc_used, B, T, HK, W);
     R(gdn_l2norm_bwd)(s->dk1, s->dkn, L->k, L->rk, N * H, K);
     R(gdn_silu_bwd)(s->dk1, s->dk1, L->kc, (size_t)N * HK);
     R(gdn_conv_bwd)(s->dkn, G + off->k_conv, sp ? s->dhalo[1] : NULL, s->dk1, L->kp, P + off->k_conv,
-                    L->halo_k, B, T, HK, W);
+                    L->halo_k, a->doc_used, B, T, HK, W);
     R(gdn_silu_bwd)(s->dv, s->dv, L->vc, (size_t)N * HV);
     R(gdn_conv_bwd)(s->dvp, G + off->v_conv, sp ? s->dhalo[2] : NULL, s->dv, L->vp, P + off->v_conv,
-                    L->halo_v, B, T, HV, W);
+                    L->halo_v, a->doc_used, B, T, HV, W);
     if (sp) { /* the next segment's convolution read this segment's last W-1 rows too */
         void *const dtail[3] = {s->tail[0], s->tail[1], s->tail[2]};
         const void *const dhalo[3] = {s->dhalo[0], s->dhalo[1], s->dhalo[2]};

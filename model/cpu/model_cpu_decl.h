@@ -47,6 +47,13 @@ void R_(gdn_cpu_acts_free)(R_(gdn_cpu_acts) *a);
  * synchronous and the state hooks return NULL. */
 void R_(gdn_cpu_acts_set_seq_hooks)(R_(gdn_cpu_acts) *a, const gdn_seq_hooks *hooks);
 
+/* Document starts for every later pass (docs/design.md section 3.8): starts [B,T] (copied), 1
+ * where a document begins at that position: every mixer resets there (no state, convolution
+ * tap or attention crosses it; RoPE positions restart). NULL: none. Under sequence-parallel
+ * hooks the starts are the segment's and the hooks must have doc_prev. A carried KV cache
+ * (decoding) cannot be combined with starts. */
+void R_(gdn_cpu_acts_set_doc_starts)(R_(gdn_cpu_acts) *a, const unsigned char *starts);
+
 /* Forward over tokens [B,T] with next-token targets [B,T] (target < 0: ignored; targets may be
  * NULL to only compute logits). Returns the SUM of the token losses and sets *n_valid (may be NULL).
  * grad_scale != 0 prepares the backward pass: d(loss_sum * grad_scale)/dlogits is kept.

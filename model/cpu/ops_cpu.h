@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "model/mixer.h"
+#include "model/cpu/doc.h"
 
 /* Shape of one gated-delta-rule call. */
 typedef struct {
@@ -16,6 +17,8 @@ typedef struct {
                      q, k head h / (H / qk_heads) (grouped value heads; the CUDA path only) */
     int variant;  /* gdn_mixer (model/mixer.h): which rule of the family; 0 = G, the gated delta
                      rule */
+    const int *doc; /* [B,T] documents (model/cpu/doc.h) or NULL: the state is zero at every
+                       t with doc[b,t] == t (a chunk never spans such a t) */
 } gdn_delta_shape;
 
 /* Shape of one causal softmax-attention call (model/cpu/attention.c). */
@@ -23,6 +26,8 @@ typedef struct {
     int B, T, H; /* batch, sequence length, query heads */
     int Hkv;     /* key/value heads: H % Hkv == 0, query head h reads kv head h / (H / Hkv) */
     int D;       /* head dimension of q, k and v */
+    const int *doc; /* [B,T] documents of the query rows (model/cpu/doc.h) or NULL: query row t
+                       reads no key before its document's start doc[b,t] */
 } gdn_attn_shape;
 
 #define GDN_OPS_REAL float

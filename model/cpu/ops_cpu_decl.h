@@ -54,7 +54,8 @@ void R_(gdn_delta_transition_adjoint)(const gdn_delta_shape *s, const real_ *q, 
  *   p_tt' = exp(scale q_t . k_t' - lse_t),  lse_t = log sum_{t'<=t} exp(scale q_t . k_t'),
  *   o_t = sum_{t'<=t} p_tt' v_t'.
  * q, o: [B,T,H,D]; k, v: [B,T,Hkv,D]; lse: [B,H,T] (what the backward needs; may be NULL).
- * Any T >= 0. No T x T matrix is stored: each thread holds one block of query rows. */
+ * Any T >= 0. No T x T matrix is stored: each thread holds one block of query rows.
+ * With s->doc (model/cpu/doc.h) the sums run over doc[b,t] <= t' <= t only (block-diagonal). */
 void R_(gdn_attn_fwd)(const gdn_attn_shape *s, const real_ *q, const real_ *k, const real_ *v,
                       real_ scale, real_ *o, real_ *lse);
 /* Backward of gdn_attn_fwd from its inputs, its output o and lse (probabilities recomputed).
@@ -67,7 +68,8 @@ void R_(gdn_attn_bwd)(const gdn_attn_shape *s, const real_ *q, const real_ *k, c
 /* The same with Tk >= T keys and values [B,Tk,Hkv,D] of which the T query rows are the last T
  * positions (query row t sees keys 0 .. Tk-T+t): a segment of a longer sequence whose earlier
  * keys and values come from elsewhere (sequence parallelism). lse [B,H,T]. Tk = T is
- * gdn_attn_fwd / gdn_attn_bwd; dk, dv [B,Tk,Hkv,D] are overwritten (zero where no query reads). */
+ * gdn_attn_fwd / gdn_attn_bwd; dk, dv [B,Tk,Hkv,D] are overwritten (zero where no query reads).
+ * s->doc is relative to the first query row: row t reads keys from Tk-T+doc[b,t] (at least 0). */
 void R_(gdn_attn_fwd_kv)(const gdn_attn_shape *s, int Tk, const real_ *q, const real_ *k, const real_ *v,
                          real_ scale, real_ *o, real_ *lse);
 void R_(gdn_attn_bwd_kv)(const gdn_attn_shape *s, int Tk, const real_ *q, const real_ *k, const real_ *v,
@@ -89,6 +91,12 @@ void R_(gdn_rope_fwd)(real_ *y, const real_ *x, int B, int T, int H, int D, int 
 /* dx = the inverse rotation of dy (overwrite; dx may alias dy). */
 void R_(gdn_rope_bwd)(real_ *dx, const real_ *dy, int B, int T, int H, int D, int pos0,
                       double theta);
+/* The same with documents: token t of row b at position gdn_doc_pos(doc, b, t, T, pos0)
+ * (model/cpu/doc.h: counted from its document's start); doc NULL is gdn_rope_fwd / _bwd. */
+void R_(gdn_rope_fwd_doc)(real_ *y, const real_ *x, int B, int T, int H, int D, int pos0,
+                          const int *doc, double theta);
+void R_(gdn_rope_bwd_doc)(real_ *dx, const real_ *dy, int B, int T, int H, int D, int pos0,
+                          const int *doc, double theta);
 
 /* ---- embedding (model/cpu/embed.c) --------------------------------------------------------- */
 /* out[N,D] = table[tokens[n], :]; table [vocab, D]. */
@@ -123,12 +131,14 @@ void R_(gdn_gated_rmsnorm_bwd)(real_ *dx, real_ *dz, real_ *dw, const real_ *dy,
 /* Depthwise causal convolution, width W (4), no bias, per sequence:
  *   y[b,t,c] = sum_{j=0}^{W-1} w[c,j] * x[b, t-(W-1)+j, c]
  * x, y: [B,T,C]; w: [C,W]. Rows before t=0 come from halo [B,W-1,C] (the previous segment's
- * last W-1 rows, oldest first) or are zero when halo is NULL. */
-void R_(gdn_conv_fwd)(real_ *y, const real_ *x, const real_ *w, const real_ *halo, int B, int T,
-                      int C, int W);
+ * last W-1 rows, oldest first) or are zero when halo is NULL. doc [B,T] (model/cpu/doc.h; may
+ * be NULL): rows before doc[b,t] read as zero for output row t (no tap crosses a document
+ * start). */
+void R_(gdn_conv_fwd)(real_ *y, const real_ *x, const real_ *w, const real_ *halo, const int *doc,
+                      int B, int T, int C, int W);
 /* dx [B,T,C] (overwrite), dw [C,W] (+=), dhalo [B,W-1,C] (overwrite; may be NULL). */
 void R_(gdn_conv_bwd)(real_ *dx, real_ *dw, real_ *dhalo, const real_ *dy, const real_ *x,
-                      const real_ *w, const real_ *halo, int B, int T, int C, int W);
+                      const real_ *w, const real_ *halo, const int *doc, int B, int T, int C, int W);
 
 /* ---- elementwise (model/cpu/act.c) ------------------------------------------------------------ */
 /* y = x * sigmoid(x), n elements. y may alias x. */

@@ -123,6 +123,9 @@ void gdn_cuda_delta_check_shape(const gdn_delta_shape *s) {
     if (mx->has_beta != mx->has_delta)
         GDN_CUDA_DIE("gated delta rule (cuda): mixer '%s' has beta without the delta term (or the "
                      "reverse), which the kernels do not implement", mx->name);
+    if (s->doc)
+        GDN_CUDA_DIE("gated delta rule (cuda): documents (a doc array in the shape) are not supported by the "
+                     "CUDA kernels yet; run packed documents on the CPU backend");
     if ((long)s->B * s->H > 65535)
         GDN_CUDA_DIE("gated delta rule (cuda): B*H=%ld exceeds the grid limit 65535; split the batch",
                      (long)s->B * s->H);

@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
     if (argc >= 6) {
         const int D = atoi(argv[5]);
         gdn_delta_shape one = {atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), D, D, 64,
-                               argc >= 8 ? atoi(argv[7]) : 0, GDN_MIXER_G};
+                               argc >= 8 ? atoi(argv[7]) : 0, GDN_MIXER_G, NULL};
         shapes[0] = one;
         n = 1;
         if (argc >= 7) warmup = atoi(argv[6]);

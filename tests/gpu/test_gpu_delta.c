@@ -341,7 +341,7 @@ static int run_case(const gpu_case *c, int variant, gdn_cuda_precision p, unsign
                     int device_path) {
     const int bf = p == GDN_CUDA_BF16;
     const double tol = bf ? 1e-2 : 1e-4;
-    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads, variant};
+    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads, variant, NULL};
     gdn_delta_shape sx = s; /* the CPU op: q, k expanded to one head per value head */
     sx.qk_heads = c->H;     /* (the CPU accepts qk_heads == H) */
     const int Hq = case_qk_heads(c), grp = c->H / Hq;
@@ -428,7 +428,7 @@ static int bits_differ(const char *name, const float *x, const float *y, size_t 
 static int repeat_case(const gpu_case *c, int variant, gdn_cuda_precision p, unsigned long long seed,
                        int device_path) {
     const int bf = p == GDN_CUDA_BF16;
-    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads, variant};
+    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads, variant, NULL};
     const size_t ntok = (size_t)c->B * c->T * c->H, nv = ntok * c->V;
     const size_t nqk = (size_t)c->B * c->T * case_qk_heads(c) * c->K;
     const size_t nst = (size_t)c->B * c->H * c->K * c->V;
@@ -471,7 +471,7 @@ static int repeat_case(const gpu_case *c, int variant, gdn_cuda_precision p, uns
  * parts (fp32 mode) or where a group has one head. Returns the number of outputs that differ. */
 static int equiv_case(const gpu_case *c, int variant, gdn_cuda_precision p, unsigned long long seed) {
     const int bf = p == GDN_CUDA_BF16;
-    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads, variant};
+    gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads, variant, NULL};
     gdn_delta_shape sx = s;
     sx.qk_heads = 0;
     const int Hq = case_qk_heads(c), grp = c->H / Hq;
@@ -592,14 +592,14 @@ static int child_outcome(const char *what, void (*fn)(const gdn_delta_shape *),
 }
 
 static int shape_checks(void) {
-    const gdn_delta_shape g = {1, 64, 4, 64, 64, 64, 2, GDN_MIXER_G}; /* 4 value heads, 2 q/k heads */
+    const gdn_delta_shape g = {1, 64, 4, 64, 64, 64, 2, GDN_MIXER_G, NULL}; /* 4 value heads, 2 q/k heads */
     gdn_delta_shape bad3 = g, neg = g, more = g, all = g, zero = g;
     bad3.qk_heads = 3;
     neg.qk_heads = -1;
     more.qk_heads = 8;
     all.qk_heads = 4;
     zero.qk_heads = 0;
-    const gdn_delta_shape cpu = {1, 5, 2, 8, 8, 16, 1, GDN_MIXER_G}; /* 2 value heads, 1 q/k head */
+    const gdn_delta_shape cpu = {1, 5, 2, 8, 8, 16, 1, GDN_MIXER_G, NULL}; /* 2 value heads, 1 q/k head */
     gdn_delta_shape cpu_h = cpu;
     cpu_h.qk_heads = 2;
     int f = 0;

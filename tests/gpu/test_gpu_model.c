@@ -363,7 +363,7 @@ static int segment_check(const char *what, const gdn_config *cfg, int B, int T, 
         gdn_cuda_model **ms = calloc((size_t)nseg, sizeof *ms);
         if (!st.S || !st.dS || !st.tail || !st.dhalo || !ms) { fprintf(stderr, "out of memory\n"); exit(1); }
         const gdn_seq_hooks hk = {&st, seg_fwd_halo, seg_fwd_state_in, seg_fwd_state_out,
-                                  seg_bwd_state_out, seg_bwd_state_in, seg_bwd_halo, NULL, NULL, 0};
+                                  seg_bwd_state_out, seg_bwd_state_in, seg_bwd_halo, NULL, NULL, NULL, 0};
         double loss = 0.0;
         for (int r = 0; r < nseg; r++) {
             ms[r] = gdn_cuda_model_create(&t, B, Ts, p);

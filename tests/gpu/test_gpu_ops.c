@@ -362,13 +362,13 @@ static void test_conv(int B, int T, int C, int W, gdn_cuda_conv_act act, int wit
     void *xd = up_act(x, n), *dyd = up_act(dy, n), *halod = halo ? up_act(halo, nh) : NULL;
     float *wd = up_f32(w, nw), *dwd = up_f32(dw0, nw);
     double *u = zeros(n), *y = zeros(n), *du = copy_d(dy, n), *dx = zeros(n), *dw = copy_d(dw0, nw), *dh = zeros(nh);
-    gdn_conv_fwd_f64(u, x, w, halo, B, T, C, W);
+    gdn_conv_fwd_f64(u, x, w, halo, NULL, B, T, C, W);
     memcpy(y, u, n * sizeof *y);
     if (silu) {
         gdn_silu_fwd_f64(y, u, n);
         gdn_silu_bwd_f64(du, dy, u, n);
     }
-    gdn_conv_bwd_f64(dx, dw, dh, du, x, w, halo, B, T, C, W);
+    gdn_conv_bwd_f64(dx, dw, dh, du, x, w, halo, NULL, B, T, C, W);
     void *yd = nan_act(n), *dxd = nan_act(n), *dhd = nan_act(nh), *ws = dmalloc(gdn_cuda_conv_workspace(B, T, C, W));
     gdn_cuda_conv_fwd(P, act, yd, xd, wd, halod, B, T, C, W, NULL);
     cmp(op, "y", down_act(yd, n), y, n);

@@ -7,7 +7,10 @@
  * bitwise-identical gradients; the forward-only (validation) loss must match too; the most any
  * rank's hooks send in a step is what gdn_seqpar_bytes says. Two steps with different tokens run
  * on the same buffers. Every rank checks; rank 0 prints; the exit status is nonzero on every rank
- * when any check failed on any rank. */
+ * when any check failed on any rank. With documents: starts inside segments, exactly at the
+ * segment edges of sp 2 and 4, at 1 and documents shorter than the convolution width (the
+ * reference is the one-process model with the same starts, itself checked against documents run
+ * one by one in test_docs). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -79,6 +82,21 @@ static void make_batch(int k, int Bg, int T, int vocab, int *tokens, int *target
     }
 }
 
+/* Document starts [Bg, T] of step k: edges 12, 24, 36 (sp 4 and 2) in some rows, starts inside
+ * segments, at 1, documents of one and two tokens; rows differ between steps. */
+static void make_starts(int k, int Bg, int T, unsigned char *st) {
+    memset(st, 0, (size_t)Bg * T);
+    for (int b = 0; b < Bg; b++) {
+        unsigned char *r = st + (size_t)b * T;
+        switch ((b + k) % 4) {
+        case 0: r[12] = r[24] = r[36] = 1; break;
+        case 1: r[0] = r[1] = r[5] = r[23] = r[25] = r[26] = r[40] = 1; break;
+        case 2: r[11] = r[13] = r[30] = r[47] = 1; break;
+        default: r[24] = 1; break;
+        }
+    }
+}
+
 /* The fp32 rounding of one process: its gradient against the fp64 model's, for scale. */
 static double f32_rounding(const gdn_param_table *t, const float *P, int Bg, int T) {
     int *tokens = malloc((size_t)Bg * T * sizeof(int)), *targets = malloc((size_t)Bg * T * sizeof(int));
@@ -112,7 +130,7 @@ typedef struct {
 
 /* One grid (the world split into dp x sp) and exchange: N_STEPS steps checked against the
  * single-process reference. Returns the gradients for the comparison between exchanges. */
-static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table *t, const float *P) {
+static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table *t, const float *P, int docs) {
     char err[512];
     gdn_comm *c = gdn_comm_init(NULL, NULL, sp, err, sizeof err);
     if (!c) {
@@ -127,6 +145,7 @@ static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table 
     int *tok = malloc((size_t)b * Ts * sizeof(int)), *tgt = malloc((size_t)b * Ts * sizeof(int));
     float *g_ref = malloc(n * sizeof(float)), *lo = malloc(n * sizeof(float));
     float *hi = malloc(n * sizeof(float));
+    unsigned char *starts = malloc((size_t)Bg * T), *st = malloc((size_t)b * Ts);
     gdn_cpu_acts_f32 *whole = gdn_cpu_acts_create_f32(t, Bg, T);
     gdn_cpu_acts_f32 *mine = gdn_cpu_acts_create_f32(t, b, Ts);
     gdn_seqpar *s = NULL;
@@ -140,6 +159,14 @@ static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table 
     const char *worst_name = "";
     for (int k = 0; k < N_STEPS; k++) {
         make_batch(k, Bg, T, cfg->vocab_size, tokens, targets);
+        if (docs) {
+            make_starts(k, Bg, T, starts);
+            gdn_cpu_acts_set_doc_starts_f32(whole, starts);
+            for (int i = 0; i < b; i++)
+                memcpy(st + (size_t)i * Ts, starts + (size_t)(c->dp_rank * b + i) * T + (size_t)c->sp_rank * Ts,
+                       (size_t)Ts);
+            gdn_cpu_acts_set_doc_starts_f32(mine, st);
+        }
         /* the single-process step over the whole batch */
         memset(g_ref, 0, n * sizeof(float));
         int nv = 0;
@@ -200,14 +227,16 @@ static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table 
         res.grads[k] = g;
     }
     if (world->rank == 0)
-        printf("  dp %d x sp %d%s%-7s loss %.1e, validation loss %.1e, gradients %.1e (worst tensor: %s)\n",
-               dp, sp, sp > 1 ? ", " : "", sp > 1 ? gdn_sp_exchange_name(mode) : ":", worst_loss, worst_eval,
+        printf("  dp %d x sp %d%s%-7s%s loss %.1e, validation loss %.1e, gradients %.1e (worst tensor: %s)\n",
+               dp, sp, sp > 1 ? ", " : "", sp > 1 ? gdn_sp_exchange_name(mode) : ":", docs ? " documents:" : "", worst_loss, worst_eval,
                worst_grad, worst_name);
     gdn_seqpar_free(s);
     gdn_cpu_acts_free_f32(whole);
     gdn_cpu_acts_free_f32(mine);
     free(tokens);
     free(targets);
+    free(starts);
+    free(st);
     free(tok);
     free(tgt);
     free(g_ref);
@@ -218,7 +247,7 @@ static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table 
 }
 
 /* Every grid of the world and both exchanges for one model. */
-static void run_model(const gdn_config *cfg, const char *what) {
+static void run_model(const gdn_config *cfg, const char *what, int docs) {
     gdn_param_table t;
     gdn_param_table_build(&t, cfg);
     float *P = make_params(&t);
@@ -229,11 +258,11 @@ static void run_model(const gdn_config *cfg, const char *what) {
     for (int sp = 1; sp <= world->size; sp++) {
         if (world->size % sp || T_FULL % sp || T_FULL / sp < cfg->conv_width - 1) continue;
         if (sp == 1) {
-            case_result r = run_case(1, GDN_SP_PASS, &t, P);
+            case_result r = run_case(1, GDN_SP_PASS, &t, P, docs);
             for (int k = 0; k < N_STEPS; k++) free(r.grads[k]);
             continue;
         }
-        case_result a = run_case(sp, GDN_SP_PASS, &t, P), g = run_case(sp, GDN_SP_GATHER, &t, P);
+        case_result a = run_case(sp, GDN_SP_PASS, &t, P, docs), g = run_case(sp, GDN_SP_GATHER, &t, P, docs);
         double worst = 0;
         for (int k = 0; k < N_STEPS; k++) {
             if (a.grads[k] && g.grads[k]) {
@@ -254,8 +283,10 @@ int main(int argc, char **argv) {
     mpi_test_init(&argc, &argv);
     omp_set_num_threads(gdn_dist_threads(world, 0));
     const gdn_config cfg = test_config(), hybrid = hybrid_config();
-    run_model(&cfg, "gated delta rule");
-    run_model(&hybrid, "hybrid AGGA (softmax attention, 4 heads on 2 kv heads, q/k norms, biases)");
+    run_model(&cfg, "gated delta rule", 0);
+    run_model(&hybrid, "hybrid AGGA (softmax attention, 4 heads on 2 kv heads, q/k norms, biases)", 0);
+    run_model(&cfg, "gated delta rule, packed documents", 1);
+    run_model(&hybrid, "hybrid AGGA, packed documents", 1);
     int bad = gdn_comm_agree(world, failures != 0);
     if (world->rank == 0) printf(bad < 0 ? "all checks passed\n" : "FAILED (first on rank %d)\n", bad);
     gdn_comm_finalize(world);
