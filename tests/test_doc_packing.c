@@ -117,6 +117,7 @@ static void test_docs_epoch_coverage(void **state) {
     }
     free(hits);
     io_dataset_close(&ds);
+    io_tokens_close(&src);
     free(data);
 }
 
@@ -143,6 +144,7 @@ static void test_docs_one_long_document(void **state) {
     check_windows(&ds, &src, 12, 1, hits);
     for (size_t q = 1; q < N; q++) assert_int_equal(hits[q], 2);
     io_dataset_close(&ds);
+    io_tokens_close(&src);
 
     /* shorter than a window: one window, padded with ignored targets */
     io_tokens_wrap(&src, data, 4, 5, "short");
@@ -157,6 +159,7 @@ static void test_docs_one_long_document(void **state) {
         if (i >= 5) assert_int_equal(tok[i], EOD);
     }
     io_dataset_close(&ds);
+    io_tokens_close(&src);
 }
 
 /* Empty documents (delimiters back to back), files as documents (no delimiter at a file's
@@ -233,6 +236,7 @@ static void test_docs_ranks_and_resume(void **state) {
     assert_false(same);
     free(seen);
     io_dataset_close(&ds);
+    io_tokens_close(&src);
     free(data);
 }
 
@@ -289,6 +293,7 @@ static void test_docs_validation(void **state) {
     for (uint64_t k = 0; k < ds.n_train_starts; k++)
         assert_true(ds.train.docs.off[k] + ds.train.docs.len[k] < N - 50);
     io_dataset_close(&ds);
+    io_tokens_close(&src);
 }
 
 /* Masked stretches: from mask_begin through mask_end no target counts; the tokens stay inputs. */
@@ -326,6 +331,7 @@ static void test_docs_mask(void **state) {
     io_dataset_val_docs(&ds, 0, tok, tg, st);
     for (int i = 0; i < 7; i++) assert_int_equal(tg[i], i == 6 ? 32 : -1);
     io_dataset_close(&ds);
+    io_tokens_close(&src);
 }
 
 static void expect_open_error(const uint32_t *data, size_t n, io_doc_opts d, const char *want) {
@@ -337,6 +343,7 @@ static void expect_open_error(const uint32_t *data, size_t n, io_doc_opts d, con
     o.docs = d;
     assert_int_equal(io_dataset_open(&ds, &src, NULL, &o, err, sizeof err), -1);
     ASSERT_CONTAINS(err, want);
+    io_tokens_close(&src);
 }
 
 /* Malformed data and settings: clear errors naming the file, position and fix. */
@@ -390,6 +397,7 @@ static void test_docs_off_is_plain(void **state) {
         }
     assert_int_equal(io_dataset_train_targets(&ds, 5), T);
     io_dataset_close(&ds);
+    io_tokens_close(&src);
 }
 
 /* ---- gdn data writes the delimiters ------------------------------------------------------ */
