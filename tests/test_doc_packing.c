@@ -16,6 +16,7 @@
 #include "io/json.h"
 #include "io/tokens.h"
 #include "train/commands.h"
+#include "train/run_config.h"
 
 #include "tests/io_fixture.h"
 
@@ -498,6 +499,37 @@ static void test_data_documents(void **state) {
     assert_int_equal(run_data(6, a4), 2);
 }
 
+/* The run settings: --documents as a bare switch, ids checked against the vocabulary, the ids
+ * only with documents; saved configurations without the keys read as no documents. */
+static void test_docs_settings(void **state) {
+    (void)state;
+    static gdn_run_config rc;
+    char err[512];
+    char *a1[] = {"train", "--out=x", "--documents", "--eod_token", "50256", "--vocab_size", "50304"};
+    assert_int_equal(gdn_run_config_parse(&rc, 7, a1, err, sizeof err), 0);
+    assert_true(rc.documents == 1 && rc.eod_token == 50256 && rc.mask_begin == -1 && rc.mask_end == -1);
+    char *a2[] = {"train", "--out=x", "--documents"};
+    assert_int_equal(gdn_run_config_parse(&rc, 3, a2, err, sizeof err), 0);
+    assert_true(rc.documents == 1 && rc.eod_token == -1);
+    char *a3[] = {"train", "--out=x", "--documents", "--"}; /* not a setting: the switch's value */
+    assert_int_equal(gdn_run_config_parse(&rc, 4, a3, err, sizeof err), -1);
+    ASSERT_CONTAINS(err, "--documents expects true, false, 1 or 0");
+    char *a4[] = {"train", "--out=x", "--eod_token=50256"}; /* vocabulary 256 */
+    assert_int_equal(gdn_run_config_parse(&rc, 3, a4, err, sizeof err), -1);
+    ASSERT_CONTAINS(err, "take effect with documents");
+    char *a5[] = {"train", "--out=x", "--documents", "--eod_token=50256"};
+    assert_int_equal(gdn_run_config_parse(&rc, 4, a5, err, sizeof err), -1);
+    ASSERT_CONTAINS(err, "eod_token 50256 is outside the vocabulary (ids 0 to 255");
+    char *a6[] = {"train", "--out=x", "--documents", "--mask_begin=3"};
+    assert_int_equal(gdn_run_config_parse(&rc, 4, a6, err, sizeof err), -1);
+    ASSERT_CONTAINS(err, "mask_begin and mask_end go together");
+    char *a7[] = {"train", "--out=x", "--documents=false", "--tie_embeddings", "--seed=2"};
+    assert_int_equal(gdn_run_config_parse(&rc, 5, a7, err, sizeof err), 0);
+    assert_true(rc.documents == 0 && rc.model.tie_embeddings == 1 && rc.seed == 2);
+    assert_int_equal(gdn_run_config_from_json_text(&rc, "{\"seq_len\": 64}", err, sizeof err), 0);
+    assert_true(rc.documents == 0 && rc.eod_token == -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_docs_epoch_coverage),
@@ -510,6 +542,7 @@ int main(void) {
         cmocka_unit_test(test_docs_errors),
         cmocka_unit_test(test_docs_off_is_plain),
         cmocka_unit_test(test_data_documents),
+        cmocka_unit_test(test_docs_settings),
     };
     return cmocka_run_group_tests(tests, io_fixture_setup, io_fixture_teardown);
 }

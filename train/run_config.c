@@ -1,6 +1,7 @@
 /* Settings table, presets, and resolution of a run's configuration. */
 #include "train/run_config.h"
 
+#include <ctype.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -455,8 +456,10 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
             goto done;
         }
         const char *value = eq ? eq + 1 : NULL;
-        if (!value && f->type == F_BOOL && (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)))
-            value = "true"; /* a bare switch: --documents */
+        /* a bare switch (--documents): nothing follows, or the next argument is a setting */
+        if (!value && f->type == F_BOOL &&
+            (i + 1 >= argc || (!strncmp(argv[i + 1], "--", 2) && isalpha((unsigned char)argv[i + 1][2]))))
+            value = "true";
         if (!value) {
             if (i + 1 >= argc) {
                 snprintf(err, (size_t)err_len, "setting '--%s' needs a value", f->key);
