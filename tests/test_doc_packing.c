@@ -449,6 +449,17 @@ static void test_data_documents(void **state) {
     const char *want2 = "\x01" "ab\n" "\x01" "cd\n" "\x01" "ef\n";
     assert_int_equal(n, strlen(want2));
     for (size_t i = 0; i < n; i++) assert_int_equal(got[i], want2[i] == 1 ? 256u : (uint32_t)(unsigned char)want2[i]);
+    /* a separator line may end in \r\n; a line that only starts with the separator is text */
+    const char *f3 = tmp_path("d3.txt");
+    write_file(f3, "x\r\n---\r\n---x\n", 13);
+    const char *a6[] = {"--in", f3, "--out", prefix, "--val-tokens", "0", "--doc_sep", "---"};
+    assert_int_equal(run_data(8, a6), 0);
+    n = read_shard(prefix, "train", got, 64);
+    const char *want3 = "\x01" "x\r\n" "\x01" "---x\n";
+    assert_int_equal(n, strlen(want3));
+    for (size_t i = 0; i < n; i++) assert_int_equal(got[i], want3[i] == 1 ? 256u : (uint32_t)(unsigned char)want3[i]);
+    assert_int_equal(run_data(8, a2), 0); /* back to the two files for the record below */
+
     /* the record says how documents are delimited */
     char json_path[320];
     snprintf(json_path, sizeof json_path, "%s_data.json", prefix);
