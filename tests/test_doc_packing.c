@@ -449,6 +449,13 @@ static void test_data_documents(void **state) {
     const char *want2 = "\x01" "ab\n" "\x01" "cd\n" "\x01" "ef\n";
     assert_int_equal(n, strlen(want2));
     for (size_t i = 0; i < n; i++) assert_int_equal(got[i], want2[i] == 1 ? 256u : (uint32_t)(unsigned char)want2[i]);
+    /* the validation part starts at a document: 5 tokens asked, the last document's 4 held */
+    const char *a7[] = {"--in", in, "--out", prefix, "--val-tokens", "5", "--doc_sep", "---"};
+    assert_int_equal(run_data(8, a7), 0);
+    assert_int_equal(read_shard(prefix, "train", got, 64), 8);
+    assert_int_equal(read_shard(prefix, "val", got, 64), 4);
+    assert_int_equal(got[0], 256);
+
     /* a separator line may end in \r\n; a line that only starts with the separator is text */
     const char *f3 = tmp_path("d3.txt");
     write_file(f3, "x\r\n---\r\n---x\n", 13);

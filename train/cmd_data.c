@@ -45,7 +45,8 @@ static void usage(FILE *f) {
             "  --threads N        threads for --tokenizer (default: all cores)\n"
             "  --out PREFIX       output path prefix; its directory must exist\n"
             "  --val-tokens N     hold out the last N tokens for validation\n"
-            "                     (default: 1%% of the text; 0: no validation shard)\n"
+            "                     (default: 1%% of the text; 0: no validation shard); with\n"
+            "                     documents, from the first document that starts in them\n"
             "  --shard-tokens N   tokens per shard (default %llu)\n"
             "  --dtype u16|u32    token type: u16 = shard version 1 (llm.c), u32 = version 2\n"
             "                     (default u16; with --tokenizer, u32 when its ids need it)\n"
@@ -465,6 +466,11 @@ int gdn_cmd_data(int argc, char **argv) {
                 "gdn data: error: --val-tokens %zu leaves no training data: %s has %zu tokens\n",
                 hold, in, n);
         goto done;
+    }
+    if (documents && hold > 0) { /* validation starts at a document: the first start in the part */
+        size_t p = n - hold;
+        while (p < n && ids.ids[p] != (uint32_t)eod) p++;
+        if (p < n) hold = n - p;
     }
     if (tok) {
         double sec = now_s() - prog.t0;
