@@ -178,6 +178,8 @@ int io_doc_layout_build(io_doc_layout *L, const io_token_span *spans, int n_span
             uint64_t len, next;
             if (n - 1 - p <= (uint64_t)T) {
                 len = n - 1 - p, next = n; /* the rest of the file */
+            } else if (o->fill) {
+                len = (uint64_t)T, next = p + (uint64_t)T; /* every window full */
             } else {
                 while (j + 1 < st.n && st.v[j + 1] <= p + (uint64_t)T) j++;
                 if (st.v[j] > p) len = st.v[j] - p, next = st.v[j]; /* whole documents */

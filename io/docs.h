@@ -17,7 +17,10 @@
  * When no document starts in (p, p + T] (the document is longer than the room), the window takes
  * T positions and the next window continues the document at p + T from a clean state (the state
  * is not carried between windows). A file's last window ends at its last token; positions past
- * the file are filled (eod, or 0) with ignored targets. Every token after a file's first is thus
+ * the file are filled (eod, or 0) with ignored targets. With `fill`, every window but a file's
+ * last takes T positions: the document that does not fit is split at the window's end and its
+ * rest starts the next window from a clean state (no room is left unused; documents are cut).
+ * Every token after a file's first is thus
  * the counted target of exactly one window (unless masked). Windows without a counted target are
  * left out. */
 #ifndef GDN_IO_DOCS_H
@@ -31,6 +34,7 @@
 typedef struct {
     int64_t eod;                  /* delimiter id (first token of each document); -1: files only */
     int64_t mask_begin, mask_end; /* masked stretches' marker ids; -1 (both): none */
+    int fill;                     /* 1: fill every window (see Packing) */
 } io_doc_opts;
 
 typedef struct {

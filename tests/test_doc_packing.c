@@ -89,7 +89,8 @@ static void check_windows(const io_dataset *ds, const io_tokens *src, uint64_t n
 }
 
 /* Every token after a file's first is a counted target exactly E times over E epochs; whole
- * documents that fit are never split; documents longer than a window are, at multiples of T. */
+ * documents that fit are never split; documents longer than a window are, at multiples of T.
+ * With fill every window is full (documents are cut at window ends) and the same holds. */
 static void test_docs_epoch_coverage(void **state) {
     (void)state;
     enum { T = 16, E = 3 };
@@ -99,25 +100,32 @@ static void test_docs_epoch_coverage(void **state) {
     size_t N = build(data, lens, n, 10);
     io_tokens src;
     io_tokens_wrap(&src, data, 4, N, "docs");
-    io_dataset ds;
-    char err[512];
-    io_dataset_opts o = doc_opts(T, 99);
-    if (io_dataset_open(&ds, &src, NULL, &o, err, sizeof err)) fail_msg("%s", err);
-    assert_int_equal(ds.train.docs.n_docs, (uint64_t)n);
-    const uint64_t W = ds.n_train_starts;
-    unsigned *hits = calloc(N, sizeof *hits);
-    check_windows(&ds, &src, E * W, 1, hits);
-    assert_int_equal(hits[0], 0);
-    for (size_t q = 1; q < N; q++) assert_int_equal(hits[q], E);
-    assert_int_equal(ds.train.docs.counted, N - 1);
-    /* documents that fit a window start one: every window starts at a document start unless
-     * the previous window was full (a split document) */
-    for (uint64_t k = 0; k < W; k++) {
-        uint64_t off = ds.train.docs.off[k];
-        if (data[off] != EOD) assert_int_equal(ds.train.docs.len[k - 1], T);
+    for (int fill = 0; fill <= 1; fill++) {
+        io_dataset ds;
+        char err[512];
+        io_dataset_opts o = doc_opts(T, 99);
+        o.docs.fill = fill;
+        if (io_dataset_open(&ds, &src, NULL, &o, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(ds.train.docs.n_docs, (uint64_t)n);
+        const uint64_t W = ds.n_train_starts;
+        unsigned *hits = calloc(N, sizeof *hits);
+        check_windows(&ds, &src, E * W, 1, hits);
+        assert_int_equal(hits[0], 0);
+        for (size_t q = 1; q < N; q++) assert_int_equal(hits[q], E);
+        assert_int_equal(ds.train.docs.counted, N - 1);
+        for (uint64_t k = 0; k < W; k++) {
+            uint64_t off = ds.train.docs.off[k];
+            if (fill) /* every window full but the last: ceil((N - 1) / T) of them */
+                assert_int_equal(ds.train.docs.len[k], k + 1 < W ? T : (N - 1) - (W - 1) * T);
+            /* whole: documents that fit a window start one: every window starts at a document
+             * start unless the previous window was full (a split document) */
+            else if (data[off] != EOD)
+                assert_int_equal(ds.train.docs.len[k - 1], T);
+        }
+        if (fill) assert_int_equal(W, (N - 1 + T - 1) / T);
+        free(hits);
+        io_dataset_close(&ds);
     }
-    free(hits);
-    io_dataset_close(&ds);
     io_tokens_close(&src);
     free(data);
 }
@@ -361,16 +369,16 @@ static void test_docs_errors(void **state) {
     const uint32_t nested[] = {EOD, MB, 9, MB, 9, ME};
     expect_open_error(nested, 6, m, "do not nest");
     const uint32_t fine[] = {EOD, 9, 9, 9, 9, 9};
-    expect_open_error(fine, 6, (io_doc_opts){EOD, MB, -1}, "mask_begin and mask_end go together");
-    expect_open_error(fine, 6, (io_doc_opts){EOD, EOD, ME}, "each needs its own id");
-    expect_open_error(fine, 1, (io_doc_opts){EOD, -1, -1}, "no target to train on");
+    expect_open_error(fine, 6, (io_doc_opts){EOD, MB, -1, 0}, "mask_begin and mask_end go together");
+    expect_open_error(fine, 6, (io_doc_opts){EOD, EOD, ME, 0}, "each needs its own id");
+    expect_open_error(fine, 1, (io_doc_opts){EOD, -1, -1, 0}, "no target to train on");
     const uint32_t all_masked[] = {EOD, MB, 9, 9, ME};
     expect_open_error(all_masked, 5, m, "no target to train on");
     char err[256];
-    assert_int_equal(io_doc_opts_check(&(io_doc_opts){50256, -1, -1}, 256, err, sizeof err), -1);
+    assert_int_equal(io_doc_opts_check(&(io_doc_opts){50256, -1, -1, 0}, 256, err, sizeof err), -1);
     ASSERT_CONTAINS(err, "eod_token 50256 is outside the vocabulary (ids 0 to 255");
-    assert_int_equal(io_doc_opts_check(&(io_doc_opts){-2, -1, -1}, 256, err, sizeof err), -1);
-    assert_int_equal(io_doc_opts_check(&(io_doc_opts){50256, -1, -1}, 50257, err, sizeof err), 0);
+    assert_int_equal(io_doc_opts_check(&(io_doc_opts){-2, -1, -1, 0}, 256, err, sizeof err), -1);
+    assert_int_equal(io_doc_opts_check(&(io_doc_opts){50256, -1, -1, 0}, 50257, err, sizeof err), 0);
 }
 
 /* Without documents the document view is the plain window: targets the next tokens, a start
@@ -544,6 +552,12 @@ static void test_docs_settings(void **state) {
     char *a7[] = {"train", "--out=x", "--documents=false", "--tie_embeddings", "--seed=2"};
     assert_int_equal(gdn_run_config_parse(&rc, 5, a7, err, sizeof err), 0);
     assert_true(rc.documents == 0 && rc.model.tie_embeddings == 1 && rc.seed == 2);
+    char *a8[] = {"train", "--out=x", "--doc_fill"};
+    assert_int_equal(gdn_run_config_parse(&rc, 3, a8, err, sizeof err), -1);
+    ASSERT_CONTAINS(err, "take effect with documents");
+    char *a9[] = {"train", "--out=x", "--documents", "--doc_fill"};
+    assert_int_equal(gdn_run_config_parse(&rc, 4, a9, err, sizeof err), 0);
+    assert_true(rc.documents == 1 && rc.doc_fill == 1);
     assert_int_equal(gdn_run_config_from_json_text(&rc, "{\"seq_len\": 64}", err, sizeof err), 0);
     assert_true(rc.documents == 0 && rc.eod_token == -1);
 }

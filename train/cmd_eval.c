@@ -24,7 +24,8 @@ static void eval_usage(FILE *f) {
     fprintf(f,
             "usage: gdn eval --ckpt FILE.h5 --data SPEC [--seq_len T] [--batch_size B]\n"
             "                [--val_tokens N] [--max_windows N] [--bytes_per_token R] [--json]\n"
-            "                [--documents true|false] [--eod_token ID] [--mask_begin ID --mask_end ID]\n\n"
+            "                [--documents true|false] [--eod_token ID] [--mask_begin ID --mask_end ID]\n"
+            "                [--doc_fill true|false]\n\n"
             "Prints the mean next-token loss (nats per token), the perplexity exp(loss), bits per\n"
             "token and bits per byte of the checkpoint on held-out data.\n"
             "  --data SPEC          text (.txt, .gz: byte-level tokens) or token shards (.bin, globs,\n"
@@ -36,7 +37,7 @@ static void eval_usage(FILE *f) {
             "  --max_windows N      at most the first N windows (0 = all, the default)\n"
             "  --bytes_per_token R  bytes of text per token of SPEC (overrides PREFIX_data.json)\n"
             "  --json               one JSON object instead of text\n"
-            "  --documents, --eod_token, --mask_begin, --mask_end\n"
+            "  --documents, --eod_token, --mask_begin, --mask_end, --doc_fill\n"
             "                       documents as gdn train packs them (default: the checkpoint's run\n"
             "                       settings): the windows are the packed validation windows in order,\n"
             "                       every mixer resets at each document start, and padding and masked\n"
@@ -68,7 +69,7 @@ typedef struct {
     const char *ckpt, *data;
     int seq_len, batch_size, json;
     int64_t val_tokens, max_windows;
-    int documents;                      /* -1: the checkpoint's setting */
+    int documents, doc_fill;            /* -1: the checkpoint's setting */
     int64_t eod, mask_begin, mask_end;  /* -2: the checkpoint's setting */
     double bytes_per_token;
 } eval_opts;
@@ -83,6 +84,7 @@ static void run_defaults(const char *config_json, eval_opts *o) {
     if (!o->seq_len) o->seq_len = rc.seq_len;
     if (!o->batch_size) o->batch_size = rc.batch_size;
     if (o->documents < 0) o->documents = rc.documents;
+    if (o->doc_fill < 0) o->doc_fill = rc.doc_fill;
     if (o->eod == -2) o->eod = rc.eod_token;
     if (o->mask_begin == -2) o->mask_begin = rc.mask_begin;
     if (o->mask_end == -2) o->mask_end = rc.mask_end;
@@ -116,6 +118,10 @@ static int parse_args(int argc, char **argv, eval_opts *o) {
             if (!strcmp(v, "true") || !strcmp(v, "1")) o->documents = 1;
             else if (!strcmp(v, "false") || !strcmp(v, "0")) o->documents = 0;
             else snprintf(err, sizeof err, "--documents expects true, false, 1 or 0, got '%.80s'", v), bad = 1;
+        } else if (!strcmp(a, "--doc_fill")) {
+            if (!strcmp(v, "true") || !strcmp(v, "1")) o->doc_fill = 1;
+            else if (!strcmp(v, "false") || !strcmp(v, "0")) o->doc_fill = 0;
+            else snprintf(err, sizeof err, "--doc_fill expects true, false, 1 or 0, got '%.80s'", v), bad = 1;
         } else if (!strcmp(a, "--eod_token")) bad = io_parse_i64(a, v, -1, INT32_MAX, &o->eod, err, sizeof err);
         else if (!strcmp(a, "--mask_begin")) bad = io_parse_i64(a, v, -1, INT32_MAX, &o->mask_begin, err, sizeof err);
         else if (!strcmp(a, "--mask_end")) bad = io_parse_i64(a, v, -1, INT32_MAX, &o->mask_end, err, sizeof err);
@@ -215,7 +221,7 @@ static double mean_loss_docs(const io_dataset *ds, const gdn_param_table *t, con
 
 int gdn_cmd_eval(int argc, char **argv) {
     eval_opts o = {0};
-    o.documents = -1, o.eod = o.mask_begin = o.mask_end = -2;
+    o.documents = o.doc_fill = -1, o.eod = o.mask_begin = o.mask_end = -2;
     int r = parse_args(argc, argv, &o);
     if (r) return r == 1 ? 0 : r;
     char err[2048];
@@ -238,7 +244,8 @@ int gdn_cmd_eval(int argc, char **argv) {
     }
     /* the held-out part as gdn train holds it out, or the whole source as validation data */
     io_dataset_opts dopts = {.seq_len = o.seq_len, .seed = 1, .val_tokens = (size_t)o.val_tokens,
-                             .documents = o.documents, .docs = {o.eod, o.mask_begin, o.mask_end}};
+                             .documents = o.documents,
+                             .docs = {o.eod, o.mask_begin, o.mask_end, o.doc_fill}};
     if (o.documents && io_doc_opts_check(&dopts.docs, t.cfg.vocab_size, err, sizeof err)) {
         fprintf(stderr, "gdn eval: %s\n", err);
         goto done_tokens;

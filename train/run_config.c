@@ -74,6 +74,9 @@ static const field fields[] = {
     FR(mask_begin, F_I64, -1, 4294967295.0, "with documents: targets from this token through "
                                             "mask_end are not trained on (-1 = none)"),
     FR(mask_end, F_I64, -1, 4294967295.0, "with documents: the token that closes a masked stretch"),
+    FR(doc_fill, F_BOOL, 0, 1, "with documents: fill every window, splitting the document that does not "
+                               "fit at the window's end, instead of leaving the room after the last "
+                               "whole document unused"),
     FS(tokenizer, "BPE tokenizer the shards were made with (gdn data --tokenizer): recorded in "
                   "the run and its checkpoints for gdn sample; \"\" = byte-level"),
     FS(out, "run directory (required)"),
@@ -536,11 +539,11 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
           rc->sp, gdn_config_mixers(&rc->model));
     CHECK(rc->val_tokens >= 0, "val_tokens must be >= 0");
     if (rc->tokenizer[0] && check_tokenizer(rc, err, err_len)) goto done;
-    CHECK(rc->documents || (rc->eod_token < 0 && rc->mask_begin < 0 && rc->mask_end < 0),
-          "eod_token, mask_begin and mask_end take effect with documents: add --documents (or "
-          "leave them at -1)");
+    CHECK(rc->documents || (rc->eod_token < 0 && rc->mask_begin < 0 && rc->mask_end < 0 && !rc->doc_fill),
+          "eod_token, mask_begin, mask_end and doc_fill take effect with documents: add --documents (or "
+          "leave them at -1 and false)");
     if (rc->documents) {
-        io_doc_opts d = {rc->eod_token, rc->mask_begin, rc->mask_end};
+        io_doc_opts d = {rc->eod_token, rc->mask_begin, rc->mask_end, rc->doc_fill};
         if (io_doc_opts_check(&d, rc->model.vocab_size, err, err_len)) goto done;
     }
     CHECK(rc->zero == 0 || rc->zero == 1,

@@ -21,6 +21,7 @@ typedef struct {
     int documents;             /* pack documents, reset at their starts (io/docs.h) */
     int64_t eod_token;         /* the token opening each document; -1: files are documents */
     int64_t mask_begin, mask_end; /* masked stretches' markers; -1: none */
+    int doc_fill;              /* documents: fill every window, splitting documents at its end */
     char tokenizer[GDN_PATH_MAX]; /* BPE tokenizer of the shards ("" = byte-level); absolute */
     /* run */
     char out[GDN_PATH_MAX];    /* run directory */

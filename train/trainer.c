@@ -351,15 +351,16 @@ static int same_documents(const char *path, const char *saved_json, const gdn_ru
     if (!saved_json || gdn_run_config_from_json_text(&old, saved_json, err, sizeof err))
         return 0; /* unreadable: report_changed_settings says so; nothing to compare */
     if (old.documents == rc->documents && old.eod_token == rc->eod_token && old.mask_begin == rc->mask_begin &&
-        old.mask_end == rc->mask_end)
+        old.mask_end == rc->mask_end && old.doc_fill == rc->doc_fill)
         return 0;
     fprintf(stderr, "gdn train: cannot resume from %s: it was trained with documents %s, eod_token %lld, "
-            "mask_begin %lld, mask_end %lld, and this run asks for documents %s, eod_token %lld, mask_begin "
-            "%lld, mask_end %lld: the windows and the data position would not continue the run; resume with "
-            "the checkpoint's settings, or start a new run from its weights (--init_from %s)\n", path,
-            old.documents ? "true" : "false", (long long)old.eod_token, (long long)old.mask_begin,
-            (long long)old.mask_end, rc->documents ? "true" : "false", (long long)rc->eod_token,
-            (long long)rc->mask_begin, (long long)rc->mask_end, path);
+            "mask_begin %lld, mask_end %lld, doc_fill %s, and this run asks for documents %s, eod_token %lld, "
+            "mask_begin %lld, mask_end %lld, doc_fill %s: the windows and the data position would not continue "
+            "the run; resume with the checkpoint's settings, or start a new run from its weights (--init_from "
+            "%s)\n", path, old.documents ? "true" : "false", (long long)old.eod_token, (long long)old.mask_begin,
+            (long long)old.mask_end, old.doc_fill ? "true" : "false", rc->documents ? "true" : "false",
+            (long long)rc->eod_token, (long long)rc->mask_begin, (long long)rc->mask_end,
+            rc->doc_fill ? "true" : "false", path);
     return -1;
 }
 
@@ -622,7 +623,7 @@ static int open_run(trainer *t, const gdn_backend *be, int argc, char **argv) {
     io_dataset_opts opts = {.seq_len = rc->seq_len, .seed = (uint64_t)rc->seed,
                             .val_tokens = (size_t)rc->val_tokens, .val_fraction = 0.0,
                             .documents = rc->documents,
-                            .docs = {rc->eod_token, rc->mask_begin, rc->mask_end}};
+                            .docs = {rc->eod_token, rc->mask_begin, rc->mask_end, rc->doc_fill}};
     failed = io_dataset_open_files(&t->data, rc->data, NULL, rc->model.vocab_size, &opts, err,
                                    sizeof err) != 0;
     if (failed) complain(t, "%s", err);

@@ -73,6 +73,15 @@ if "$GDN" train "${run[@]}" --steps 14 --resume auto --out "$dir/resumed" --eod_
   fail "resume with a changed eod_token was accepted"
 fi
 grep -q "eod_token 256.*eod_token 10" "$dir/err.txt" || { cat "$dir/err.txt" >&2; fail "refusal does not name the settings"; }
+if "$GDN" train "${run[@]}" --steps 14 --resume auto --out "$dir/resumed" --doc_fill > /dev/null 2> "$dir/err.txt"; then
+  fail "resume with a changed doc_fill was accepted"
+fi
+grep -q "doc_fill false.*doc_fill true" "$dir/err.txt" || { cat "$dir/err.txt" >&2; fail "refusal does not name doc_fill"; }
+
+# doc_fill: every window full (documents cut at window ends)
+"$GDN" train "${run[@]}" --doc_fill --steps 2 --out "$dir/fill" > "$dir/fill.log" 2>&1 || { cat "$dir/fill.log" >&2; fail "--doc_fill failed"; }
+grep -Eq "windows of $T tokens; (99\.[5-9]|100\.0)% of their positions" "$dir/fill.log" \
+  || { grep documents: "$dir/fill.log" >&2; fail "--doc_fill windows are not full"; }
 
 # gdn eval over the run's held-out part = the run's final val_loss
 "$GDN" eval --ckpt "$dir/straight/ckpt_00000012.h5" --data "$dir/c_train_*.bin" --val_tokens $val \

@@ -7,7 +7,7 @@
  * windows are read; every window must be the file's tokens at the position the dataset reports
  * and every token must be inside the vocabulary. Header words 3-5 (ignored by the reader) pick
  * seq_len, vocab_size and the hold-out, so inputs steer those too. Word 6 picks an end-of-document
- * token and mask markers: the documents dataset over the same source (io/docs.h) must open or
+ * token, mask markers and whole or filled windows: the documents dataset over the same source (io/docs.h) must open or
  * give a message, and its windows must hold the file's tokens, targets that are the next token
  * or -1, a start at every delimiter, and per-window counts that sum over an epoch to the
  * layout's. Any crash, leak, sanitizer report or wrong window is a failure. */
@@ -123,7 +123,7 @@ static void check_documents(const io_tokens *src, const uint8_t *tokens, int wid
     /* ids inside the vocabulary, as gdn train checks them */
     const int64_t eod = pick & 1 ? -1 : (int64_t)((pick >> 1) % 8) % vocab;
     const int masks = (pick >> 4) & 1 && vocab > 9;
-    o.docs = (io_doc_opts){eod, masks ? 8 : -1, masks ? 9 : -1};
+    o.docs = (io_doc_opts){eod, masks ? 8 : -1, masks ? 9 : -1, (int)((pick >> 5) & 1)};
     io_dataset ds;
     char err[1024];
     err[0] = 0;
