@@ -34,6 +34,8 @@ static void make_region(io_region *r, const io_tokens *src, size_t lo, size_t hi
     r->spans = GDN_CALLOC((size_t)src->n_spans, sizeof *r->spans);
     r->span_start = GDN_CALLOC((size_t)src->n_spans, sizeof *r->span_start);
     r->cum = GDN_CALLOC((size_t)src->n_spans + 1, sizeof *r->cum);
+    r->file_off = GDN_CALLOC((size_t)src->n_spans, sizeof *r->file_off);
+    r->tail_cut = GDN_CALLOC((size_t)src->n_spans, 1);
     size_t pos = 0;
     for (int s = 0; s < src->n_spans; s++) {
         const io_token_span *sp = &src->spans[s];
@@ -43,6 +45,8 @@ static void make_region(io_region *r, const io_tokens *src, size_t lo, size_t hi
             r->spans[k] = (io_token_span){sp->name, sp->data + (a - pos) * (size_t)sp->width,
                                           sp->width, b - a};
             r->span_start[k] = a;
+            r->file_off[k] = a - pos;
+            r->tail_cut[k] = b < pos + sp->n;
             r->cum[k + 1] = r->cum[k] + count(b - a, T);
             r->n_tokens += b - a;
         }
@@ -60,6 +64,9 @@ static void free_region(io_region *r) {
     free(r->spans);
     free(r->span_start);
     free(r->cum);
+    free(r->file_off);
+    free(r->tail_cut);
+    io_doc_layout_free(&r->docs);
     memset(r, 0, sizeof *r);
 }
 
@@ -80,6 +87,47 @@ static size_t longest_span(const io_region *r) {
     for (int s = 0; s < r->n_spans; s++)
         if (r->spans[s].n > m) m = r->spans[s].n;
     return m;
+}
+
+/* The document layouts of both regions (the training region is made); 0 or -1 with err. */
+static int open_docs(io_dataset *ds, const io_tokens *train, const io_tokens *val, size_t hold,
+                     const char *name, char *err, int err_len) {
+    const io_dataset_opts *o = &ds->opts;
+    const int T = o->seq_len;
+    io_region *tr = &ds->train, *va = &ds->val;
+    if (io_doc_opts_check(&o->docs, 0, err, err_len) ||
+        io_doc_layout_build(&tr->docs, tr->spans, tr->n_spans, tr->file_off, tr->tail_cut, T,
+                            &o->docs, err, err_len))
+        goto fail;
+    ds->n_train_starts = tr->docs.n;
+    if (ds->n_train_starts == 0) {
+        snprintf(err, (size_t)err_len,
+                 "%s: the training data%s have no target to train on (every file has at most one "
+                 "token, or every target is inside a masked stretch)",
+                 name, hold ? " (after the validation hold-out)" : "");
+        goto fail;
+    }
+    if (val) make_region(va, val, 0, val->n_tokens, T, count_val_windows);
+    else if (hold) make_region(va, train, train->n_tokens - hold, train->n_tokens, T, count_val_windows);
+    else va->cum = GDN_CALLOC(1, sizeof *va->cum);
+    if ((val || hold) &&
+        io_doc_layout_build(&va->docs, va->spans, va->n_spans, va->file_off, va->tail_cut, T,
+                            &o->docs, err, err_len))
+        goto fail;
+    ds->n_val_windows = va->docs.n;
+    if ((val || hold) && ds->n_val_windows == 0) {
+        char vname[512];
+        source_name(val ? val : train, vname, sizeof vname);
+        snprintf(err, (size_t)err_len,
+                 "%s: the validation data (%zu tokens) have no target to evaluate (every file "
+                 "has at most one token, or every target is masked): use more validation data",
+                 vname, va->n_tokens);
+        goto fail;
+    }
+    return 0;
+fail:
+    io_dataset_close(ds);
+    return -1;
 }
 
 int io_dataset_open(io_dataset *ds, const io_tokens *train, const io_tokens *val,
@@ -114,6 +162,7 @@ int io_dataset_open(io_dataset *ds, const io_tokens *train, const io_tokens *val
         }
     }
     make_region(&ds->train, train, 0, N - hold, T, count_starts);
+    if (opts->documents) return open_docs(ds, train, val, hold, name, err, err_len);
     ds->n_train_starts = ds->train.cum[ds->train.n_spans];
     if (ds->n_train_starts == 0) {
         if (ds->train.n_spans > 1)
@@ -188,6 +237,11 @@ void io_dataset_close(io_dataset *ds) {
 /* Span and offset of global training sample g. Uniform over window starts; the modulo bias is
  * below n_train_starts / 2^64, far under anything measurable. */
 static int train_locate(const io_dataset *ds, uint64_t g, uint64_t *off) {
+    if (ds->opts.documents) {
+        uint64_t k = io_doc_permute(ds->opts.seed, g, ds->n_train_starts);
+        *off = ds->train.docs.off[k];
+        return ds->train.docs.span[k];
+    }
     uint64_t u = sample_hash(ds->opts.seed, g) % ds->n_train_starts;
     return locate(&ds->train, u, off);
 }
@@ -198,13 +252,72 @@ size_t io_dataset_train_start(const io_dataset *ds, uint64_t g) {
     return ds->train.span_start[s] + (size_t)off;
 }
 
+/* Window k of a region's document layout; targets and starts may be NULL (tokens only). */
+static void window_docs(const io_dataset *ds, const io_region *r, uint64_t k, int *tokens,
+                        int *targets, unsigned char *starts) {
+    const int T = ds->opts.seq_len;
+    int *tg = targets ? targets : GDN_MALLOC((size_t)T * sizeof *tg);
+    unsigned char *st = starts ? starts : GDN_MALLOC((size_t)T);
+    io_doc_window(&r->docs, r->spans, k, T, &ds->opts.docs, tokens, tg, st);
+    if (!targets) free(tg);
+    if (!starts) free(st);
+}
+
+/* Without documents: targets are the next tokens, one document per row. */
+static void plain_view(int T, const int *tokens, int *targets, unsigned char *starts) {
+    memcpy(targets, tokens + 1, (size_t)T * sizeof *targets);
+    memset(starts, 0, (size_t)T);
+    starts[0] = 1;
+}
+
+void io_dataset_train_docs(const io_dataset *ds, uint64_t sample, int B, int rank, int world,
+                           int *tokens, int *targets, unsigned char *starts) {
+    GDN_ASSERT(B >= 1 && world >= 1 && rank >= 0 && rank < world);
+    const int T = ds->opts.seq_len;
+    const size_t W = (size_t)T + 1;
+    for (int b = 0; b < B; b++) {
+        uint64_t g = (sample + (uint64_t)b) * (uint64_t)world + (uint64_t)rank;
+        int *tok = tokens + (size_t)b * W, *tg = targets + (size_t)b * T;
+        unsigned char *st = starts + (size_t)b * T;
+        if (ds->opts.documents) {
+            window_docs(ds, &ds->train, io_doc_permute(ds->opts.seed, g, ds->n_train_starts), tok,
+                        tg, st);
+        } else {
+            io_dataset_train_batch(ds, sample + (uint64_t)b, 1, rank, world, tok);
+            plain_view(T, tok, tg, st);
+        }
+    }
+}
+
+void io_dataset_val_docs(const io_dataset *ds, uint64_t w, int *tokens, int *targets,
+                         unsigned char *starts) {
+    GDN_ASSERT(w < ds->n_val_windows);
+    if (ds->opts.documents) {
+        window_docs(ds, &ds->val, w, tokens, targets, starts);
+    } else {
+        io_dataset_val_window(ds, w, tokens);
+        plain_view(ds->opts.seq_len, tokens, targets, starts);
+    }
+}
+
+uint64_t io_dataset_train_targets(const io_dataset *ds, uint64_t g) {
+    if (!ds->opts.documents) return (uint64_t)ds->opts.seq_len;
+    return ds->train.docs.count[io_doc_permute(ds->opts.seed, g, ds->n_train_starts)];
+}
+
 void io_dataset_train_batch(const io_dataset *ds, uint64_t sample, int B, int rank, int world,
                             int *tokens) {
     GDN_ASSERT(B >= 1 && world >= 1 && rank >= 0 && rank < world);
     const size_t W = (size_t)ds->opts.seq_len + 1;
     for (int b = 0; b < B; b++) {
         uint64_t off;
-        int s = train_locate(ds, (sample + (uint64_t)b) * (uint64_t)world + (uint64_t)rank, &off);
+        uint64_t g = (sample + (uint64_t)b) * (uint64_t)world + (uint64_t)rank;
+        if (ds->opts.documents) {
+            window_docs(ds, &ds->train, io_doc_permute(ds->opts.seed, g, ds->n_train_starts),
+                        tokens + (size_t)b * W, NULL, NULL);
+            continue;
+        }
+        int s = train_locate(ds, g, &off);
         io_span_copy(&ds->train.spans[s], (size_t)off, W, tokens + (size_t)b * W);
     }
 }
@@ -216,6 +329,10 @@ uint64_t io_dataset_n_val_batches(const io_dataset *ds, int B, int world) {
 
 static int val_locate(const io_dataset *ds, uint64_t w, uint64_t *off) {
     GDN_ASSERT(w < ds->n_val_windows);
+    if (ds->opts.documents) {
+        *off = ds->val.docs.off[w];
+        return ds->val.docs.span[w];
+    }
     uint64_t k;
     int s = locate(&ds->val, w, &k);
     *off = k * (uint64_t)ds->opts.seq_len;
@@ -229,6 +346,11 @@ size_t io_dataset_val_start(const io_dataset *ds, uint64_t w) {
 }
 
 void io_dataset_val_window(const io_dataset *ds, uint64_t w, int *tokens) {
+    if (ds->opts.documents) {
+        GDN_ASSERT(w < ds->n_val_windows);
+        window_docs(ds, &ds->val, w, tokens, NULL, NULL);
+        return;
+    }
     uint64_t off;
     int s = val_locate(ds, w, &off);
     io_span_copy(&ds->val.spans[s], (size_t)off, (size_t)ds->opts.seq_len + 1, tokens);

@@ -18,6 +18,7 @@
 #include "io/tokenizer.h"
 #include "io/tokens.h"
 #include "train/commands.h"
+#include "train/data_docs.h"
 
 #define DEFAULT_SHARD_TOKENS 100000000ull /* as llm.c's data scripts */
 #define DEFAULT_VAL_FRACTION 0.01
@@ -44,10 +45,19 @@ static void usage(FILE *f) {
             "  --threads N        threads for --tokenizer (default: all cores)\n"
             "  --out PREFIX       output path prefix; its directory must exist\n"
             "  --val-tokens N     hold out the last N tokens for validation\n"
-            "                     (default: 1%% of the text; 0: no validation shard)\n"
+            "                     (default: 1%% of the text; 0: no validation shard); with\n"
+            "                     documents, from the first document that starts in them\n"
             "  --shard-tokens N   tokens per shard (default %llu)\n"
             "  --dtype u16|u32    token type: u16 = shard version 1 (llm.c), u32 = version 2\n"
             "                     (default u16; with --tokenizer, u32 when its ids need it)\n"
+            "  --documents        each input file is a document: write the end-of-document\n"
+            "                     token before each one (README, \"Data format\")\n"
+            "  --doc_sep LINE     also cut files into documents at every line equal to LINE (the\n"
+            "                     line is dropped; empty documents are left out); implies\n"
+            "                     --documents\n"
+            "  --eod_token ID     the end-of-document token (implies --documents); default: the\n"
+            "                     tokenizer's <|endoftext|>, <|end_of_text|> or </s>; byte-level:\n"
+            "                     256, one id past the bytes (vocabulary 257)\n"
             "  -h, --help         show this text\n",
             DEFAULT_SHARD_TOKENS);
 }
@@ -196,16 +206,19 @@ static void show_progress(void *user, size_t done, size_t total) {
     fflush(stderr);
 }
 
-/* Bytes of text behind ids[0, n). */
-static size_t text_bytes(const io_tokenizer *t, const uint32_t *ids, size_t n) {
+/* Bytes of text behind ids[0, n); with documents (eod >= 0) the delimiters count none. */
+static size_t text_bytes(const io_tokenizer *t, const uint32_t *ids, size_t n, int64_t eod) {
     size_t b = 0, len;
     for (size_t i = 0; i < n; i++)
-        if (io_tokenizer_id_bytes(t, ids[i], &len)) b += len;
+        if ((int64_t)ids[i] == eod) continue;
+        else if (!t) b++;
+        else if (io_tokenizer_id_bytes(t, ids[i], &len)) b += len;
     return b;
 }
 
 /* PREFIX_data.json: what the shards hold and how they were made. */
 static int write_record(const char *prefix, const io_tokenizer *t, uint32_t vocab, int version,
+                        int64_t eod, long long n_docs,
                         char **files, int n_files, size_t source_bytes, size_t train_tokens,
                         size_t train_bytes,
                         int train_shards, size_t val_tokens, size_t val_bytes, int val_shards) {
@@ -225,6 +238,10 @@ static int write_record(const char *prefix, const io_tokenizer *t, uint32_t voca
     }
     io_jw_kv_int(&w, "vocab_size", vocab);
     io_jw_kv_string(&w, "dtype", version == IO_SHARD_U16 ? "u16" : "u32");
+    if (eod >= 0) { /* documents: the delimiter and how many were written */
+        io_jw_kv_int(&w, "eod_token", eod);
+        io_jw_kv_int(&w, "documents", n_docs);
+    }
     io_jw_key(&w, "sources");
     io_jw_begin_array(&w);
     for (int k = 0; k < n_files; k++) io_jw_string(&w, files[k]);
@@ -268,20 +285,26 @@ static int write_record(const char *prefix, const io_tokenizer *t, uint32_t voca
 }
 
 int gdn_cmd_data(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *dtype = NULL, *tok_path = NULL;
+    const char *in = NULL, *out = NULL, *dtype = NULL, *tok_path = NULL, *doc_sep = NULL;
     unsigned long long val_tokens = 0, shard_tokens = DEFAULT_SHARD_TOKENS, threads = 0;
-    int val_given = 0;
+    unsigned long long eod_arg = 0;
+    int val_given = 0, documents = 0, eod_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;
         }
+        if (strcmp(a, "--documents") == 0) {
+            documents = 1;
+            continue;
+        }
         static const char *const opts[] = {"--in", "--out", "--val-tokens", "--shard-tokens",
-                                           "--dtype", "--tokenizer", "--threads"};
+                                           "--dtype", "--tokenizer", "--threads", "--doc_sep",
+                                           "--eod_token"};
         const char *value = NULL;
         int which = -1;
-        for (int o = 0; o < 7 && which < 0; o++) {
+        for (int o = 0; o < 9 && which < 0; o++) {
             size_t n = strlen(opts[o]);
             if (strncmp(a, opts[o], n) != 0) continue;
             if (a[n] == '=') value = a + n + 1, which = o;
@@ -316,6 +339,17 @@ int gdn_cmd_data(int argc, char **argv) {
             if (parse_count(value, &threads) || threads == 0 || threads > 4096)
                 return usage_error("--threads needs a count from 1 to 4096, got '%s'", value);
             break;
+        case 7:
+            if (!*value || strchr(value, '\n'))
+                return usage_error("--doc_sep needs the separator line's text (not empty, one "
+                                   "line), got '%s'", value);
+            doc_sep = value, documents = 1;
+            break;
+        case 8:
+            if (parse_count(value, &eod_arg) || eod_arg > UINT32_MAX)
+                return usage_error("--eod_token needs a token id, got '%s'", value);
+            eod_given = 1, documents = 1;
+            break;
         }
     }
     if (!in) return usage_error("%s", "missing --in TEXT");
@@ -329,6 +363,29 @@ int gdn_cmd_data(int argc, char **argv) {
         return 1;
     }
     uint32_t vocab = tok ? io_tokenizer_vocab_size(tok) : IO_BYTE_VOCAB;
+    int64_t eod = -1; /* documents: the delimiter */
+    if (documents) {
+        eod = eod_given ? (int64_t)eod_arg : tok ? gdn_data_default_eod(tok) : IO_BYTE_VOCAB;
+        if (!tok && eod > IO_BYTE_VOCAB) {
+            char id[32];
+            snprintf(id, sizeof id, "%lld", (long long)eod);
+            return usage_error("--eod_token %s: byte-level data take a byte (0-255) or 256, the "
+                               "id past the bytes", id);
+        }
+        if (tok && eod < 0) {
+            fprintf(stderr, "gdn data: error: --tokenizer %s has no end-of-text token "
+                    "(<|endoftext|>, <|end_of_text|> or </s>): give --eod_token ID\n", tok_path);
+            io_tokenizer_free(tok);
+            return 1;
+        }
+        if (tok && eod >= (int64_t)vocab) {
+            fprintf(stderr, "gdn data: --eod_token %lld is outside the vocabulary of --tokenizer "
+                    "%s (ids 0 to %u) (see gdn data --help)\n", (long long)eod, tok_path, vocab - 1);
+            io_tokenizer_free(tok);
+            return 2;
+        }
+        if (!tok && eod == IO_BYTE_VOCAB) vocab = IO_BYTE_VOCAB + 1;
+    }
     if (!dtype) dtype = vocab > 65536 ? "u32" : "u16";
     if (strcmp(dtype, "u16") == 0 && vocab > 65536) {
         fprintf(stderr, "gdn data: error: --tokenizer %s has ids up to %u, which do not fit u16 "
@@ -346,6 +403,8 @@ int gdn_cmd_data(int argc, char **argv) {
     unsigned char *bytes = NULL;
     size_t n = 0, n_text = 0;
     io_ids ids = {0};
+    long long n_docs = 0;
+    size_t literal = 0; /* delimiters inside the text */
     int rc = 1;
     progress prog = {0};
     prog.tty = isatty(2);
@@ -357,7 +416,17 @@ int gdn_cmd_data(int argc, char **argv) {
             fprintf(stderr, "gdn data: error: %s\n", err);
             goto done;
         }
-        if (!tok) {
+        if (documents) {
+            long long d = gdn_data_append_docs(tok, (int)threads, text, len, doc_sep, (uint32_t)eod,
+                                               &ids, &literal, err, sizeof err);
+            free(text);
+            if (d < 0) {
+                fprintf(stderr, "gdn data: error: %s: %s\n", files[k], err);
+                goto done;
+            }
+            n_docs += d;
+            n = ids.n;
+        } else if (!tok) {
             unsigned char *nb = n_files == 1 ? text : realloc(bytes, n + len + 1);
             if (!nb) {
                 fprintf(stderr, "gdn data: error: out of memory reading %s\n", files[k]);
@@ -386,6 +455,10 @@ int gdn_cmd_data(int argc, char **argv) {
         fprintf(stderr, "gdn data: error: %s: the input is empty\n", in);
         goto done;
     }
+    if (literal)
+        fprintf(stderr, "gdn data: warning: the text holds the end-of-document token %lld itself "
+                "%zu time%s (e.g. a literal end-of-text marker): each starts a document where it "
+                "stands\n", (long long)eod, literal, literal == 1 ? "" : "s");
     size_t hold = val_given ? (size_t)val_tokens
                             : (size_t)llround(DEFAULT_VAL_FRACTION * (double)n);
     if (hold >= n) {
@@ -394,6 +467,11 @@ int gdn_cmd_data(int argc, char **argv) {
                 hold, in, n);
         goto done;
     }
+    if (documents && hold > 0) { /* validation starts at a document: the first start in the part */
+        size_t p = n - hold;
+        while (p < n && ids.ids[p] != (uint32_t)eod) p++;
+        if (p < n) hold = n - p;
+    }
     if (tok) {
         double sec = now_s() - prog.t0;
         int nt = threads ? (int)threads : omp_get_max_threads();
@@ -401,26 +479,34 @@ int gdn_cmd_data(int argc, char **argv) {
                in, n_text, n, tok_path, io_tokenizer_describe(tok), sec,
                (double)n_text / 1e6 / (sec > 0 ? sec : 1e-9), nt, nt == 1 ? "" : "s");
     } else {
-        printf("read %s: %zu bytes = %zu tokens (byte tokenizer, vocab %d)\n", in, n, n,
-               IO_BYTE_VOCAB);
+        printf("read %s: %zu bytes = %zu tokens (byte tokenizer, vocab %u)\n", in, n_text, n,
+               vocab);
     }
+    if (documents)
+        printf("documents: %lld, each opened by token %lld%s\n", n_docs, (long long)eod,
+               doc_sep ? " (files and separator lines)" : " (one per file)");
     int version = strcmp(dtype, "u16") == 0 ? IO_SHARD_U16 : IO_SHARD_U32;
-    const void *data = tok ? (const void *)ids.ids : (const void *)bytes;
-    int width = tok ? 4 : 1;
+    const void *data = tok || documents ? (const void *)ids.ids : (const void *)bytes;
+    int width = tok || documents ? 4 : 1;
     int n_train = write_shards(out, "train", data, width, n - hold, (size_t)shard_tokens, version);
     int n_val = n_train < 0 ? -1 : write_shards(out, "val", (const unsigned char *)data +
                                                 (n - hold) * (size_t)width, width, hold,
                                                 (size_t)shard_tokens, version);
     if (n_train < 0 || n_val < 0) goto done;
     /* the bytes each part decodes to: the source's, unless a normalizer changed the text */
-    size_t val_bytes = tok ? text_bytes(tok, ids.ids + (n - hold), hold) : hold;
-    size_t train_bytes = tok ? text_bytes(tok, ids.ids, n - hold) : n - hold;
-    if (write_record(out, tok, vocab, version, files, n_files, n_text, n - hold, train_bytes,
+    const int by_ids = tok || documents;
+    size_t val_bytes = by_ids ? text_bytes(tok, ids.ids + (n - hold), hold, eod) : hold;
+    size_t train_bytes = by_ids ? text_bytes(tok, ids.ids, n - hold, eod) : n - hold;
+    if (write_record(out, tok, vocab, version, eod, n_docs, files, n_files, n_text, n - hold, train_bytes,
                      n_train, hold, val_bytes, n_val))
         goto done;
     printf("train: %zu tokens in %d shard%s; val: %zu tokens in %d shard%s\n", n - hold, n_train,
            n_train == 1 ? "" : "s", hold, n_val, n_val == 1 ? "" : "s");
-    if (tok)
+    if (documents)
+        printf("train with: gdn train --data '%s_train_*.bin' --vocab_size %u%s%s --documents true "
+               "--eod_token %lld\n", out, vocab, tok ? " --tokenizer " : "", tok ? tok_path : "",
+               (long long)eod);
+    else if (tok)
         printf("train with: gdn train --data '%s_train_*.bin' --vocab_size %u --tokenizer %s\n",
                out, vocab, tok_path);
     rc = 0;

@@ -363,6 +363,11 @@ static int distill_train(int argc, char **argv) {
     r = gdn_run_config_parse(&rc, ac, av, err, sizeof err);
     if (r < 0) fprintf(stderr, "gdn distill train: %s\n", err);
     int status = r < 0 ? GDN_EXIT_USAGE : 0;
+    if (!status && rc.documents) {
+        fprintf(stderr, "gdn distill train: --documents: distillation reads plain windows for now (the teacher "
+                "would not see the document starts the student sees); leave documents off\n");
+        status = GDN_EXIT_USAGE;
+    }
     if (!status && rc.sp > 1) {
         fprintf(stderr, "gdn distill train: sp = %d: sequence parallelism is not supported for distillation yet "
                 "(the teacher-forced mixers run whole sequences); use sp = 1 and data parallelism\n", rc.sp);

@@ -9,8 +9,10 @@
 #include <string.h>
 
 #include "io/dataset.h"
+#include "io/docs.h"
 #include "io/json.h"
 #include "io/parse_num.h"
+#include "model/backend.h"
 #include "model/check.h"
 #include "model/cpu/model_cpu.h"
 #include "train/commands.h"
@@ -21,7 +23,9 @@
 static void eval_usage(FILE *f) {
     fprintf(f,
             "usage: gdn eval --ckpt FILE.h5 --data SPEC [--seq_len T] [--batch_size B]\n"
-            "                [--val_tokens N] [--max_windows N] [--bytes_per_token R] [--json]\n\n"
+            "                [--val_tokens N] [--max_windows N] [--bytes_per_token R] [--json]\n"
+            "                [--documents true|false] [--eod_token ID] [--mask_begin ID --mask_end ID]\n"
+            "                [--doc_fill true|false]\n\n"
             "Prints the mean next-token loss (nats per token), the perplexity exp(loss), bits per\n"
             "token and bits per byte of the checkpoint on held-out data.\n"
             "  --data SPEC          text (.txt, .gz: byte-level tokens) or token shards (.bin, globs,\n"
@@ -33,6 +37,11 @@ static void eval_usage(FILE *f) {
             "  --max_windows N      at most the first N windows (0 = all, the default)\n"
             "  --bytes_per_token R  bytes of text per token of SPEC (overrides PREFIX_data.json)\n"
             "  --json               one JSON object instead of text\n"
+            "  --documents, --eod_token, --mask_begin, --mask_end, --doc_fill\n"
+            "                       documents as gdn train packs them (default: the checkpoint's run\n"
+            "                       settings): the windows are the packed validation windows in order,\n"
+            "                       every mixer resets at each document start, and padding and masked\n"
+            "                       targets are not counted\n"
             "Windows are those of gdn train's validation: starts 0, T, 2T, ... of each file, so every\n"
             "token after a file's first is a target once. gdn train's val_loss of a run is\n"
             "--val_tokens V --seq_len T --batch_size B --max_windows eval_batches*B with the run's\n"
@@ -60,6 +69,8 @@ typedef struct {
     const char *ckpt, *data;
     int seq_len, batch_size, json;
     int64_t val_tokens, max_windows;
+    int documents, doc_fill;            /* -1: the checkpoint's setting */
+    int64_t eod, mask_begin, mask_end;  /* -2: the checkpoint's setting */
     double bytes_per_token;
 } eval_opts;
 
@@ -72,6 +83,11 @@ static void run_defaults(const char *config_json, eval_opts *o) {
     }
     if (!o->seq_len) o->seq_len = rc.seq_len;
     if (!o->batch_size) o->batch_size = rc.batch_size;
+    if (o->documents < 0) o->documents = rc.documents;
+    if (o->doc_fill < 0) o->doc_fill = rc.doc_fill;
+    if (o->eod == -2) o->eod = rc.eod_token;
+    if (o->mask_begin == -2) o->mask_begin = rc.mask_begin;
+    if (o->mask_end == -2) o->mask_end = rc.mask_end;
 }
 
 static int parse_args(int argc, char **argv, eval_opts *o) {
@@ -98,6 +114,17 @@ static int parse_args(int argc, char **argv, eval_opts *o) {
         else if (!strcmp(a, "--batch_size")) bad = io_parse_int(a, v, 1, 1 << 16, &o->batch_size, err, sizeof err);
         else if (!strcmp(a, "--val_tokens")) bad = io_parse_i64(a, v, 0, INT64_MAX, &o->val_tokens, err, sizeof err);
         else if (!strcmp(a, "--max_windows")) bad = io_parse_i64(a, v, 0, INT64_MAX, &o->max_windows, err, sizeof err);
+        else if (!strcmp(a, "--documents")) {
+            if (!strcmp(v, "true") || !strcmp(v, "1")) o->documents = 1;
+            else if (!strcmp(v, "false") || !strcmp(v, "0")) o->documents = 0;
+            else snprintf(err, sizeof err, "--documents expects true, false, 1 or 0, got '%.80s'", v), bad = 1;
+        } else if (!strcmp(a, "--doc_fill")) {
+            if (!strcmp(v, "true") || !strcmp(v, "1")) o->doc_fill = 1;
+            else if (!strcmp(v, "false") || !strcmp(v, "0")) o->doc_fill = 0;
+            else snprintf(err, sizeof err, "--doc_fill expects true, false, 1 or 0, got '%.80s'", v), bad = 1;
+        } else if (!strcmp(a, "--eod_token")) bad = io_parse_i64(a, v, -1, INT32_MAX, &o->eod, err, sizeof err);
+        else if (!strcmp(a, "--mask_begin")) bad = io_parse_i64(a, v, -1, INT32_MAX, &o->mask_begin, err, sizeof err);
+        else if (!strcmp(a, "--mask_end")) bad = io_parse_i64(a, v, -1, INT32_MAX, &o->mask_end, err, sizeof err);
         else if (!strcmp(a, "--bytes_per_token"))
             bad = io_parse_f64(a, v, 1e-6, 1e6, &o->bytes_per_token, err, sizeof err);
         else {
@@ -151,8 +178,50 @@ static double mean_loss(const io_dataset *ds, const gdn_param_table *t, const fl
     return loss / valid;
 }
 
+/* mean_loss with documents: the packed validation windows with their targets, and the starts
+ * handed to the CPU model before each pass (the backend interface, model/backend.h). Returns NAN
+ * after a message when the model cannot run the documents. */
+static double mean_loss_docs(const io_dataset *ds, const gdn_param_table *t, const float *params,
+                             uint64_t n, int B, int T, uint64_t *targets) {
+    int *window = GDN_MALLOC((size_t)B * (T + 1) * sizeof *window);
+    int *in = GDN_MALLOC((size_t)B * T * sizeof *in), *tg = GDN_MALLOC((size_t)B * T * sizeof *tg);
+    unsigned char *st = GDN_MALLOC((size_t)B * T);
+    const gdn_model_shape shape = {.B = B, .T = T, .precision = GDN_PRECISION_FP32};
+    gdn_model *m = gdn_backend_cpu.create(t, &shape);
+    gdn_backend_cpu.upload(m, params, NULL, NULL);
+    double loss = 0, valid = 0;
+    for (uint64_t j = 0; j * (uint64_t)B < n; j++) {
+        for (int b = 0; b < B; b++) {
+            int *row = window + (size_t)b * (T + 1);
+            if (j * (uint64_t)B + (uint64_t)b < n) {
+                io_dataset_val_docs(ds, j * (uint64_t)B + (uint64_t)b, row, tg + (size_t)b * T,
+                                    st + (size_t)b * T);
+            } else { /* padding rows: the first row's inputs, nothing counted */
+                memcpy(row, window, (size_t)(T + 1) * sizeof *row);
+                memcpy(st + (size_t)b * T, st, (size_t)T);
+                for (int i = 0; i < T; i++) tg[(size_t)b * T + i] = -1;
+            }
+            memcpy(in + (size_t)b * T, row, (size_t)T * sizeof *in);
+        }
+        if (gdn_backend_cpu.set_doc_starts(m, st)) {
+            fprintf(stderr, "gdn eval: the CPU model cannot run these packed documents; evaluate "
+                    "without them (--documents false)\n");
+            valid = 0, loss = NAN;
+            break;
+        }
+        int nv = 0;
+        loss += gdn_backend_cpu.forward(m, in, tg, 0.0f, &nv, NULL);
+        valid += nv;
+    }
+    gdn_backend_cpu.free(m);
+    free(window), free(in), free(tg), free(st);
+    *targets = (uint64_t)valid;
+    return valid > 0 ? loss / valid : NAN;
+}
+
 int gdn_cmd_eval(int argc, char **argv) {
     eval_opts o = {0};
+    o.documents = o.doc_fill = -1, o.eod = o.mask_begin = o.mask_end = -2;
     int r = parse_args(argc, argv, &o);
     if (r) return r == 1 ? 0 : r;
     char err[2048];
@@ -174,7 +243,13 @@ int gdn_cmd_eval(int argc, char **argv) {
         goto done_params;
     }
     /* the held-out part as gdn train holds it out, or the whole source as validation data */
-    io_dataset_opts dopts = {.seq_len = o.seq_len, .seed = 1, .val_tokens = (size_t)o.val_tokens};
+    io_dataset_opts dopts = {.seq_len = o.seq_len, .seed = 1, .val_tokens = (size_t)o.val_tokens,
+                             .documents = o.documents,
+                             .docs = {o.eod, o.mask_begin, o.mask_end, o.doc_fill}};
+    if (o.documents && io_doc_opts_check(&dopts.docs, t.cfg.vocab_size, err, sizeof err)) {
+        fprintf(stderr, "gdn eval: %s\n", err);
+        goto done_tokens;
+    }
     if (io_dataset_open(&ds, &tok, o.val_tokens ? NULL : &tok, &dopts, err, sizeof err)) {
         fprintf(stderr, "gdn eval: --data %s: %s\n", o.data, err);
         goto done_tokens;
@@ -188,7 +263,9 @@ int gdn_cmd_eval(int argc, char **argv) {
         goto done_tokens;
     }
     uint64_t targets = 0;
-    const double loss = mean_loss(&ds, &t, params, n, o.batch_size, o.seq_len, &targets);
+    const double loss = o.documents ? mean_loss_docs(&ds, &t, params, n, o.batch_size, o.seq_len, &targets)
+                                    : mean_loss(&ds, &t, params, n, o.batch_size, o.seq_len, &targets);
+    if (o.documents && targets == 0) goto done_tokens; /* the model refused the documents */
     const double bpt = loss / log(2.0);
     /* where the bytes per token come from: text, the option, or gdn data's record */
     const char *from = NULL, *unknown_why = "give --bytes_per_token";
@@ -203,7 +280,8 @@ int gdn_cmd_eval(int argc, char **argv) {
         if (f == 1) {
             have_rec = 1;
             bytes_per_token = rec.bytes_per_token, from = "data_json";
-            split_average = !rec.whole || o.val_tokens > 0 || n < ds.n_val_windows;
+            split_average = !rec.whole || o.val_tokens > 0 || n < ds.n_val_windows ||
+                            (o.documents && o.mask_begin >= 0);
         } else if (f < 0) {
             fprintf(stderr, "gdn eval: warning: %s; bits per byte is not computed (give "
                     "--bytes_per_token)\n", why);
@@ -225,6 +303,7 @@ int gdn_cmd_eval(int argc, char **argv) {
         io_jw_kv_int(&w, "step", (long long)step);
         io_jw_kv_string(&w, "data", o.data);
         io_jw_kv_int(&w, "seq_len", o.seq_len);
+        io_jw_kv_bool(&w, "documents", o.documents);
         io_jw_kv_int(&w, "windows", (long long)n);
         io_jw_kv_int(&w, "tokens", (long long)targets);
         io_jw_kv_number(&w, "loss", loss);
@@ -246,8 +325,9 @@ int gdn_cmd_eval(int argc, char **argv) {
         printf("%s\n", io_jw_text(&w));
         io_jw_free(&w);
     } else {
-        printf("gdn eval: %s (step %lld) on %s: %llu windows of %d tokens, %llu targets\n", o.ckpt,
-               (long long)step, o.data, (unsigned long long)n, o.seq_len, (unsigned long long)targets);
+        printf("gdn eval: %s (step %lld) on %s: %llu %swindows of %d tokens, %llu targets\n", o.ckpt,
+               (long long)step, o.data, (unsigned long long)n, o.documents ? "packed-document " : "",
+               o.seq_len, (unsigned long long)targets);
         printf("loss %.6f nats/token, perplexity %.4f, %.6f bits/token", loss, exp(loss), bpt);
         if (bytes_per_token > 0) printf(", %.6f bits/byte\n", bpb);
         else printf("\nbits per byte: unknown (token shards; %s)\n", unknown_why);

@@ -18,6 +18,7 @@
 #include "model/cpu/model_cpu.h"
 #include "model/mixer.h"
 #include "train/commands.h"
+#include "train/run_config.h"
 #include "train/sample.h"
 
 /* --bytes: a bound so the count fits every type it meets (about 10^12 tokens). */
@@ -37,7 +38,10 @@ static void sample_usage(FILE *f) {
             "  --top-k K        sample among the K most likely tokens, 0 = all (default 40)\n"
             "  --seed S         sampling seed (default 1)\n"
             "  --tokenizer PATH BPE tokenizer for the prompt and the output (default: the one the\n"
-            "                   run recorded, gdn train --tokenizer; none: byte-level, vocab 256)\n");
+            "                   run recorded, gdn train --tokenizer; none: byte-level, vocab 256)\n"
+            "Generation starts from a clean state. A model trained with documents and an eod_token\n"
+            "reads the prompt as one document, opened by that token as in training, and stops\n"
+            "early when it ends the document (generates the token).\n");
 }
 
 static uint64_t rng_next(uint64_t *s) {
@@ -180,6 +184,14 @@ int gdn_cmd_sample(int argc, char **argv) {
     ckpt_info info;
     if (ckpt_read_info(ckpt, &info, err, sizeof err)) { fprintf(stderr, "gdn sample: %s\n", err); return 1; }
     const int64_t step = info.step;
+    int64_t eod = -1; /* a documents run's delimiter: opens the prompt, ends the output */
+    {
+        static gdn_run_config rc; /* large: off the stack */
+        char rerr[256];
+        if (info.config_json && !gdn_run_config_from_json_text(&rc, info.config_json, rerr, sizeof rerr) &&
+            rc.documents && rc.eod_token >= 0 && rc.eod_token < info.model.vocab_size)
+            eod = rc.eod_token;
+    }
     if (gdn_config_validate(&info.model, err, sizeof err)) {
         fprintf(stderr, "gdn sample: %s: the model configuration is invalid: %s\n", ckpt, err);
         ckpt_info_free(&info);
@@ -206,7 +218,9 @@ int gdn_cmd_sample(int argc, char **argv) {
         }
     }
     free(recorded);
-    if (!bpe && info.model.vocab_size != 256) {
+    /* byte-level, or bytes plus a documents run's delimiter 256 */
+    const int bytes_eod = !bpe && info.model.vocab_size == 257 && eod == 256;
+    if (!bpe && info.model.vocab_size != 256 && !bytes_eod) {
         fprintf(stderr, "gdn sample: %s: sampling text needs the byte-level vocabulary (256) or a "
                 "tokenizer (--tokenizer PATH), this model has %d ids and its run recorded no "
                 "tokenizer\n", ckpt, info.model.vocab_size);
@@ -226,7 +240,7 @@ int gdn_cmd_sample(int argc, char **argv) {
     }
     ckpt_info_free(&info);
     const gdn_config *c = &t.cfg;
-    const int V = c->vocab_size, byte_vocab = V == 256;
+    const int V = c->vocab_size, byte_vocab = V == 256 || bytes_eod;
     fprintf(stderr, "gdn sample: %s (step %lld), temperature %g, top-k %d, seed %llu\n", ckpt,
             (long long)step, temperature, top_k, (unsigned long long)seed);
 
@@ -239,7 +253,7 @@ int gdn_cmd_sample(int argc, char **argv) {
     const size_t n_attn = (size_t)gdn_config_count_mixer(c, GDN_MIXER_A);
     float *kv = NULL;
     if (n_attn) {
-        const int64_t len = (int64_t)strlen(prompt) + n_bytes;
+        const int64_t len = (int64_t)strlen(prompt) + n_bytes + (eod >= 0);
         if (len > GDN_SAMPLE_MAX_CACHE) {
             fprintf(stderr, "gdn sample: %s has attention layers, whose cache holds at most %d "
                             "positions; the prompt and --bytes make %lld: ask for fewer bytes\n",
@@ -265,19 +279,22 @@ int gdn_cmd_sample(int argc, char **argv) {
         carry[i].halo_v = GDN_CALLOC(L * W1 * H * Vh, sizeof(float));
     }
     int np = (int)strlen(prompt);
-    int *ptok = GDN_MALLOC((size_t)np * sizeof(int));
+    const int lead = eod >= 0; /* the prompt's document opens with the delimiter, as in training */
+    int *ptok = GDN_MALLOC(((size_t)np + 1) * sizeof(int));
     if (bpe) { /* never more ids than bytes: each piece's bytes start as one id each */
         io_tok_enc *e = io_tok_enc_new(bpe);
         io_ids ids = {0};
         if (!e || io_tok_encode(e, (const unsigned char *)prompt, (size_t)np, &ids, err, sizeof err))
             GDN_DIE("gdn sample: encoding the prompt: %s", e ? err : "out of memory");
         np = (int)ids.n;
-        for (int i = 0; i < np; i++) ptok[i] = (int)ids.ids[i];
+        for (int i = 0; i < np; i++) ptok[i + lead] = (int)ids.ids[i];
         io_ids_free(&ids);
         io_tok_enc_free(e);
     } else {
-        for (int i = 0; i < np; i++) ptok[i] = (unsigned char)prompt[i];
+        for (int i = 0; i < np; i++) ptok[i + lead] = (unsigned char)prompt[i];
     }
+    if (lead) ptok[0] = (int)eod;
+    np += lead;
 
     int nv = 0, cur = 0, status = 0;
     gdn_cpu_acts_f32 *pa = gdn_cpu_acts_create_f32(&t, 1, np);
@@ -294,6 +311,10 @@ int gdn_cmd_sample(int argc, char **argv) {
     gdn_cpu_acts_f32 *sa = gdn_cpu_acts_create_f32(&t, 1, 1);
     if (!status) fwrite(prompt, 1, strlen(prompt), stdout);
     for (int64_t i = 0; i < n_bytes && !status; i++) {
+        if (eod >= 0 && tok == eod) {
+            fprintf(stderr, "gdn sample: the model ended the document after %lld tokens\n", (long long)i);
+            break;
+        }
         put_token(tok, byte_vocab, bpe);
         if (i + 1 == n_bytes) break;
         gdn_cpu_forward_f32(sa, &t, params, &tok, NULL, 0.0f, &nv, &carry[cur], &carry[1 - cur]);

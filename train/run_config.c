@@ -1,6 +1,7 @@
 /* Settings table, presets, and resolution of a run's configuration. */
 #include "train/run_config.h"
 
+#include <ctype.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "io/checkpoint.h"
+#include "io/docs.h"
 #include "io/parse_num.h"
 #include "io/tokenizer.h"
 #include "model/mixer.h"
@@ -65,6 +67,16 @@ static const field fields[] = {
     GDN_CONFIG_FIELDS(FM)
     FS(data, "training text (.txt, .gz) or token shards (.bin, comma list)"),
     FR(val_tokens, F_I64, 0, I53, "tokens held out at the end of the corpus for validation"),
+    FR(documents, F_BOOL, 0, 1, "pack whole documents into windows; every mixer resets at each "
+                                "document start (README, \"Data format\"); --documents alone = true"),
+    FR(eod_token, F_I64, -1, 4294967295.0, "with documents: the token that opens each document "
+                                           "(llm.c shards: 50256); -1 = each file is a document"),
+    FR(mask_begin, F_I64, -1, 4294967295.0, "with documents: targets from this token through "
+                                            "mask_end are not trained on (-1 = none)"),
+    FR(mask_end, F_I64, -1, 4294967295.0, "with documents: the token that closes a masked stretch"),
+    FR(doc_fill, F_BOOL, 0, 1, "with documents: fill every window, splitting the document that does not "
+                               "fit at the window's end, instead of leaving the room after the last "
+                               "whole document unused"),
     FS(tokenizer, "BPE tokenizer the shards were made with (gdn data --tokenizer): recorded in "
                   "the run and its checkpoints for gdn sample; \"\" = byte-level"),
     FS(out, "run directory (required)"),
@@ -140,6 +152,7 @@ static void set_defaults(gdn_run_config *rc) {
     gdn_config_defaults(&rc->model);
     snprintf(rc->data, sizeof rc->data, "data/kjv.txt.gz");
     rc->val_tokens = 65536;
+    rc->eod_token = rc->mask_begin = rc->mask_end = -1;
     rc->steps = 1000;
     rc->seed = 1;
     snprintf(rc->backend, sizeof rc->backend, "auto");
@@ -446,6 +459,10 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
             goto done;
         }
         const char *value = eq ? eq + 1 : NULL;
+        /* a bare switch (--documents): nothing follows, or the next argument is a setting */
+        if (!value && f->type == F_BOOL &&
+            (i + 1 >= argc || (!strncmp(argv[i + 1], "--", 2) && isalpha((unsigned char)argv[i + 1][2]))))
+            value = "true";
         if (!value) {
             if (i + 1 >= argc) {
                 snprintf(err, (size_t)err_len, "setting '--%s' needs a value", f->key);
@@ -522,6 +539,13 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
           rc->sp, gdn_config_mixers(&rc->model));
     CHECK(rc->val_tokens >= 0, "val_tokens must be >= 0");
     if (rc->tokenizer[0] && check_tokenizer(rc, err, err_len)) goto done;
+    CHECK(rc->documents || (rc->eod_token < 0 && rc->mask_begin < 0 && rc->mask_end < 0 && !rc->doc_fill),
+          "eod_token, mask_begin, mask_end and doc_fill take effect with documents: add --documents (or "
+          "leave them at -1 and false)");
+    if (rc->documents) {
+        io_doc_opts d = {rc->eod_token, rc->mask_begin, rc->mask_end, rc->doc_fill};
+        if (io_doc_opts_check(&d, rc->model.vocab_size, err, err_len)) goto done;
+    }
     CHECK(rc->zero == 0 || rc->zero == 1,
           "zero must be 0 (every rank holds the optimizer state) or 1 (sharded over the ranks); got %d",
           rc->zero);

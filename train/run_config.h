@@ -18,6 +18,10 @@ typedef struct {
     /* data */
     char data[GDN_PATH_MAX];   /* text file (.txt or .gz) or token shards */
     int64_t val_tokens;        /* tokens held out at the end of the corpus for validation */
+    int documents;             /* pack documents, reset at their starts (io/docs.h) */
+    int64_t eod_token;         /* the token opening each document; -1: files are documents */
+    int64_t mask_begin, mask_end; /* masked stretches' markers; -1: none */
+    int doc_fill;              /* documents: fill every window, splitting documents at its end */
     char tokenizer[GDN_PATH_MAX]; /* BPE tokenizer of the shards ("" = byte-level); absolute */
     /* run */
     char out[GDN_PATH_MAX];    /* run directory */

@@ -69,6 +69,9 @@ typedef struct {
     io_dataset data;
     int *window;                 /* [B, T+1] */
     int *inputs, *targets;       /* [B*T_seg] this rank's segment */
+    int *doc_targets;            /* documents: [B, T] the window's targets (-1: not counted) */
+    unsigned char *starts, *seg_starts; /* documents: [B, T] document starts, [B, T_seg] this rank's */
+    int docs_refused;            /* documents: the backend refused a batch's starts */
     int64_t step;                /* optimizer steps done */
     int64_t tokens_seen;         /* over all ranks */
     uint64_t sample;             /* this rank's data sample counter (the same on every rank) */
@@ -119,6 +122,35 @@ static void split_window(trainer *t) {
     }
 }
 
+/* Documents: this rank's segment of the window's targets and starts (after split_window), the
+ * starts to the model before its next pass. */
+static void split_docs(trainer *t) {
+    const int B = t->rc.batch_size, T = t->rc.seq_len, Ts = t->T_seg, t0 = t->comm->sp_rank * Ts;
+    for (int b = 0; b < B; b++) {
+        memcpy(t->targets + (size_t)b * Ts, t->doc_targets + (size_t)b * T + t0, (size_t)Ts * sizeof(int));
+        memcpy(t->seg_starts + (size_t)b * Ts, t->starts + (size_t)b * T + t0, (size_t)Ts);
+    }
+    if (t->tb.be->set_doc_starts(t->tb.model, t->seg_starts)) t->docs_refused = 1;
+}
+
+/* This rank's micro-batch of training windows at its sample counter into inputs / targets. */
+static void load_train(trainer *t) {
+    if (t->rc.documents)
+        io_dataset_train_docs(&t->data, t->sample, t->rc.batch_size, t->comm->dp_rank, t->comm->dp, t->window,
+                              t->doc_targets, t->starts);
+    else
+        io_dataset_train_batch(&t->data, t->sample, t->rc.batch_size, t->comm->dp_rank, t->comm->dp, t->window);
+    split_window(t);
+    if (t->rc.documents) split_docs(t);
+}
+
+/* Collective, with documents: GDN_EXIT_ERROR when a rank's backend refused document starts. */
+static int docs_refused(trainer *t) {
+    if (!t->rc.documents || !agree_ok(t, t->docs_refused, "to run documents")) return 0;
+    if (t->docs_refused) complain(t, "--documents: this backend cannot run these packed documents (see above)");
+    return GDN_EXIT_ERROR;
+}
+
 /* The validation set is the first N = min(eval_batches x batch_size, validation windows) windows,
  * whatever the layout: batch j holds windows [jB, jB + B) (the last one padded with ignored
  * rows), the data-parallel ranks take batches j = dp_rank, dp_rank + dp, ..., and each batch's
@@ -137,13 +169,19 @@ static double evaluate(trainer *t) {
         for (int b = 0; b < B; b++) {
             int *row = t->window + (size_t)b * (T + 1);
             if (j * (uint64_t)B + (uint64_t)b < N) {
-                io_dataset_val_window(&t->data, j * (uint64_t)B + (uint64_t)b, row);
+                if (t->rc.documents)
+                    io_dataset_val_docs(&t->data, j * (uint64_t)B + (uint64_t)b, row,
+                                        t->doc_targets + (size_t)b * T, t->starts + (size_t)b * T);
+                else
+                    io_dataset_val_window(&t->data, j * (uint64_t)B + (uint64_t)b, row);
                 rows++;
             } else {
                 memcpy(row, t->window, (size_t)(T + 1) * sizeof(int));
+                if (t->rc.documents) memcpy(t->starts + (size_t)b * T, t->starts, (size_t)T);
             }
         }
         split_window(t);
+        if (t->rc.documents) split_docs(t);
         for (size_t i = (size_t)rows * Ts; i < (size_t)B * Ts; i++) t->targets[i] = -1;
         int nv = 0;
         acc[j] = t->tb.be->forward(t->tb.model, t->inputs, t->targets, 0.0f, &nv, NULL);
@@ -164,8 +202,7 @@ static double evaluate(trainer *t) {
  * without consuming it: a finite number shows that the parameters about to be saved still
  * compute (an update can leave them finite but so large that the next forward overflows). */
 static double probe_loss(trainer *t) {
-    io_dataset_train_batch(&t->data, t->sample, t->rc.batch_size, t->comm->dp_rank, t->comm->dp, t->window);
-    split_window(t);
+    load_train(t);
     double acc[2] = {0.0, 0.0};
     int nv = 0;
     acc[0] = t->tb.be->forward(t->tb.model, t->inputs, t->targets, 0.0f, &nv, NULL);
@@ -313,6 +350,27 @@ static void report_changed_settings(const char *saved_json, const gdn_run_config
     io_jw_free(&b);
 }
 
+/* 0 when the checkpoint's run (its saved configuration) packed documents as this run does; else
+ * -1 with the reason: a changed setting changes the windows and what the data position means. */
+static int same_documents(const char *path, const char *saved_json, const gdn_run_config *rc) {
+    static gdn_run_config old; /* large: off the stack */
+    char err[512];
+    if (!saved_json || gdn_run_config_from_json_text(&old, saved_json, err, sizeof err))
+        return 0; /* unreadable: report_changed_settings says so; nothing to compare */
+    if (old.documents == rc->documents && old.eod_token == rc->eod_token && old.mask_begin == rc->mask_begin &&
+        old.mask_end == rc->mask_end && old.doc_fill == rc->doc_fill)
+        return 0;
+    fprintf(stderr, "gdn train: cannot resume from %s: it was trained with documents %s, eod_token %lld, "
+            "mask_begin %lld, mask_end %lld, doc_fill %s, and this run asks for documents %s, eod_token %lld, "
+            "mask_begin %lld, mask_end %lld, doc_fill %s: the windows and the data position would not continue "
+            "the run; resume with the checkpoint's settings, or start a new run from its weights (--init_from "
+            "%s)\n", path, old.documents ? "true" : "false", (long long)old.eod_token, (long long)old.mask_begin,
+            (long long)old.mask_end, old.doc_fill ? "true" : "false", rc->documents ? "true" : "false",
+            (long long)rc->eod_token, (long long)rc->mask_begin, (long long)rc->mask_end,
+            rc->doc_fill ? "true" : "false", path);
+    return -1;
+}
+
 /* Starts fresh, from --init-from weights, or resumes, into t->params and the full-size moments
  * m, v [total] (t->m, t->v unless they are sharded); returns 0 or -1 (message printed). Runs on
  * rank 0, which then hands the result to the others (restore_and_share). */
@@ -340,6 +398,10 @@ static int restore(trainer *t, float *m, float *v) {
             return -1;
         }
         int64_t pos = 0, world = 1, saved_sp = 1, saved_dp = 0;
+        if (same_documents(resume_path, info.config_json, rc)) {
+            ckpt_info_free(&info);
+            return -1;
+        }
         if (ckpt_info_get(&info, "data_position", &pos) || pos < 0) {
             fprintf(stderr, "gdn train: %s has no data_position in /state\n", resume_path);
             ckpt_info_free(&info);
@@ -566,7 +628,9 @@ static int open_run(trainer *t, const gdn_backend *be, int argc, char **argv) {
     int status = c->rank == 0 && !t->opts.eval_only ? claim_run_dir(t) : 0;
     if ((status = agree_status(t, status, "to take the run directory"))) return status;
     io_dataset_opts opts = {.seq_len = rc->seq_len, .seed = (uint64_t)rc->seed,
-                            .val_tokens = (size_t)rc->val_tokens, .val_fraction = 0.0};
+                            .val_tokens = (size_t)rc->val_tokens, .val_fraction = 0.0,
+                            .documents = rc->documents,
+                            .docs = {rc->eod_token, rc->mask_begin, rc->mask_end, rc->doc_fill}};
     failed = io_dataset_open_files(&t->data, rc->data, NULL, rc->model.vocab_size, &opts, err,
                                    sizeof err) != 0;
     if (failed) complain(t, "%s", err);
@@ -584,6 +648,11 @@ static int open_run(trainer *t, const gdn_backend *be, int argc, char **argv) {
     t->window = GDN_MALLOC(win * sizeof(int));
     t->inputs = GDN_MALLOC(bt * sizeof(int));
     t->targets = GDN_MALLOC(bt * sizeof(int));
+    if (rc->documents) {
+        t->doc_targets = GDN_MALLOC((size_t)rc->batch_size * rc->seq_len * sizeof(int));
+        t->starts = GDN_MALLOC((size_t)rc->batch_size * rc->seq_len);
+        t->seg_starts = GDN_MALLOC(bt);
+    }
     /* batch_tokens counts every rank's tokens: one micro-batch of the job is dp x B x seq_len */
     int64_t micro = (int64_t)c->dp * rc->batch_size * rc->seq_len;
     t->accum = rc->batch_tokens ? (int)((rc->batch_tokens + micro - 1) / micro) : 1;
@@ -607,6 +676,14 @@ static int open_run(trainer *t, const gdn_backend *be, int argc, char **argv) {
             rc->seq_len, t->accum, t->accum == 1 ? "" : "es");
         say(t, "data: %s: %zu training tokens, %llu validation windows; %d CPU threads\n", rc->data,
             t->data.train.n_tokens, (unsigned long long)t->data.n_val_windows, omp_get_max_threads());
+        if (rc->documents) {
+            const io_doc_layout *d = &t->data.train.docs;
+            say(t, "documents: %llu in the training data (each opened by %s), packed into %llu windows of %d "
+                "tokens; %.1f%% of their positions are counted targets (the rest: room after the last whole "
+                "document, masked stretches, file ends)\n", (unsigned long long)d->n_docs,
+                rc->eod_token >= 0 ? "eod_token" : "a file start", (unsigned long long)d->n, rc->seq_len,
+                100.0 * (double)d->counted / ((double)d->n * rc->seq_len));
+        }
         print_grid(t);
         print_optimizer_state(t);
     }
@@ -626,6 +703,9 @@ static int close_run(trainer *t) {
     free(t->inputs);
     free(t->targets);
     free(t->hook_stats);
+    free(t->doc_targets);
+    free(t->starts);
+    free(t->seg_starts);
     gdn_param_table_free(&t->table);
     io_dataset_close(&t->data);
     return r;
@@ -633,10 +713,19 @@ static int close_run(trainer *t) {
 
 /* The next micro-batch of this rank's training windows into inputs / targets. */
 static void next_train_batch(trainer *t) {
-    const int B = t->rc.batch_size;
-    io_dataset_train_batch(&t->data, t->sample, B, t->comm->dp_rank, t->comm->dp, t->window);
-    t->sample += (uint64_t)B;
-    split_window(t);
+    load_train(t);
+    t->sample += (uint64_t)t->rc.batch_size;
+}
+
+/* The counted targets of the job's next step: every position without documents; with them,
+ * the windows' own counts (a pure function of the sample counter, the same on every rank). */
+static double step_targets(const trainer *t) {
+    const int B = t->rc.batch_size, dp = t->comm->dp;
+    if (!t->rc.documents) return (double)t->accum * dp * B * t->rc.seq_len;
+    uint64_t n = 0;
+    for (uint64_t s = t->sample; s < t->sample + (uint64_t)t->accum * (uint64_t)B; s++)
+        for (int r = 0; r < dp; r++) n += io_dataset_train_targets(&t->data, s * (uint64_t)dp + (uint64_t)r);
+    return (double)n;
 }
 
 /* One optimizer step; returns the mean training loss over all ranks and sets *gnorm and *lr.
@@ -648,7 +737,7 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
     const gdn_backend *be = t->tb.be;
     gdn_model *model = t->tb.model;
     const int B = rc->batch_size, T = rc->seq_len;
-    const double tokens = (double)t->accum * c->dp * B * T; /* over the job */
+    const double tokens = step_targets(t); /* counted targets over the job */
     /* several ranks without sharding: the last micro-batch's backward pass starts the gradient
      * all-reduce range by range (sharded: reduce-scattered after it, train/zero.h) */
     const int all_reduce = c->size > 1 && !t->zero.on;
@@ -684,7 +773,7 @@ static double train_step(trainer *t, double *gnorm, double *lr) {
         *gnorm = be->adamw_step(model, &h, t->step + 1, rc->grad_clip);
     if (hook && hook->after_update) hook->after_update(hook->ctx, model);
     t->step++;
-    t->tokens_seen += (int64_t)tokens;
+    t->tokens_seen += (int64_t)t->accum * c->dp * B * T;
     return loss / tokens;
 }
 
@@ -738,6 +827,7 @@ static int eval_only(trainer *t) {
         return GDN_EXIT_USAGE;
     }
     const double val = evaluate(t);
+    if (docs_refused(t)) return GDN_EXIT_ERROR;
     uint64_t N = (uint64_t)t->rc.eval_batches * (uint64_t)t->rc.batch_size;
     if (N > t->data.n_val_windows) N = t->data.n_val_windows;
     say(t, "eval: step %lld, val_loss %.17g over %llu validation windows of %d tokens\n", (long long)t->step, val,
@@ -823,6 +913,7 @@ static int run_step(trainer *t, run_progress *p) {
     gdn_comm *c = t->comm;
     double t0 = now_s(), gnorm = 0, lr = 0;
     double loss = train_step(t, &gnorm, &lr);
+    if (docs_refused(t)) return GDN_EXIT_ERROR;
     double dt = now_s() - t0;
     step_metrics m = {loss, lr, gnorm, (double)t->accum * c->dp * rc->batch_size * rc->seq_len / dt,
                       now_s() - p->t_start, 0, NAN};
@@ -833,6 +924,7 @@ static int run_step(trainer *t, run_progress *p) {
         return stop_nonfinite(t, p, &m, "gradient norm", gnorm, "non-finite gradient norm");
     m.evaluated = (rc->eval_every > 0 && t->step % rc->eval_every == 0) || t->step == rc->steps;
     m.val = m.evaluated ? evaluate(t) : NAN;
+    if (docs_refused(t)) return GDN_EXIT_ERROR;
     if (m.evaluated && !isfinite(m.val) && t->data.n_val_windows > 0)
         return stop_nonfinite(t, p, &m, "validation loss", m.val, "non-finite validation loss");
     if (m.evaluated) p->last_val = m.val;

@@ -94,7 +94,8 @@ settings = {"vocab_size": "int", "d_model": "int", "n_layers": "int", "n_heads":
             "decay_steps": "int", "weight_decay": "real", "beta1": "real", "beta2": "real",
             "adam_eps": "real", "grad_clip": "real", "eval_every": "int", "eval_batches": "int",
             "log_every": "int", "ckpt_every": "int", "keep": "int", "sp": "int", "zero": "int",
-            "tie_embeddings": "bool", "allow_neg_eigval": "bool"}
+            "tie_embeddings": "bool", "allow_neg_eigval": "bool", "documents": "bool", "eod_token": "int",
+            "mask_begin": "int", "mask_end": "int"}
 out = os.path.join(tmp, "t")
 for key, kind in settings.items():
     for v in values(4):
@@ -143,6 +144,11 @@ for argv in [["--in"], ["--in", corpus, "--out"], ["--in", corpus, "--out", ""],
     run("data structure", ["data", *argv])
 for v in values(6):
     run("data", ["data", "--in", corpus, "--out", os.path.join(tmp, "d"), "--threads", v], "--threads", "uint", v)
+for v in values(8):
+    run("data", ["data", "--in", corpus, "--out", os.path.join(tmp, "d"), "--eod_token", v], "--eod_token", "uint", v)
+for argv in [["--doc_sep"], ["--doc_sep", ""], ["--doc_sep", "a\nb"], ["--documents", "--eod_token"],
+             ["--doc_sep=", "--documents"]]:
+    run("data structure", ["data", "--in", corpus, "--out", os.path.join(tmp, "d"), *argv])
 
 # ---- gdn tokenize -------------------------------------------------------------------------------
 for argv in [[], ["--tokenizer"], ["--tokenizer", tmp, "--in", corpus, "--out", os.path.join(tmp, "t.json")],
@@ -177,6 +183,8 @@ for v in values(4):  # a valid value ends at the refusal of a student with its t
                           "--tau", v], "--tau", "real", v)
 for v in values(6):
     run("eval", ["eval", "--ckpt", ckpt, "--data", corpus, "--max_windows", v], "--max_windows", "int", v)
+    run("eval", ["eval", "--ckpt", ckpt, "--data", corpus, "--eod_token", v], "--eod_token", "int", v)
+    run("eval", ["eval", "--ckpt", ckpt, "--data", corpus, "--documents", v], "--documents", "bool", v)
     run("linearize", ["linearize", "--teacher", ckpt, "--data", corpus, "--windows", v], "--windows", "int", v)
 
 # ---- gdn op gated-delta -------------------------------------------------------------------------

@@ -169,6 +169,7 @@ with tempfile.TemporaryDirectory() as tmp:
     refused(base + ["--steps", "3"], "--stage1_steps and --stage2_steps", "--steps")
     refused(base + ["--resume", "auto"], "resumes on its own", "--resume")
     refused(base + ["--sp", "2", "--seq_len", "32"], "sequence parallelism is not supported", "sp 2")
+    refused(base + ["--documents"], "distillation reads plain windows", "--documents")
     refused(base + ["--tau", "0"], "--tau", "tau 0")
     refused(base + ["--train", "some"], "--train must be mixers or all", "--train")
     refused(base + ["--stage1_steps", "0", "--stage2_steps", "0"], "nothing to train", "no steps")

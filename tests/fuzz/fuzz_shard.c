@@ -6,8 +6,11 @@
  * tokenizer). When a source opens, a dataset is built over it and training and validation
  * windows are read; every window must be the file's tokens at the position the dataset reports
  * and every token must be inside the vocabulary. Header words 3-5 (ignored by the reader) pick
- * seq_len, vocab_size and the hold-out, so inputs steer those too. Any crash, leak, sanitizer
- * report or wrong window is a failure. */
+ * seq_len, vocab_size and the hold-out, so inputs steer those too. Word 6 picks an end-of-document
+ * token, mask markers and whole or filled windows: the documents dataset over the same source (io/docs.h) must open or
+ * give a message, and its windows must hold the file's tokens, targets that are the next token
+ * or -1, a start at every delimiter, and per-window counts that sum over an epoch to the
+ * layout's. Any crash, leak, sanitizer report or wrong window is a failure. */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -113,6 +116,55 @@ static void check_windows(const io_tokens *src, const uint8_t *tokens, int width
     io_dataset_close(&ds);
 }
 
+/* The documents view of the same source (see the header comment). */
+static void check_documents(const io_tokens *src, const uint8_t *tokens, int width, int T,
+                            int vocab, size_t val_tokens, uint32_t pick) {
+    io_dataset_opts o = {.seq_len = T, .seed = 3, .val_tokens = val_tokens, .documents = 1};
+    /* ids inside the vocabulary, as gdn train checks them */
+    const int64_t eod = pick & 1 ? -1 : (int64_t)((pick >> 1) % 8) % vocab;
+    const int masks = (pick >> 4) & 1 && vocab > 9;
+    o.docs = (io_doc_opts){eod, masks ? 8 : -1, masks ? 9 : -1, (int)((pick >> 5) & 1)};
+    io_dataset ds;
+    char err[1024];
+    err[0] = 0;
+    if (io_dataset_open(&ds, src, NULL, &o, err, sizeof err)) {
+        CHECK(err[0] != 0);
+        return;
+    }
+    int *tok = malloc(((size_t)T + 1) * sizeof *tok), *tg = malloc((size_t)T * sizeof *tg);
+    unsigned char *st = malloc((size_t)T);
+    CHECK(tok && tg && st);
+    const uint64_t n = ds.n_train_starts;
+    uint64_t total = 0;
+    for (uint64_t g = 0; g < n && g < 64; g++) {
+        io_dataset_train_docs(&ds, g, 1, 0, 1, tok, tg, st);
+        const size_t pos = io_dataset_train_start(&ds, g);
+        const size_t have = ds.train.n_tokens - pos; /* one file: the region is one span */
+        uint64_t counted = 0;
+        CHECK(st[0] == 1);
+        for (int i = 0; i <= T; i++) {
+            CHECK(tok[i] >= 0 && tok[i] < vocab);
+            if (tokens && (size_t)i < have) CHECK((uint32_t)tok[i] == expected_at(tokens, width, pos + (size_t)i));
+        }
+        for (int i = 0; i < T; i++) {
+            if (tg[i] < 0) continue;
+            counted++;
+            CHECK((size_t)i + 1 < have && tg[i] == tok[i + 1]);
+            if (eod >= 0 && tok[i] == eod) CHECK(st[i] == 1);
+            if (eod >= 0 && i > 0 && tok[i] != eod) CHECK(st[i] == 0);
+        }
+        CHECK(counted >= 1 && counted == io_dataset_train_targets(&ds, g));
+        total += counted;
+    }
+    if (n <= 64) CHECK(total == ds.train.docs.counted);
+    for (uint64_t w = 0; w < ds.n_val_windows && w < 8; w++) {
+        io_dataset_val_docs(&ds, w, tok, tg, st);
+        for (int i = 0; i < T; i++) CHECK(tg[i] < 0 || tg[i] == tok[i + 1]);
+    }
+    free(tok), free(tg), free(st);
+    io_dataset_close(&ds);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int T = 1 + (int)(word(data, size, 3) % 64);
@@ -134,6 +186,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(size == IO_SHARD_HEADER_BYTES + t.n_tokens * (size_t)width);
         check_windows(&t, data + IO_SHARD_HEADER_BYTES, width, T, vocab, val_tokens,
                       val_fraction);
+        check_documents(&t, data + IO_SHARD_HEADER_BYTES, width, T, vocab, val_tokens,
+                        word(data, size, 6));
         io_tokens_close(&t);
     } else {
         CHECK(strstr(err, path) != NULL); /* every message names the file */
@@ -148,6 +202,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const int gz = size >= 2 && data[0] == 0x1f && data[1] == 0x8b;
         if (!gz) CHECK(t.n_tokens == size);
         check_windows(&t, gz ? NULL : data, 1, T, 256, val_tokens, val_fraction);
+        check_documents(&t, gz ? NULL : data, 1, T, 256, val_tokens, word(data, size, 6));
         io_tokens_close(&t);
     } else {
         CHECK(strstr(err, path) != NULL);
