@@ -26,12 +26,16 @@ double gdn_mixer_fwd_flops_per_token(const gdn_config *c, int mixer, int seq_len
         const double Da = gdn_config_attn_dim(c);
         return 2.0 * H * Da * (T + 1.0);
     }
-    const double K = c->head_dim, V = gdn_config_head_v(c), C = c->chunk_size;
-    const double n = ceil(T / C); /* chunks per sequence (the last one padded) */
-    const double per_chunk = mi->has_delta
-                                 ? 3 * C * C * K + 2 * C * C * V + C * C * C / 3 + 3 * C * K * V
-                                 : C * C * K + C * C * V + 2 * C * K * V;
-    return 2.0 * H * n * per_chunk / T;
+    const double K = c->head_dim, V = gdn_config_head_v(c);
+    /* the chunks of a sequence: floor(T / C) of C tokens and one of the remaining r < C */
+    const int C = c->chunk_size, full = seq_len / C, r = seq_len % C;
+    double sum = 0.0;
+    for (int i = 0; i < 2; i++) {
+        const double n = i == 0 ? full : (r > 0), x = i == 0 ? C : r;
+        sum += n * (mi->has_delta ? 3 * x * x * K + 2 * x * x * V + x * x * x / 3 + 3 * x * K * V
+                                  : x * x * K + x * x * V + 2 * x * K * V);
+    }
+    return 2.0 * H * sum / T;
 }
 
 int gdn_flops_of(const gdn_config *c, int seq_len, gdn_flops *out, char *err, size_t errlen) {

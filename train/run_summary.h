@@ -22,14 +22,14 @@
  *   FLOPs per token = 6 N_matmul + 3 sum over layers of the mixer's forward term F(layer)
  * (forward 2 N_matmul, backward twice the forward; the mixer terms are the products of
  * activations with activations, which no parameter count sees). With T = seq_len, H = n_heads,
- * K = head_dim, V = expand_v K, C = chunk_size, n = ceil(T / C) chunks per sequence, all per
- * token of a sequence of T:
+ * K = head_dim, V = expand_v K and the chunks of a sequence (floor(T / C) of C = chunk_size
+ * tokens and one of the r = T mod C left), each a sum over the chunks x (of x tokens) / T:
  *   A  (softmax attention, causal, Da = attn_head_dim):  F = 2 H Da (T + 1)
  *      (q k^T and p v over the T (T + 1) / 2 causal pairs, 2 FLOPs per multiply-add)
- *   G, D (chunked delta rule): F = 2 H n (3 C^2 K + 2 C^2 V + C^3 / 3 + 3 C K V) / T
+ *   G, D (chunked delta rule): F = 2 H sum_x (3 x^2 K + 2 x^2 V + x^3 / 3 + 3 x K V) / T
  *      (per chunk: K K^T, the triangular inverse by substitution, W, U, W S, Q S, Q K^T,
  *      (Q K^T) U, K^T U; the same count gdn bench uses)
- *   M, L (chunked linear attention, no delta correction): F = 2 H n (C^2 K + C^2 V + 2 C K V) / T
+ *   M, L (chunked linear attention, no delta correction): F = 2 H sum_x (x^2 K + x^2 V + 2 x K V) / T
  *      (per chunk: Q K^T, (Q K^T) V, Q S, K^T V)
  * Left out (each well under 1% of the total at the sizes here): norms, gates, the short
  * convolutions, the softmax and the loss. */
