@@ -145,9 +145,10 @@ static int cmd_plan(int argc, char **argv) {
         char t[32], f[32];
         human((double)run->tokens, t, sizeof t);
         human(run->flops, f, sizeof f);
-        printf("%-44s %8.3f %10s %10s %9.1f %10.3f %9.3f\n", run->name, (double)run->fl.non_embedding / 1e6, t, f,
-               (double)run->tokens / (double)run->fl.non_embedding, (double)run->tokens / (double)sw.train_tokens,
-               run->hours);
+        char h[32] = "-";
+        if (isfinite(run->hours)) snprintf(h, sizeof h, "%.3f", run->hours);
+        printf("%-44s %8.3f %10s %10s %9.1f %10.3f %9s\n", run->name, (double)run->fl.non_embedding / 1e6, t, f,
+               (double)run->tokens / (double)run->fl.non_embedding, (double)run->tokens / (double)sw.train_tokens, h);
     }
     char t[32], f[32], tt[32];
     human(tokens, t, sizeof t);

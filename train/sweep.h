@@ -35,7 +35,7 @@
 
 #define GDN_SWEEP_NAME_MAX 128
 #define GDN_SWEEP_MAX_LIST 1024 /* entries of any list of the file */
-#define GDN_SWEEP_MAX_RUNS 20000
+#define GDN_SWEEP_MAX_RUNS 10000
 
 typedef struct {
     char name[GDN_SWEEP_NAME_MAX]; /* run directory and config file name */

@@ -99,6 +99,30 @@ static int in_list(const char *k, const char *const *list) {
     return 0;
 }
 
+/* Every key of obj a gdn train setting (the keys of a resolved configuration). */
+static int check_run_keys(const io_json *obj, const char *extra, char *err, size_t errlen) {
+    static gdn_run_config rc;
+    char e[512];
+    if (gdn_run_config_from_json_text(&rc, "{}", e, sizeof e)) {
+        snprintf(err, errlen, "%s", e);
+        return -1;
+    }
+    io_jw w;
+    io_jw_init(&w, 0);
+    gdn_run_config_to_json(&rc, &w);
+    io_json *all = io_json_parse(io_jw_text(&w), w.len, "settings", e, sizeof e);
+    io_jw_free(&w);
+    const char *keys[128];
+    size_t n = 0;
+    for (size_t i = 0; all && i < all->n_items && n < 126; i++) keys[n++] = all->items[i].key;
+    if (extra) keys[n++] = extra;
+    keys[n] = NULL;
+    int r = all ? io_json_check_keys(obj, keys, err, (int)errlen) : -1;
+    if (!all) snprintf(err, errlen, "%s", e);
+    io_json_free(all);
+    return r;
+}
+
 static int check_name(const char *s, size_t max) {
     size_t n = strlen(s);
     if (n == 0 || n >= max) return 0;
@@ -106,6 +130,8 @@ static int check_name(const char *s, size_t max) {
         if (!isalnum((unsigned char)s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.') return 0;
     return s[0] != '.';
 }
+
+static int check_run_keys(const io_json *obj, const char *extra, char *err, size_t errlen);
 
 static int parse_sizes(const io_json *root, size_spec **out, int *n_out, char *err, size_t errlen) {
     const io_json *s = io_json_get(root, "sizes");
@@ -124,6 +150,10 @@ static int parse_sizes(const io_json *root, size_spec **out, int *n_out, char *e
                 return bad(err, errlen, e, "sizes", "entry %zu must be an object of model settings, found %s", i, io_json_type_name(e->type));
             }
             z[i].explicit_obj = e;
+            if (check_run_keys(e, "name", err, errlen)) {
+                free(z);
+                return -1;
+            }
             const char *name = NULL;
             const io_json *nm = io_json_get(e, "name");
             if (nm && (nm->type != IO_JSON_STRING || !check_name(nm->string, 40))) {
@@ -214,10 +244,11 @@ static void tokens_label(int64_t t, char *out, size_t n) {
 
 /* Resolves one run's settings: the JSON object text through gdn train's own reader (unknown
  * keys, ranges), then every setting through its command-line resolution (the model's rules). */
-static int resolve(gdn_run_config *rc, const char *text, const char *run, char *err, size_t errlen) {
+static int resolve(gdn_run_config *rc, const char *text, const char *source, const char *run, char *err,
+                   size_t errlen) {
     char e[1024];
     if (gdn_run_config_from_json_text(rc, text, e, sizeof e)) {
-        snprintf(err, errlen, "run %s: %s", run, e);
+        snprintf(err, errlen, "%s: run %s: %s", source, run, e);
         return -1;
     }
     io_jw w;
@@ -226,7 +257,7 @@ static int resolve(gdn_run_config *rc, const char *text, const char *run, char *
     io_json *all = io_json_parse(io_jw_text(&w), w.len, "resolved", e, sizeof e);
     io_jw_free(&w);
     if (!all) {
-        snprintf(err, errlen, "run %s: %s", run, e);
+        snprintf(err, errlen, "%s: run %s: %s", source, run, e);
         return -1;
     }
     char **argv = calloc(all->n_items + 2, sizeof *argv);
@@ -246,7 +277,7 @@ static int resolve(gdn_run_config *rc, const char *text, const char *run, char *
     }
     int r = failed ? -1 : gdn_run_config_parse(rc, argc, argv, e, sizeof e);
     if (r != 0) {
-        snprintf(err, errlen, "run %s: %s", run, failed ? "out of memory" : r == 1 ? "unexpected --help" : e);
+        snprintf(err, errlen, "%s: run %s: %s", source, run, failed ? "out of memory" : r == 1 ? "unexpected --help" : e);
         failed = 1;
     }
     for (int i = 0; i < argc; i++) free(argv[i]);
@@ -255,6 +286,8 @@ static int resolve(gdn_run_config *rc, const char *text, const char *run, char *
     return failed ? -1 : 0;
 }
 
+static int cmp_names(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
 static int cmp_runs(const void *a, const void *b) {
     const gdn_sweep_run *x = a, *y = b;
     if (x->flops != y->flops) return x->flops < y->flops ? -1 : 1;
@@ -262,6 +295,7 @@ static int cmp_runs(const void *a, const void *b) {
 }
 
 typedef struct {
+    const char *source;
     const io_json *root, *corpus, *base, *lr;
     size_spec *sizes;
     int n_sizes;
@@ -330,6 +364,7 @@ static int read_top(plan_in *p, gdn_sweep *sw, char *err, size_t errlen) {
     if (p->base) {
         if (p->base->type != IO_JSON_OBJECT)
             return bad(err, errlen, p->base, "base", "must be an object of gdn train settings");
+        if (check_run_keys(p->base, NULL, err, errlen)) return -1;
     }
     if (parse_sizes(root, &p->sizes, &p->n_sizes, err, errlen)) return -1;
     /* a size rule sets the model's shape; explicit sizes override base's values */
@@ -460,7 +495,9 @@ static int expand(plan_in *p, gdn_sweep *sw, char *err, size_t errlen) {
             double lr0 = p->n_lrs == 1 && !strcmp(sw->lr_rule, "width") ? p->lr_base * p->lr_base_d / p->sizes[z].d_model : p->lrs[0];
             run_text(p, &p->sizes[z], mixer, p->seeds[0], lr0, 1, "probe", &w);
             gdn_run_config probe;
-            int r = resolve(&probe, io_jw_text(&w), p->sizes[z].name, err, errlen);
+            char what[GDN_SWEEP_NAME_MAX];
+            snprintf(what, sizeof what, "%.40s_%s (mixers \"%.40s\", size %s)", mixer, p->sizes[z].name, mixer, p->sizes[z].name);
+            int r = resolve(&probe, io_jw_text(&w), p->source, what, err, errlen);
             io_jw_free(&w);
             if (r) return -1;
             gdn_flops fl;
@@ -490,7 +527,7 @@ static int expand(plan_in *p, gdn_sweep *sw, char *err, size_t errlen) {
                         if (n < 0 || (size_t)n >= sizeof run->name || strchr(run->name, '+'))
                             return bad(err, errlen, p->root, "mixers", "run name of pattern \"%.40s\" is too long for a file name", mixer);
                         run_text(p, &p->sizes[z], mixer, p->seeds[s], lr, steps, run->name, &w);
-                        r = resolve(&run->rc, io_jw_text(&w), run->name, err, errlen);
+                        r = resolve(&run->rc, io_jw_text(&w), p->source, run->name, err, errlen);
                         io_jw_free(&w);
                         if (r) return -1;
                         run->fl = fl;
@@ -499,11 +536,19 @@ static int expand(plan_in *p, gdn_sweep *sw, char *err, size_t errlen) {
                     }
         }
     qsort(sw->runs, (size_t)sw->n_runs, sizeof *sw->runs, cmp_runs);
+    /* distinct names: sorted, neighbours differ */
+    const char **names = malloc((size_t)sw->n_runs * sizeof *names);
+    if (!names) return bad(err, errlen, p->root, "(top)", "out of memory");
+    for (int i = 0; i < sw->n_runs; i++) names[i] = sw->runs[i].name;
+    qsort(names, (size_t)sw->n_runs, sizeof *names, cmp_names);
     for (int i = 1; i < sw->n_runs; i++)
-        for (int j = 0; j < i; j++)
-            if (!strcmp(sw->runs[i].name, sw->runs[j].name))
-                return bad(err, errlen, p->root, "sizes", "two runs are both named %s: give the sizes distinct names "
-                           "(or budgets that differ in their first 3 digits)", sw->runs[i].name);
+        if (!strcmp(names[i - 1], names[i])) {
+            bad(err, errlen, p->root, "sizes", "two runs are both named %s: give the sizes distinct names "
+                "(or budgets that differ in their first 3 digits)", names[i]);
+            free(names);
+            return -1;
+        }
+    free(names);
     return 0;
 }
 
@@ -514,6 +559,7 @@ int gdn_sweep_parse(gdn_sweep *sw, const char *text, size_t len, const char *sou
     plan_in p;
     memset(&p, 0, sizeof p);
     p.root = root;
+    p.source = source;
     int r = read_top(&p, sw, err, errlen) || read_lr(&p, sw, err, errlen) || expand(&p, sw, err, errlen) ||
             apply_throughput(&p, sw, err, errlen);
     free(p.sizes);
