@@ -83,6 +83,26 @@ try:
     r = run("sweep", "run", d)
     check(r.returncode == 0 and r.stdout.count("), skipped") == 7, "a third run trains nothing")
 
+    # jobs/sweep.sbatch outside Slurm's queue: a finished task exits at once; an unfinished one
+    # goes to jobs/train_array.sbatch with the list and the runs folder (a stand-in records them)
+    sb = os.path.join(SRC, "jobs", "sweep.sbatch")
+    fake = os.path.join(work, "fake_src")
+    os.makedirs(os.path.join(fake, "jobs"))
+    open(os.path.join(fake, "jobs", "train_array.sbatch"), "w").write('echo "train_array: $*"\n')
+    sbenv = dict(env, SLURM_ARRAY_TASK_ID="0", SLURM_ARRAY_JOB_ID="9", GDN_SRC=fake)
+    r = subprocess.run(["bash", sb, d], capture_output=True, text=True, env=sbenv)
+    check(r.returncode == 0 and "finished before" in r.stdout, f"sweep.sbatch skips a finished run: {r.stdout}{r.stderr}")
+    os.remove(os.path.join(d, "runs", jobs[0][1], "summary.json"))
+    r = subprocess.run(["bash", sb, d, "--threads", "1"], capture_output=True, text=True, env=sbenv)
+    check(r.returncode == 0 and f"train_array: {d}/jobs.txt {d}/runs --threads 1" in r.stdout,
+          f"sweep.sbatch hands an unfinished run to train_array.sbatch: {r.stdout}{r.stderr}")
+    r = subprocess.run(["bash", sb, d], capture_output=True, text=True, env=dict(sbenv, SLURM_ARRAY_TASK_ID="7"))
+    check(r.returncode == 2 and "has 7 runs" in r.stderr, f"sweep.sbatch: a task past the list: {r.stderr}")
+    r = subprocess.run(["bash", sb], capture_output=True, text=True, env=sbenv)
+    check(r.returncode == 2 and "usage" in r.stderr, "sweep.sbatch without a directory")
+    r = run("sweep", "run", d)  # the run whose summary went missing trains again (resumes at its end)
+    check(r.returncode == 0 and r.stdout.count("), skipped") == 6, f"a missing summary: the run again: {r.stdout}")
+
     # analysis
     a = subprocess.run([python, os.path.join(SRC, "jobs", "scaling", "analyze.py"), d, "--bootstrap", "10"],
                        capture_output=True, text=True, env=env)
