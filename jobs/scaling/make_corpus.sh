@@ -73,9 +73,9 @@ fi
 [ -s "$tok/vocab.json" ] && [ -s "$tok/merges.txt" ] || die "--tokenizer $tok: needs vocab.json and merges.txt"
 tok=$(cd "$tok" && pwd)
 
-# The files, in a fixed order; each goes to the held-out part when the CRC of its path (relative
-# to its source directory, so the split does not depend on where the installation lives) falls
-# below the per-mille threshold.
+# The files, in a fixed order; each goes to the held-out part when a hash of its path (relative
+# to its source directory, so the split does not depend on where the installation lives) mod
+# 1000 falls below the per-mille threshold.
 work=$(mktemp -d "$out/work.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 name_args=()
@@ -84,11 +84,13 @@ for e in "${exts[@]}"; do name_args+=(-o -name "*.$e"); done
 : > "$work/heldout.list"
 for d in "$@"; do
   root=$(cd "$d" && pwd)
+  # h = (31 h + byte) mod 1000003 over the bytes of the relative path (LC_ALL=C: bytes, in every awk)
   (cd "$root" && find . -type f \( "${name_args[@]:1}" \) -print | LC_ALL=C sort) |
-  while IFS= read -r rel; do
-    h=$(printf '%s' "${rel#./}" | cksum | cut -d' ' -f1)
-    if [ $((h % 1000)) -lt "$permille" ]; then echo "$root/${rel#./}"; else echo "$root/${rel#./}" >&3; fi
-  done >> "$work/heldout.list" 3>> "$work/train.list"
+    LC_ALL=C awk -v root="$root" -v p="$permille" -v held="$work/heldout.list" -v train="$work/train.list" '
+      BEGIN { for (i = 1; i < 256; i++) ord[sprintf("%c", i)] = i }
+      { rel = substr($0, 3); h = 0
+        for (i = 1; i <= length(rel); i++) h = (h * 31 + ord[substr(rel, i, 1)]) % 1000003
+        if (h % 1000 < p) print root "/" rel >> held; else print root "/" rel >> train }'
 done
 ntrain=$(wc -l < "$work/train.list") nheld=$(wc -l < "$work/heldout.list")
 [ "$ntrain" -gt 0 ] || die "no *.${exts[*]} files under $*"
