@@ -14,6 +14,7 @@
 
 #include "model/mixer.h"
 #include "tests/io_fixture.h"
+#include "train/run_dir.h"
 #include "train/run_summary.h"
 #include "train/sweep.h"
 
@@ -312,12 +313,39 @@ static void test_jobs_and_finished(void **state) {
     assert_int_equal(gdn_sweep_run_finished(run, cfg, why, sizeof why), 1);
 }
 
+/* --overwrite deletes summary.json with the run's other files, and nothing it does not own;
+ * gdn_run_summary_remove takes it away when a run (re)starts. */
+static void test_summary_is_a_run_file(void **state) {
+    (void)state;
+    char dir[256], path[512], err[512];
+    snprintf(dir, sizeof dir, "%s/rd", g_dir);
+    mkdir(dir, 0777);
+    const char *names[] = {"summary.json", "summary.json.tmp", "notes.txt"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        write_file(path, "{}", 2);
+    }
+    int removed = 0;
+    assert_int_equal(gdn_run_dir_clear(dir, &removed, err, sizeof err), 0);
+    assert_int_equal(removed, 2);
+    struct stat st;
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    assert_int_not_equal(stat(path, &st), 0);
+    snprintf(path, sizeof path, "%s/notes.txt", dir);
+    assert_int_equal(stat(path, &st), 0);
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    write_file(path, "{}", 2);
+    assert_int_equal(gdn_run_summary_remove(dir, err, sizeof err), 0);
+    assert_int_not_equal(stat(path, &st), 0);
+    assert_int_equal(gdn_run_summary_remove(dir, err, sizeof err), 0); /* none: fine */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mixer_flops),   cmocka_unit_test(test_model_flops),
         cmocka_unit_test(test_metrics_stats), cmocka_unit_test(test_expand_rule),
         cmocka_unit_test(test_expand_explicit), cmocka_unit_test(test_sweep_errors),
-        cmocka_unit_test(test_jobs_and_finished),
+        cmocka_unit_test(test_jobs_and_finished), cmocka_unit_test(test_summary_is_a_run_file),
     };
     return cmocka_run_group_tests(tests, io_fixture_setup, io_fixture_teardown);
 }

@@ -83,6 +83,26 @@ try:
     r = run("sweep", "run", d)
     check(r.returncode == 0 and r.stdout.count("), skipped") == 7, "a third run trains nothing")
 
+    # extending a finished run: its summary.json goes when it resumes (a stop leaves none behind)
+    json.dump(dict(long_cfg, steps=100000), open(os.path.join(d, "configs", "long.json"), "w"))
+    lines0 = sum(1 for _ in open(metrics))
+    sweep = subprocess.Popen([gdn, "sweep", "run", d], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=env)
+    deadline = time.time() + 600
+    while time.time() < deadline and sweep.poll() is None:
+        if sum(1 for _ in open(metrics)) >= lines0 + 2:
+            break
+        time.sleep(0.05)
+    sweep.send_signal(signal.SIGTERM)
+    out3, _ = sweep.communicate(timeout=600)
+    check(sweep.returncode == 75, f"the extended run stopped (exit {sweep.returncode}): {out3}")
+    check(not os.path.exists(os.path.join(d, "runs", "long", "summary.json")),
+          "the extended, stopped run left no summary.json of its shorter self")
+    # the long run leaves the list and the analysis (its schedule changed twice)
+    lines = [l for l in open(os.path.join(d, "jobs.txt")) if "long" not in l]
+    open(os.path.join(d, "jobs.txt"), "w").writelines(lines)
+    shutil.rmtree(os.path.join(d, "runs", "long"))
+
     # jobs/sweep.sbatch outside Slurm's queue: a finished task exits at once; an unfinished one
     # goes to jobs/train_array.sbatch with the list and the runs folder (a stand-in records them)
     sb = os.path.join(SRC, "jobs", "sweep.sbatch")
@@ -96,12 +116,13 @@ try:
     r = subprocess.run(["bash", sb, d, "--threads", "1"], capture_output=True, text=True, env=sbenv)
     check(r.returncode == 0 and f"train_array: {d}/jobs.txt {d}/runs --threads 1" in r.stdout,
           f"sweep.sbatch hands an unfinished run to train_array.sbatch: {r.stdout}{r.stderr}")
-    r = subprocess.run(["bash", sb, d], capture_output=True, text=True, env=dict(sbenv, SLURM_ARRAY_TASK_ID="7"))
-    check(r.returncode == 2 and "has 7 runs" in r.stderr, f"sweep.sbatch: a task past the list: {r.stderr}")
+    r = subprocess.run(["bash", sb, d], capture_output=True, text=True, env=dict(sbenv, SLURM_ARRAY_TASK_ID="6"))
+    check(r.returncode == 2 and "has 6 runs" in r.stderr, f"sweep.sbatch: a task past the list: {r.stderr}")
     r = subprocess.run(["bash", sb], capture_output=True, text=True, env=sbenv)
     check(r.returncode == 2 and "usage" in r.stderr, "sweep.sbatch without a directory")
     r = run("sweep", "run", d)  # the run whose summary went missing trains again (resumes at its end)
-    check(r.returncode == 0 and r.stdout.count("), skipped") == 6, f"a missing summary: the run again: {r.stdout}")
+    check(r.returncode == 0 and r.stdout.count("), skipped") == 5 and r.stdout.count(": done in") == 1,
+          f"a missing summary: that run again, the others skipped: {r.stdout}")
 
     # analysis
     a = subprocess.run([python, os.path.join(SRC, "jobs", "scaling", "analyze.py"), d, "--bootstrap", "10"],
@@ -109,7 +130,7 @@ try:
     check(a.returncode == 0, f"analyze exits 0: {a.stdout}{a.stderr}")
     fit = json.load(open(os.path.join(d, "analysis", "fit.json")))
     g = fit["mixers"].get("G", {})
-    check(fit["n_runs"] == 7 and g.get("fitted"), f"G fitted from 7 runs: {fit.get('n_runs')}")
+    check(fit["n_runs"] == 6 and g.get("fitted"), f"G fitted from 6 runs: {fit.get('n_runs')}")
     check(all(g["params"][k]["value"] is not None and g["params"][k]["value"] > 0 for k in ("E", "A", "B", "alpha", "beta")),
           "the fitted parameters are positive numbers")
     check(g["flops_per_ND"] > 6, "FLOPs per N D: 6 plus the mixer's terms")
