@@ -239,7 +239,8 @@ def fit_compute_law(C, L):
         t1, t2 = a - g * logC, np.full_like(logC, e)
         m = np.maximum(t1, t2)
         r = m + np.log(np.exp(t1 - m) + np.exp(t2 - m)) - logL
-        return np.where(np.abs(r) <= HUBER_DELTA, 0.5 * r * r, HUBER_DELTA * (np.abs(r) - 0.5 * HUBER_DELTA)).sum()
+        h = np.where(np.abs(r) <= HUBER_DELTA, 0.5 * r * r, HUBER_DELTA * (np.abs(r) - 0.5 * HUBER_DELTA))
+        return h.sum() / HUBER_DELTA ** 2  # scaled as in _objective
 
     best = None
     for a0 in (0.0, 5.0, 10.0, 20.0):

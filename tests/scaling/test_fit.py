@@ -62,6 +62,11 @@ def test_recovery():
     Ns = n_opt[0] * np.array([0.5, 0.8, 1.25, 2.0])
     check(np.all(analyze.predict(TRUE, Ns, C / (k * Ns)) > l_opt[0]), "L_opt is the minimum of its isoFLOP line")
     check(abs(k * n_opt[0] * d_opt[0] / C - 1) < 1e-12, "N_opt D_opt k = C")
+    # L(C) on frontier points: exact data give back E_c, A_c, gamma_c
+    Cs = np.logspace(15, 20, 8)
+    fc = analyze.fit_compute_law(Cs, 1.5 + 300.0 * Cs ** -0.15)
+    check(abs(fc["E"] / 1.5 - 1) < 1e-3 and abs(fc["A"] / 300 - 1) < 1e-2 and abs(fc["gamma"] - 0.15) < 1e-3,
+          f"L(C) = E_c + A_c C^-gamma_c recovered: {fc}")
 
 
 def write_run(root, name, N, D, L, mixer="G", curve=True):
