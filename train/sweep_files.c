@@ -121,7 +121,12 @@ int gdn_sweep_write(const gdn_sweep *sw, const char *dir, const char *text, size
         list_len += n;
         if (i < 0) continue;
         gdn_sweep_run r = sw->runs[i]; /* the config names its absolute run directory */
-        snprintf(r.rc.out, sizeof r.rc.out, "%s/runs/%s", abs_dir, r.name);
+        int w = snprintf(r.rc.out, sizeof r.rc.out, "%s/runs/%s", abs_dir, r.name);
+        if (w < 0 || (size_t)w >= sizeof r.rc.out) {
+            snprintf(err, errlen, "%s/runs/%s: path too long", abs_dir, r.name);
+            failed = 1;
+            break;
+        }
         if (absolute_data(sw->runs[i].rc.data, r.rc.data, sizeof r.rc.data, err, errlen)) {
             failed = 1;
             break;

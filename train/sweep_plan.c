@@ -495,7 +495,7 @@ static int expand(plan_in *p, gdn_sweep *sw, char *err, size_t errlen) {
             double lr0 = p->n_lrs == 1 && !strcmp(sw->lr_rule, "width") ? p->lr_base * p->lr_base_d / p->sizes[z].d_model : p->lrs[0];
             run_text(p, &p->sizes[z], mixer, p->seeds[0], lr0, 1, "probe", &w);
             gdn_run_config probe;
-            char what[GDN_SWEEP_NAME_MAX];
+            char what[256];
             snprintf(what, sizeof what, "%.40s_%s (mixers \"%.40s\", size %s)", mixer, p->sizes[z].name, mixer, p->sizes[z].name);
             int r = resolve(&probe, io_jw_text(&w), p->source, what, err, errlen);
             io_jw_free(&w);
