@@ -20,13 +20,14 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: gdn sweep plan SWEEP.json [--out DIR]\n"
+            "usage: gdn sweep plan SWEEP.json [--out DIR] [--bench]\n"
             "       gdn sweep run DIR [--keep-going] [gdn train options for every run, e.g. --threads 8]\n\n"
             "plan: expands the sweep file (docs/scaling.md) into DIR/configs/NAME.json (one gdn train\n"
             "      configuration per run), DIR/jobs.txt (one 'configs/NAME.json NAME' line per run,\n"
             "      cheapest first), DIR/plan.json and DIR/sweep.json, checks every budget against the\n"
             "      corpus, and prints the totals: runs, tokens, FLOPs and estimated device hours from\n"
-            "      the sweep's measured throughput. DIR defaults to sweeps/NAME.\n"
+            "      the sweep's measured throughput (\"throughput\"), or with --bench from gdn bench on\n"
+            "      the cheapest run of each mixer, here. DIR defaults to sweeps/NAME.\n"
             "run:  trains each run of DIR/jobs.txt into DIR/runs/NAME (log: DIR/logs/NAME.log), one at\n"
             "      a time. A run whose summary.json is complete is skipped; an interrupted one resumes\n"
             "      from its newest checkpoint (--resume auto); one that another trainer holds is left\n"
@@ -86,14 +87,89 @@ static int read_file(const char *path, char **text, size_t *len, char *err, size
     return 0;
 }
 
+/* Training tokens/s of config cfg by `gdn bench --what step --json` in a child process (its
+ * stderr passes through). 0, or -1 with err. */
+static int bench_tokens_per_s(const char *cfg, const char *backend, double *tps, char *err, size_t errlen) {
+    int fds[2];
+    if (pipe(fds)) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        snprintf(err, errlen, "fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        char *argv[] = {"gdn", "bench", "--what", "step", "--json", "--repeats", "5", "--backend", (char *)backend,
+                        "--config", (char *)cfg, NULL};
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    char buf[8192];
+    size_t n = 0;
+    ssize_t got;
+    while (n + 1 < sizeof buf && ((got = read(fds[0], buf + n, sizeof buf - 1 - n)) > 0 || (got < 0 && errno == EINTR)))
+        if (got > 0) n += (size_t)got;
+    buf[n] = 0;
+    close(fds[0]);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    const char *k = strstr(buf, "\"tokens_per_s\":");
+    *tps = k ? strtod(k + 15, NULL) : 0.0;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !(*tps > 0)) {
+        snprintf(err, errlen, "gdn bench --what step --backend %s --config %s failed (status %d)", backend, cfg,
+                 WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+        return -1;
+    }
+    return 0;
+}
+
+/* --bench: each mixer pattern's cheapest run timed with gdn bench; sets the estimates. */
+static int measure_throughput(gdn_sweep *sw, const char *dir, char *err, size_t errlen) {
+    for (int i = 0; i < sw->n_runs; i++) {
+        const gdn_sweep_run *r = &sw->runs[i];
+        const char *pat = gdn_config_mixers(&r->rc.model);
+        int first = 1;
+        for (int j = 0; j < i && first; j++) first = strcmp(gdn_config_mixers(&sw->runs[j].rc.model), pat) != 0;
+        if (!first) continue;
+        char cfg[GDN_PATH_MAX + 256];
+        snprintf(cfg, sizeof cfg, "%s/configs/%s.json", dir, r->name);
+#ifdef GDN_HAVE_CUDA
+        const char *backend = strcmp(r->rc.backend, "cpu") ? "cuda" : "cpu";
+#else
+        const char *backend = "cpu";
+#endif
+        double tps = 0;
+        printf("measuring %s (mixers %s) with gdn bench --what step --backend %s ...\n", r->name, pat, backend);
+        fflush(stdout);
+        if (bench_tokens_per_s(cfg, backend, &tps, err, errlen)) return -1;
+        printf("  %.0f tokens/s\n", tps);
+        gdn_sweep_set_throughput(sw, pat, tps);
+    }
+    sw->has_throughput = 1;
+    return 0;
+}
+
 static int cmd_plan(int argc, char **argv) {
     const char *file = NULL, *out = NULL;
+    int bench = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        if (!strcmp(argv[i], "--bench")) bench = 1;
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
         else if (argv[i][0] == '-') {
             fprintf(stderr, "gdn sweep plan: unknown option '%s' (gdn sweep --help)\n", argv[i]);
@@ -124,6 +200,8 @@ static int cmd_plan(int argc, char **argv) {
     if (out) snprintf(dir, sizeof dir, "%s", out);
     else snprintf(dir, sizeof dir, "sweeps/%s", sw.name);
     int r = gdn_sweep_write(&sw, dir, text, len, err, sizeof err);
+    if (!r && bench) /* the configs exist now; then plan.json again, with the estimates */
+        r = measure_throughput(&sw, dir, err, sizeof err) || gdn_sweep_write(&sw, dir, text, len, err, sizeof err);
     free(text);
     if (r) {
         fprintf(stderr, "gdn sweep plan: %s\n", err);
@@ -146,7 +224,7 @@ static int cmd_plan(int argc, char **argv) {
         human((double)run->tokens, t, sizeof t);
         human(run->flops, f, sizeof f);
         char h[32] = "-";
-        if (isfinite(run->hours)) snprintf(h, sizeof h, "%.3f", run->hours);
+        if (isfinite(run->hours)) snprintf(h, sizeof h, "%.3g", run->hours);
         printf("%-44s %8.3f %10s %10s %9.1f %10.3f %9s\n", run->name, (double)run->fl.non_embedding / 1e6, t, f,
                (double)run->tokens / (double)run->fl.non_embedding, (double)run->tokens / (double)sw.train_tokens, h);
     }
@@ -157,10 +235,12 @@ static int cmd_plan(int argc, char **argv) {
     printf("\nsweep %s: %d runs, %s tokens, %s FLOPs (%.2f decades of compute: %.3g to %.3g); corpus %s training "
            "tokens\n", sw.name, sw.n_runs, t, f, cmax > cmin ? log10(cmax / cmin) : 0.0, cmin, cmax, tt);
     if (sw.has_throughput)
-        printf("estimated device time: %.2f hours (from the sweep's measured throughput)\n", hours);
+        printf("estimated device time: %.3g hours (from the %s throughput)\n", hours,
+               bench ? "measured" : "sweep file's");
     else
-        printf("estimated device time: unknown; measure tokens/s of the cheapest run of each mixer, e.g.\n"
-               "  gdn bench --what step --config %s/configs/%s.json\n"
+        printf("estimated device time: unknown; plan with --bench (times the cheapest run of each mixer here),\n"
+               "or measure tokens/s on the target machine, e.g.\n"
+               "  gdn bench --what step --backend cuda --config %s/configs/%s.json\n"
                "and give it as \"throughput\" in the sweep file\n", dir, sw.runs[0].name);
     printf("planned into %s: jobs.txt, configs/, plan.json\n"
            "run it here:  gdn sweep run %s\n"

@@ -67,6 +67,10 @@ void gdn_sweep_free(gdn_sweep *sw);
  * (max_epochs). 0, or -1 with err. */
 int gdn_sweep_check_corpus(gdn_sweep *sw, char *err, size_t errlen);
 
+/* Sets the measured training tokens/s of mixer pattern `mixers` (its cheapest run) and every run
+ * of that pattern's estimated hours; 0, or -1 when no run has that pattern. */
+int gdn_sweep_set_throughput(gdn_sweep *sw, const char *mixers, double tokens_per_s);
+
 /* Writes DIR/sweep.json (the text as given), DIR/configs/NAME.json, DIR/jobs.txt (one
  * "configs/NAME.json NAME" line per run, the list format of jobs/train_array.sbatch) and
  * DIR/plan.json (the runs with their sizes, budgets, FLOPs and estimates), each atomically. */

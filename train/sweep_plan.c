@@ -448,6 +448,18 @@ static int read_lr(plan_in *p, gdn_sweep *sw, char *err, size_t errlen) {
     return 0;
 }
 
+int gdn_sweep_set_throughput(gdn_sweep *sw, const char *mixers, double tokens_per_s) {
+    const gdn_sweep_run *ref = NULL; /* runs are sorted: the first of the pattern is its cheapest */
+    for (int i = 0; i < sw->n_runs && !ref; i++)
+        if (!strcmp(gdn_config_mixers(&sw->runs[i].rc.model), mixers)) ref = &sw->runs[i];
+    if (!ref || !(tokens_per_s > 0)) return -1;
+    const double flops_per_s = tokens_per_s * ref->fl.per_token;
+    for (int i = 0; i < sw->n_runs; i++)
+        if (!strcmp(gdn_config_mixers(&sw->runs[i].rc.model), mixers))
+            sw->runs[i].hours = sw->runs[i].flops / flops_per_s / 3600.0;
+    return 0;
+}
+
 /* Throughput: tokens/s of each mixer's cheapest run -> FLOP/s -> hours of every run. */
 static int apply_throughput(const plan_in *p, gdn_sweep *sw, char *err, size_t errlen) {
     const io_json *tp = io_json_get(p->root, "throughput");
@@ -467,14 +479,7 @@ static int apply_throughput(const plan_in *p, gdn_sweep *sw, char *err, size_t e
         if (!v) return bad(err, errlen, tp, "throughput", "has no entry for mixer \"%s\"", pat);
         if (v->type != IO_JSON_NUMBER || !(v->number > 0 && v->number < 1e15))
             return bad(err, errlen, v, "throughput", "must be a positive number of tokens/s");
-        const gdn_sweep_run *ref = NULL; /* runs are sorted: the first of the pattern is its cheapest */
-        for (int i = 0; i < sw->n_runs && !ref; i++)
-            if (!strcmp(gdn_config_mixers(&sw->runs[i].rc.model), pat)) ref = &sw->runs[i];
-        if (!ref) continue;
-        const double flops_per_s = v->number * ref->fl.per_token;
-        for (int i = 0; i < sw->n_runs; i++)
-            if (!strcmp(gdn_config_mixers(&sw->runs[i].rc.model), pat))
-                sw->runs[i].hours = sw->runs[i].flops / flops_per_s / 3600.0;
+        gdn_sweep_set_throughput(sw, pat, v->number);
     }
     sw->has_throughput = 1;
     return 0;

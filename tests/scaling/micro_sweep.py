@@ -33,14 +33,16 @@ def run(*args, **kw):
 
 try:
     d = os.path.join(work, "sw")
-    p = run("sweep", "plan", os.path.join(HERE, "micro_sweep.json"), "--out", d)
+    p = run("sweep", "plan", os.path.join(HERE, "micro_sweep.json"), "--out", d, "--bench")
     check(p.returncode == 0, f"plan exits 0: {p.stderr}")
-    check("sweep micro: 6 runs" in p.stdout and "estimated device time" in p.stdout, f"plan prints totals: {p.stdout}")
+    check("sweep micro: 6 runs" in p.stdout and "hours (from the measured throughput)" in p.stdout and
+          "measuring G_d16l1_t5.12k_s1" in p.stdout, f"plan prints totals from gdn bench: {p.stdout}")
     jobs = [l.split() for l in open(os.path.join(d, "jobs.txt")) if l.strip() and not l.startswith("#")]
     check(len(jobs) == 6, f"6 jobs listed (got {len(jobs)})")
     plan = json.load(open(os.path.join(d, "plan.json")))
     flops = [r["flops"] for r in plan["runs"]]
     check(flops == sorted(flops), "jobs cheapest first")
+    check(all(r["est_hours"] > 0 for r in plan["runs"]), "every run has an estimate")
     cfg = json.load(open(os.path.join(d, jobs[0][0])))
     check(os.path.isabs(cfg["data"]) and cfg["out"].endswith("/runs/" + jobs[0][1]), "configs name absolute paths")
 
