@@ -20,14 +20,15 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: gdn sweep plan SWEEP.json [--out DIR] [--bench]\n"
+            "usage: gdn sweep plan SWEEP.json [--out DIR] [--bench] [--replace]\n"
             "       gdn sweep run DIR [--keep-going] [gdn train options for every run, e.g. --threads 8]\n\n"
             "plan: expands the sweep file (docs/scaling.md) into DIR/configs/NAME.json (one gdn train\n"
             "      configuration per run), DIR/jobs.txt (one 'configs/NAME.json NAME' line per run,\n"
             "      cheapest first), DIR/plan.json and DIR/sweep.json, checks every budget against the\n"
             "      corpus, and prints the totals: runs, tokens, FLOPs and estimated device hours from\n"
             "      the sweep's measured throughput (\"throughput\"), or with --bench from gdn bench on\n"
-            "      the cheapest run of each mixer, here. DIR defaults to sweeps/NAME.\n"
+            "      the cheapest run of each mixer, here. DIR defaults to sweeps/NAME. A DIR planned\n"
+            "      from another sweep file is refused unless --replace.\n"
             "run:  trains each run of DIR/jobs.txt into DIR/runs/NAME (log: DIR/logs/NAME.log), one at\n"
             "      a time. A run whose summary.json is complete is skipped; an interrupted one resumes\n"
             "      from its newest checkpoint (--resume auto); one that another trainer holds is left\n"
@@ -162,13 +163,14 @@ static int measure_throughput(gdn_sweep *sw, const char *dir, char *err, size_t 
 
 static int cmd_plan(int argc, char **argv) {
     const char *file = NULL, *out = NULL;
-    int bench = 0;
+    int bench = 0, replace = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
         }
         if (!strcmp(argv[i], "--bench")) bench = 1;
+        else if (!strcmp(argv[i], "--replace")) replace = 1;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
         else if (argv[i][0] == '-') {
@@ -199,6 +201,23 @@ static int cmd_plan(int argc, char **argv) {
     char dir[GDN_PATH_MAX];
     if (out) snprintf(dir, sizeof dir, "%s", out);
     else snprintf(dir, sizeof dir, "sweeps/%s", sw.name);
+    /* a directory planned from another sweep file: its run directories may hold runs of other
+     * settings under the same names, which gdn sweep run would take as finished or resume */
+    char old_path[GDN_PATH_MAX + 32], *old = NULL;
+    size_t old_len = 0;
+    snprintf(old_path, sizeof old_path, "%s/sweep.json", dir);
+    if (!replace && access(old_path, F_OK) == 0) {
+        if (read_file(old_path, &old, &old_len, err, sizeof err) == 0 && (old_len != len || memcmp(old, text, len))) {
+            fprintf(stderr, "gdn sweep plan: %s holds the plan of another sweep file (%s differs from %s): plan into "
+                    "a new --out, or pass --replace to plan over it (runs whose names stay keep their run "
+                    "directories, finished or not, whatever their settings were)\n", dir, old_path, file);
+            free(old);
+            free(text);
+            gdn_sweep_free(&sw);
+            return 2;
+        }
+        free(old);
+    }
     int r = gdn_sweep_write(&sw, dir, text, len, err, sizeof err);
     if (!r && bench) /* the configs exist now; then plan.json again, with the estimates */
         r = measure_throughput(&sw, dir, err, sizeof err) || gdn_sweep_write(&sw, dir, text, len, err, sizeof err);
@@ -338,6 +357,17 @@ static void summary_line(const char *run_dir, char *out, size_t n) {
     snprintf(out, n, "val_loss %.4f, %.1f s of training", v, w);
 }
 
+/* gdn train options a sweep sets for each run (or that would make its runs never "finished"). */
+static int is_owned_option(const char *a) {
+    static const char *const owned[] = {"--out", "--config", "--overwrite", "--steps", "--resume", "--preset",
+                                        "--model_from", "--eval_only", NULL};
+    for (int i = 0; owned[i]; i++) {
+        size_t n = strlen(owned[i]);
+        if (!strncmp(a, owned[i], n) && (a[n] == 0 || a[n] == '=')) return 1;
+    }
+    return 0;
+}
+
 static int cmd_run(int argc, char **argv) {
     const char *dir = NULL;
     int keep_going = 0, extra_n = 0;
@@ -351,8 +381,7 @@ static int cmd_run(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "--keep-going")) keep_going = 1;
         else if (!dir && argv[i][0] != '-') dir = argv[i];
-        else if (!strcmp(argv[i], "--out") || !strncmp(argv[i], "--out=", 6) || !strcmp(argv[i], "--config") ||
-                 !strncmp(argv[i], "--config=", 9) || !strcmp(argv[i], "--overwrite")) {
+        else if (is_owned_option(argv[i])) {
             fprintf(stderr, "gdn sweep run: %s is set by the sweep (each run has its config and directory)\n", argv[i]);
             free(extra);
             return 2;

@@ -158,8 +158,16 @@ try:
     check(r.returncode == 2 and "no/such/file.txt" in r.stderr, f"missing corpus: {r.stderr}")
     r = run("sweep", "run", os.path.join(work, "none"))
     check(r.returncode == 2 and "gdn sweep plan" in r.stderr, f"missing sweep directory: {r.stderr}")
-    r = run("sweep", "run", d, "--overwrite")
-    check(r.returncode == 2 and "set by the sweep" in r.stderr, f"--overwrite refused: {r.stderr}")
+    for opt in ("--overwrite", "--steps=5", "--resume"):
+        r = run("sweep", "run", d, opt)
+        check(r.returncode == 2 and "set by the sweep" in r.stderr, f"{opt} refused: {r.stderr}")
+    other = json.load(open(os.path.join(HERE, "micro_sweep.json")))
+    other["seeds"] = [2]
+    json.dump(other, open(bad, "w"))
+    r = run("sweep", "plan", bad, "--out", d)
+    check(r.returncode == 2 and "holds the plan of another sweep file" in r.stderr, f"another sweep's directory: {r.stderr}")
+    r = run("sweep", "plan", os.path.join(HERE, "micro_sweep.json"), "--out", d)
+    check(r.returncode == 0, f"planning the same sweep again: {r.stderr}")
     r = run("sweep", "frobnicate")
     check(r.returncode == 2 and "plan or run" in r.stderr, "unknown subcommand")
 finally:
