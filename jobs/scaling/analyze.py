@@ -10,10 +10,11 @@ sweep directory made by gdn sweep plan, or a folder of run directories), then pe
     (delta 1e-3) on log L - log(exp(a - alpha log N) + exp(b - beta log D) + exp(e)), minimised
     with L-BFGS-B from the best points of a grid of starts;
   - bootstraps the fit over runs (resampled with replacement) for 95% intervals;
-  - derives the compute-optimal frontier with C = k N D (k: the mixer's median FLOPs / (N D) from
-    the summaries, 6 plus its own terms): N_opt(C) = G (C/k)^a, D_opt(C) = (C/k) / N_opt with
-    a = beta / (alpha + beta), G = (alpha A / (beta B))^(1 / (alpha + beta)), and
-    L_opt(C) = E + (A G^-alpha + B G^beta) (C/k)^-gamma with gamma = alpha beta / (alpha + beta);
+  - derives the compute-optimal frontier: N_opt(C) minimises L(N, C / f(N)), f(N) the training
+    FLOPs per token interpolated (log-log) between the runs' own values, so the LM head and the
+    mixer's terms count; D_opt = C / f(N_opt); the slopes of N_opt and D_opt against C. Also the
+    law's closed forms for C = 6 N D: N_opt ~ C^a, a = beta / (alpha + beta), D_opt ~ C^b,
+    b = alpha / (alpha + beta), L_opt - E ~ C^-gamma, gamma = alpha beta / (alpha + beta);
   - fits L(C) = E_c + A_c C^-gamma_c to the runs on the empirical frontier (lower envelope).
 Writes DIR/fit.json and DIR/loss_curves.png, isoflop.png, frontier.png, residuals.png. When a run
 of a learning-rate grid repeats a point (mixer, N, D, seed), the best of its learning rates counts.
@@ -198,6 +199,50 @@ def frontier(p, C, k):
     return n_opt, d_opt, predict(p, n_opt, d_opt)
 
 
+class FlopsPerToken:
+    """f(N): training FLOPs per token of the mixer's model with N non-embedding parameters,
+    interpolated in log-log between the runs' own values (summary.json: flops / tokens) and
+    extended along the end segments. It carries what C = k N D leaves out: the LM head and the
+    mixer's terms, which at small N and a large vocabulary dominate."""
+
+    def __init__(self, N, fpt):
+        xs, ys = {}, {}
+        for n, f in zip(N, fpt):
+            xs.setdefault(n, []).append(math.log(f))
+        self.x = np.log(np.array(sorted(xs)))
+        self.y = np.array([np.mean(xs[n]) for n in sorted(xs)])
+
+    def __call__(self, n):
+        ln = np.log(np.asarray(n, dtype=float))
+        if len(self.x) == 1:
+            return np.exp(self.y[0] + (ln - self.x[0]))  # proportional to N
+        y = np.interp(ln, self.x, self.y)
+        lo = (self.y[1] - self.y[0]) / (self.x[1] - self.x[0])
+        hi = (self.y[-1] - self.y[-2]) / (self.x[-1] - self.x[-2])
+        y = np.where(ln < self.x[0], self.y[0] + lo * (ln - self.x[0]), y)
+        y = np.where(ln > self.x[-1], self.y[-1] + hi * (ln - self.x[-1]), y)
+        return np.exp(y)
+
+
+def frontier_numeric(p, C, f, n_lo, n_hi):
+    """N_opt, D_opt, L_opt at each compute C with C = f(N) D: the lowest L(N, C / f(N)) over a
+    log grid of N from n_lo to n_hi (a two-decade margin around the runs' sizes)."""
+    Ns = np.logspace(math.log10(n_lo), math.log10(n_hi), 600)
+    fN = f(Ns)
+    out = []
+    for c in np.atleast_1d(C):
+        Ls = predict(p, Ns, c / fN)
+        i = int(np.argmin(Ls))
+        out.append((Ns[i], c / fN[i], Ls[i]))
+    a = np.array(out)
+    return a[:, 0], a[:, 1], a[:, 2]
+
+
+def slope(x, y):
+    """Least-squares slope of log y against log x."""
+    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
+
+
 def bootstrap(N, D, L, theta, reps, rng):
     thetas = []
     n = len(N)
@@ -275,28 +320,39 @@ def analyse_mixer(runs, reps, rng):
         "params": {name: interval([q[name] for q in bp], p[name]) for name in ("E", "A", "B", "alpha", "beta")},
         "flops_per_ND": k,
     }
+    f = FlopsPerToken(N, C / D)
+    n_lo, n_hi = N.min() / 100, N.max() * 100
     Cg = np.logspace(math.log10(C.min()) - 0.5, math.log10(C.max()) + 0.5, 9)
-    n_opt, d_opt, l_opt = frontier(p, Cg, k)
-    band = np.array([frontier(q, Cg, k)[2] for q in bp]) if bp else None
+    n_opt, d_opt, l_opt = frontier_numeric(p, Cg, f, n_lo, n_hi)
+    bf = [frontier_numeric(q, Cg, f, n_lo, n_hi) for q in bp]
+    band = np.array([b[2] for b in bf]) if bf else None
     table = []
     for i, c in enumerate(Cg):
         row = {"C": float(c), "N_opt": float(n_opt[i]), "D_opt": float(d_opt[i]), "L_opt": float(l_opt[i])}
-        if band is not None and len(band):
+        if bf:
             row["L_lo"], row["L_hi"] = (float(x) for x in np.percentile(band[:, i], [2.5, 97.5]))
+            row["N_lo"], row["N_hi"] = (float(x) for x in np.percentile([b[0][i] for b in bf], [2.5, 97.5]))
         table.append(row)
     out["compute_optimal"] = {
-        "formulas": "N_opt = G (C/k)^a, D_opt = (C/k) / N_opt, L_opt = E + K (C/k)^-gamma",
-        "a": interval([q["a"] for q in bd], d["a"]),
-        "b": interval([q["b"] for q in bd], d["b"]),
-        "gamma": interval([q["gamma"] for q in bd], d["gamma"]),
-        "G": d["G"], "K": d["K"], "table": table,
+        "method": "N_opt(C) minimises L(N, C / f(N)), f(N) the FLOPs per token interpolated between the runs",
+        "N_opt_slope": interval([slope(Cg, b[0]) for b in bf], slope(Cg, n_opt)),
+        "D_opt_slope": interval([slope(Cg, b[1]) for b in bf], slope(Cg, d_opt)),
+        "table": table,
+        "law_exponents": {
+            "note": "closed forms for C = k N D (k = 6 plus nothing else): N_opt ~ C^a, D_opt ~ C^b, "
+                    "L_opt - E ~ C^-gamma",
+            "a": interval([q["a"] for q in bd], d["a"]),
+            "b": interval([q["b"] for q in bd], d["b"]),
+            "gamma": interval([q["gamma"] for q in bd], d["gamma"]),
+        },
     }
     fi = empirical_frontier(C, L)
     out["empirical_frontier"] = {"runs": [os.path.basename(runs[i]["dir"]) for i in fi],
                                  "fit": fit_compute_law(C[fi], L[fi])}
     res = np.log(L) - np.log(predict(p, N, D))
     out["residual_rms"] = float(np.sqrt(np.mean(res ** 2)))
-    return out, {"N": N, "D": D, "L": L, "C": C, "p": p, "bp": bp, "k": k, "res": res, "Cg": Cg, "band": band}
+    return out, {"N": N, "D": D, "L": L, "C": C, "p": p, "bp": bp, "k": k, "f": f, "n_lo": n_lo, "n_hi": n_hi,
+                 "res": res, "Cg": Cg, "band": band}
 
 
 # ---- plots -----------------------------------------------------------------------------------
@@ -371,8 +427,8 @@ def plot_all(out_dir, by_mixer, fits):
                 ax.plot(f["N"][sel], f["L"][sel], "o", color=c, label=f"C~1e{bc:g}")
                 Cb = 10 ** bc
                 Nline = np.logspace(math.log10(f["N"].min()) - 0.3, math.log10(f["N"].max()) + 0.3, 60)
-                ax.plot(Nline, predict(f["p"], Nline, Cb / (f["k"] * Nline)), "-", color=c, lw=1)
-                n_opt = frontier(f["p"], [Cb], f["k"])[0][0]
+                ax.plot(Nline, predict(f["p"], Nline, Cb / f["f"](Nline)), "-", color=c, lw=1)
+                n_opt = frontier_numeric(f["p"], [Cb], f["f"], f["n_lo"], f["n_hi"])[0][0]
                 ax.axvline(n_opt, color=c, ls=":", lw=0.8)
             ax.set_ylim(*_data_ylim(f["L"]))
             ax.set_xscale("log")
@@ -390,8 +446,8 @@ def plot_all(out_dir, by_mixer, fits):
         ax.plot([r["flops"] for r in rs], [r["final_val_loss"] for r in rs], ".", color=colors[m], alpha=0.35)
         if m in fits:
             f = fits[m]
-            ax.plot(f["Cg"], frontier(f["p"], f["Cg"], f["k"])[2], "-", color=colors[m],
-                    label=f"{m}: L_opt(C), gamma {derived(f['p'])['gamma']:.3f}")
+            ax.plot(f["Cg"], frontier_numeric(f["p"], f["Cg"], f["f"], f["n_lo"], f["n_hi"])[2], "-", color=colors[m],
+                    label=f"{m}: L_opt(C)")
             if f["band"] is not None and len(f["band"]):
                 lo, hi = np.percentile(f["band"], [2.5, 97.5], axis=0)
                 ax.fill_between(f["Cg"], lo, hi, color=colors[m], alpha=0.15)
@@ -519,7 +575,8 @@ def main(argv=None):
         if hi > lo:
             result["winners"] = []
             for c in np.logspace(math.log10(lo), math.log10(hi), 6):
-                ls = {m: float(frontier(f["p"], [c], f["k"])[2][0]) for m, f in fits.items()}
+                ls = {m: float(frontier_numeric(f["p"], [c], f["f"], f["n_lo"], f["n_hi"])[2][0])
+                      for m, f in fits.items()}
                 w = min(ls, key=ls.get)
                 result["winners"].append({"C": float(c), "mixer": w, "L_opt": ls})
     result["plots"] = [] if args.no_plots else plot_all(out_dir, by_mixer, fits)
@@ -531,8 +588,10 @@ def main(argv=None):
 
         def fmt(v):
             return f"{v['value']:.4g} [{v['lo']:.4g}, {v['hi']:.4g}]" if v["lo"] is not None else f"{v['value']:.4g}"
+        le = co["law_exponents"]
         print(f"{m}: {s['n_runs']} runs: E {fmt(p['E'])}, alpha {fmt(p['alpha'])}, beta {fmt(p['beta'])}; "
-              f"N_opt ~ C^{fmt(co['a'])}, D_opt ~ C^{fmt(co['b'])}, L_opt - E ~ C^-{fmt(co['gamma'])}")
+              f"N_opt ~ C^{fmt(co['N_opt_slope'])}, D_opt ~ C^{fmt(co['D_opt_slope'])} over the runs' range "
+              f"(for C = 6ND: a {fmt(le['a'])}, b {fmt(le['b'])}, gamma {fmt(le['gamma'])})")
     print(f"analyze: {len(runs)} runs, {len(fits)} mixer(s) fitted; wrote {out_dir}/fit.json"
           + (f" and {', '.join(result['plots'])}" if result["plots"] else ""))
     return 0 if fits else 1

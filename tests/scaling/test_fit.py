@@ -62,6 +62,21 @@ def test_recovery():
     Ns = n_opt[0] * np.array([0.5, 0.8, 1.25, 2.0])
     check(np.all(analyze.predict(TRUE, Ns, C / (k * Ns)) > l_opt[0]), "L_opt is the minimum of its isoFLOP line")
     check(abs(k * n_opt[0] * d_opt[0] / C - 1) < 1e-12, "N_opt D_opt k = C")
+    # the numeric frontier (C = f(N) D, f interpolated between runs) agrees with the closed form
+    # when f(N) = 6 N
+    f = analyze.FlopsPerToken(N, 6.0 * N)
+    n_num, d_num, l_num = analyze.frontier_numeric(TRUE, [C], f, 1e4, 1e12)
+    check(abs(n_num[0] / n_opt[0] - 1) < 0.03 and abs(l_num[0] / l_opt[0] - 1) < 1e-4,
+          f"numeric N_opt {n_num[0]:.4g} ~ closed form {n_opt[0]:.4g}")
+    Cg = np.logspace(18, 22, 9)
+    sl = analyze.slope(Cg, analyze.frontier_numeric(TRUE, Cg, f, 1e4, 1e14)[0])
+    check(abs(sl - d_true["a"]) < 0.01, f"N_opt slope {sl:.4f} ~ a {d_true['a']:.4f}")
+    # f(N) of a large vocabulary: the LM head (6 x 50257 x d) dominates small models
+    d_model = np.array([64.0, 128, 256, 512])
+    Nne = 12 * d_model ** 2 * 4
+    fpt = 6 * (Nne + 50257 * d_model)
+    fi = analyze.FlopsPerToken(Nne, fpt)
+    check(np.allclose(fi(Nne), fpt) and fi(Nne[-1] * 4) > fpt[-1], "f(N) through the runs, extended past them")
     # L(C) on frontier points: exact data give back E_c, A_c, gamma_c
     Cs = np.logspace(15, 20, 8)
     fc = analyze.fit_compute_law(Cs, 1.5 + 300.0 * Cs ** -0.15)
