@@ -22,8 +22,8 @@
  *               (the analysis keeps the best per point); lr_min = min_ratio x lr
  *   warmup      warm-up as a fraction of the run's steps (default 0.02)
  *   throughput  measured training tokens/s of the reference run (the cheapest run of the mixer;
- *               gdn sweep plan prints the gdn bench command): a number, or one per mixer pattern
- *               {"G": .., "A": ..}; turned into FLOP/s with that run's FLOPs per token */
+ *               gdn bench --what step, or gdn sweep plan --bench): a number, or one per mixer
+ *               pattern {"G": .., "A": ..}; turned into FLOP/s with that run's FLOPs per token */
 #ifndef GDN_SWEEP_H
 #define GDN_SWEEP_H
 
