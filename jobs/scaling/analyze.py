@@ -250,7 +250,7 @@ def bootstrap(N, D, L, theta, reps, rng):
         idx = rng.integers(0, n, n)
         if len(np.unique(N[idx])) < 2 or len(np.unique(D[idx])) < 2:
             continue  # a resample without two sizes and two budgets identifies nothing
-        thetas.append(fit_law(N[idx], D[idx], L[idx], starts=2, extra_start=theta))
+        thetas.append(fit_law(N[idx], D[idx], L[idx], starts=1, extra_start=theta))
     return np.array(thetas)
 
 

@@ -41,7 +41,7 @@ def test_recovery():
     t0 = time.time()
     theta = analyze.fit_law(N, D, L)
     p = analyze.law_params(theta)
-    boots = analyze.bootstrap(N, D, L, theta, 80, rng)
+    boots = analyze.bootstrap(N, D, L, theta, 50, rng)
     bp = [analyze.law_params(t) for t in boots]
     print(f"fit and {len(boots)} bootstrap fits in {time.time() - t0:.1f} s")
     for name in ("E", "A", "alpha", "B", "beta"):
