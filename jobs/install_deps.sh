@@ -8,7 +8,8 @@
 #   (no option)     what building and running gdn needs: C compiler with OpenMP, make, cmake,
 #                   pkg-config, MPI (mpicc, mpiexec), serial HDF5, OpenBLAS, zlib, PCRE2,
 #                   utf8proc
-#   --tests         also what tests/run.sh needs: cmocka, a python3 that imports h5py and numpy
+#   --tests         also what tests/run.sh needs: cmocka, a python3 that imports h5py and numpy,
+#                   and one that imports numpy, scipy and matplotlib (jobs/scaling/analyze.py)
 #   --check         install nothing: print one "missing NAME: ..." line per missing need and
 #                   exit 1 if anything is missing, 0 if not
 #   DEBIAN_PACKAGE  extra packages (e.g. clang-14 libclang-rt-14-dev), needed when dpkg does not
@@ -126,6 +127,13 @@ int main(void) { const struct CMUnitTest ts[] = {cmocka_unit_test(t)}; return cm
     done
     [ $py_ok = 1 ] || need h5py "python3 python3-h5py python3-numpy" \
       "a python3 that imports h5py and numpy (python3 on PATH or ${GDN_SYSTEM_PYTHON:-/usr/bin/python3}; pip install h5py numpy)"
+    # the scaling analysis (jobs/scaling/analyze.py and its tests): numpy, scipy and matplotlib
+    py_ok=0
+    for py in python3 "${GDN_SYSTEM_PYTHON:-/usr/bin/python3}"; do
+      if have "$py" && "$py" -c 'import numpy, scipy, matplotlib' > /dev/null 2>&1; then py_ok=1; break; fi
+    done
+    [ $py_ok = 1 ] || need scipy "python3-numpy python3-scipy python3-matplotlib" \
+      "a python3 that imports numpy, scipy and matplotlib (python3 on PATH or ${GDN_SYSTEM_PYTHON:-/usr/bin/python3}; pip install numpy scipy matplotlib)"
   fi
 
   local p

@@ -17,5 +17,6 @@ int gdn_cmd_eval(int argc, char **argv);    /* train/cmd_eval.c: loss, perplexit
 int gdn_cmd_export(int argc, char **argv);  /* train/cmd_export.c: Hugging Face model directory */
 int gdn_cmd_linearize(int argc, char **argv); /* train/cmd_linearize.c: attention linearised, measured */
 int gdn_cmd_distill(int argc, char **argv); /* train/cmd_distill.c: student from a softmax teacher */
+int gdn_cmd_sweep(int argc, char **argv);   /* train/cmd_sweep.c: scaling sweeps (plan, run) */
 
 #endif

@@ -24,6 +24,7 @@ static const gdn_command commands[] = {
     {"export", gdn_cmd_export, "write a checkpoint as a Hugging Face model directory"},
     {"linearize", gdn_cmd_linearize, "measure training-free linearisations of a teacher's attention"},
     {"distill", gdn_cmd_distill, "a GDN student from a softmax-attention teacher (gdn distill --help)"},
+    {"sweep", gdn_cmd_sweep, "plan and run a scaling sweep (gdn sweep --help, docs/scaling.md)"},
 };
 
 static void usage(FILE *f) {

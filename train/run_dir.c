@@ -128,7 +128,7 @@ int gdn_run_dir_clear(const char *dir, int *removed, char *err, size_t errlen) {
         const char *s = e->d_name;
         int64_t step;
         if (strcmp(s, "config.json") && strcmp(s, "metrics.jsonl") && strcmp(s, "metrics.jsonl.tmp") &&
-            ckpt_name_kind(s, &step) == CKPT_NAME_OTHER)
+            strcmp(s, "summary.json") && strcmp(s, "summary.json.tmp") && ckpt_name_kind(s, &step) == CKPT_NAME_OTHER)
             continue;
         snprintf(path, sizeof path, "%s/%s", dir, s);
         struct stat st;

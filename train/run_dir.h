@@ -1,7 +1,7 @@
 /* Whether a run directory may be written by this run, checked before anything in it changes.
  *
- * A run's own files are config.json, metrics.jsonl (and its metrics.jsonl.tmp), the
- * checkpoints ckpt_<8-digit step>.h5 and their temp files ckpt_*.h5.tmp.<pid>; the lock file
+ * A run's own files are config.json, metrics.jsonl (and its metrics.jsonl.tmp), summary.json
+ * (and summary.json.tmp, train/run_summary.h), the checkpoints ckpt_<8-digit step>.h5 and their temp files ckpt_*.h5.tmp.<pid>; the lock file
  * .lock belongs to whichever trainer holds it. The rule:
  *  - a directory whose config.json or checkpoints describe another model shape (or whose
  *    config.json cannot be read) holds a different run: refused, naming the field;

@@ -29,6 +29,7 @@
 #include "train/metrics_log.h"
 #include "train/run_dir.h"
 #include "train/run_lock.h"
+#include "train/run_summary.h"
 #include "train/train_backend.h"
 #include "train/train_dist.h"
 #include "train/zero.h"
@@ -610,6 +611,10 @@ static int write_run_files(trainer *t) {
         return -1;
     }
     io_jw_free(&w);
+    if (gdn_run_summary_remove(rc->out, err, sizeof err)) { /* not finished until it is written again */
+        complain(t, "%s", err);
+        return -1;
+    }
     snprintf(path, sizeof path, "%s/metrics.jsonl", rc->out);
     if (gdn_metrics_open(&t->metrics, path, t->step > 0 ? t->step : -1, err, sizeof err)) {
         complain(t, "%s", err);
@@ -1028,6 +1033,14 @@ int gdn_train_run(const gdn_run_config *rc, const gdn_train_opts *opts, gdn_comm
         if ((status = run_step(&t, &p))) break;
     status = finish_metrics(&t, status);
     if (status == 0) print_summary(&t, &p);
+    if (status == 0 && comm->rank == 0) { /* summary.json: what a scaling analysis reads (run_summary.h) */
+        char err[1024];
+        gdn_hardware hw = {t.tb.be->name, gdn_train_backend_describe(&t.tb), comm->size, omp_get_max_threads()};
+        if (gdn_run_summary_write(&t.rc, t.tokens_seen, &hw, err, sizeof err)) {
+            complain(&t, "%s", err);
+            status = GDN_EXIT_ERROR;
+        }
+    }
     close_run(&t);
     return status;
 }

@@ -73,12 +73,27 @@ printf '#!/bin/sh\necho "ModuleNotFoundError: h5py" >&2; exit 1\n' > "$dir/old/p
 chmod +x "$dir/old/cmake" "$dir/old/python3"
 
 # Several needs hidden at once, each detected by its own probe: commands off PATH, headers the
-# compiler cannot find, a python without h5py, a Debian package that does not exist.
+# compiler cannot find, a python without h5py (nor scipy), a Debian package that does not exist.
 p=$(fake_path cmake mpiexec mpirun pkg-config pkgconf make h5cc)
 expect "no cmake, mpiexec, pkg-config, make, hdf5.h, zlib.h, cmocka.h, h5py; an unknown package" \
   "$(missing_set PATH="$dir/old:$p" CC="$dir/cc" HIDE='hdf5\.h|zlib\.h|cmocka\.h' \
      GDN_SYSTEM_PYTHON=/nonexistent -- --tests gdn-no-such-package)" \
-  cmake mpi pkg-config make hdf5 zlib cmocka h5py package:gdn-no-such-package
+  cmake mpi pkg-config make hdf5 zlib cmocka h5py scipy package:gdn-no-such-package
+# A python with h5py but without scipy (or matplotlib): the scaling analysis's need alone.
+real_py=""
+for py in python3 /usr/bin/python3; do
+  if "$py" -c 'import h5py, numpy' > /dev/null 2>&1; then real_py=$(command -v "$py"); break; fi
+done
+if [ -n "$real_py" ]; then
+  mkdir -p "$dir/noscipy"
+  printf '#!/bin/sh\ncase "$*" in *scipy*) echo "ModuleNotFoundError: scipy" >&2; exit 1;; esac\nexec %s "$@"\n' \
+    "$real_py" > "$dir/noscipy/python3"
+  chmod +x "$dir/noscipy/python3"
+  expect "a python without scipy" \
+    "$(missing_set PATH="$dir/noscipy:$PATH" GDN_SYSTEM_PYTHON=/nonexistent -- --tests)" scipy
+else
+  echo "skipped: a python without scipy (no python here imports h5py to wrap)"
+fi
 # cmake too old, no mpicc, no OpenMP.
 expect "cmake 3.10, no mpicc, no omp.h" \
   "$(missing_set PATH="$dir/old:$(fake_path mpicc)" CC="$dir/cc" HIDE='omp\.h' -- --tests)" cmake mpi openmp

@@ -50,7 +50,8 @@ cp "$run/config.json" "$dir/early/"
 
 # 2. --overwrite
 "$GDN" train "${small[@]}" --d_model 32 --steps 3 --overwrite --out "$run" > "$dir/ow.log"
-grep -q -- "--overwrite: deleted 4 files of the previous run in $run" "$dir/ow.log" || { cat "$dir/ow.log"; fail "overwrite message"; }
+# config.json, metrics.jsonl, the two checkpoints and the finished run's summary.json
+grep -q -- "--overwrite: deleted 5 files of the previous run in $run" "$dir/ow.log" || { cat "$dir/ow.log"; fail "overwrite message"; }
 [ "$(cat "$run/notes.txt")" = "my notes" ] && [ -d "$run/plots" ] && [ -d "$run/ckpt_00000099.h5.d" ] \
   || fail "--overwrite removed a file that is not the run's"
 [ "$(cd "$run" && ls ckpt_*.h5)" = "ckpt_00000003.h5" ] || fail "checkpoints after --overwrite: $(ls "$run")"
