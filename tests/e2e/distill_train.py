@@ -21,7 +21,7 @@ import time
 import h5py
 import numpy as np
 
-from e2e_common import check, failures, gdn_runner
+from e2e_common import check, failures, gdn_must, gdn_runner, tensors
 GDN = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "..", "data", "kjv.txt.gz")
@@ -29,16 +29,7 @@ DATA = os.path.join(HERE, "..", "..", "data", "kjv.txt.gz")
 run = gdn_runner(GDN)
 
 
-def must(*args):
-    r = run(*args)
-    if r.returncode != 0:
-        sys.exit(f"FAIL: gdn {' '.join(args)}: {r.stdout[-800:]} {r.stderr[-1500:]}")
-    return r
-
-
-def tensors(path):
-    with h5py.File(path, "r") as f:
-        return {k: f["params"][k][()] for k in f["params"].keys()}
+must = gdn_must(run)
 
 
 def metrics(path):

@@ -1,5 +1,6 @@
 """What the Python end-to-end tests share: the list of failed checks each script reports at its
-end, check(), and a runner for the gdn binary under test. The scripts import it from their own
+end, check(), a runner for the gdn binary under test, one that stops the script when a command
+fails, and a checkpoint's tensors. The scripts import it from their own
 folder (op_common.py builds on it)."""
 import subprocess
 import sys
@@ -17,3 +18,20 @@ def check(cond, what):
 def gdn_runner(gdn):
     """run(*args): gdn ARGS, its output captured as text."""
     return lambda *args: subprocess.run([gdn, *args], capture_output=True, text=True)
+
+
+def gdn_must(run):
+    """must(*args): run(*args), stopping the script with gdn's output when it fails."""
+    def must(*args):
+        r = run(*args)
+        if r.returncode != 0:
+            sys.exit(f"FAIL: gdn {' '.join(args)}: {r.stdout[-800:]} {r.stderr[-1500:]}")
+        return r
+    return must
+
+
+def tensors(path):
+    """The /params tensors of a checkpoint (h5py), by name."""
+    import h5py
+    with h5py.File(path, "r") as f:
+        return {k: f["params"][k][()] for k in f["params"].keys()}
