@@ -104,17 +104,31 @@ __global__ void __launch_bounds__(W * 32) dkdv_bf16_kernel(const Params p) {
 
     /* longest first: the first key tiles see the most queries */
     const int kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-    const int T = p.T, warp = threadIdx.x >> 5;
+    const int T = p.T, Tk = p.Tk, warp = threadIdx.x >> 5;
     const int k0 = kt * KV_BN;
     const long ldq = (long)p.H * D, ldk = (long)p.Hkv * D;
-    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, T, p.Hkv, D);
-    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, T, p.Hkv, D);
+    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, Tk, p.Hkv, D);
+    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, Tk, p.Hkv, D);
 
-    /* query tiles i0 .. nq-1 hold the queries >= k0; iteration it = (head g, tile i0 + it % ni) */
-    const int i0 = k0 / BQ, nq = (T + BQ - 1) / BQ, ni = nq - i0, n_it = p.G * ni;
+    /* query tiles i0 .. i1 hold the queries that see a key of this tile: rows >= k0 - qp, up to
+     * the last row whose document starts at or before the tile's last key (key_lo rises along
+     * the rows: a binary search); iteration it = (head g, tile i0 + it % ni) */
+    int r_end = T - 1;
+    if (p.key_lo) {
+        const int *lo_b = p.key_lo + (long)b * T, k_last = k0 + KV_BN - 1;
+        int lo_r = -1, hi_r = T - 1; /* the last row with key_lo <= k_last lies in (lo_r, hi_r] or is -1 */
+        if (__ldg(lo_b + hi_r) <= k_last) lo_r = hi_r;
+        while (hi_r - lo_r > 1) {
+            const int mid = (lo_r + hi_r) / 2;
+            if (__ldg(lo_b + mid) <= k_last) lo_r = mid; else hi_r = mid;
+        }
+        r_end = lo_r;
+    }
+    const int i0 = max(0, k0 - p.qp) / BQ, i1 = r_end / BQ;
+    const int ni = r_end >= max(0, k0 - p.qp) ? i1 - i0 + 1 : 0, n_it = p.G * ni;
 
-    load_tile<KV_BN, D, BWD_NTH>(sK, gk, ldk, k0, T);
-    load_tile<KV_BN, D, BWD_NTH>(sV, gv, ldk, k0, T);
+    load_tile<KV_BN, D, BWD_NTH>(sK, gk, ldk, k0, Tk);
+    load_tile<KV_BN, D, BWD_NTH>(sV, gv, ldk, k0, Tk);
     {
         const int h = hk * p.G;
         load_tile<BQ, D, BWD_NTH>(sQ, (const bf16 *)p.q + tok_off(b, 0, h, T, p.H, D), ldq, i0 * BQ, T);
@@ -161,7 +175,7 @@ __global__ void __launch_bounds__(W * 32) dkdv_bf16_kernel(const Params p) {
         float s[NS][4];
         zero(s);
         mma_abt_s<NS, KT>(s, sK + warp * 16 * LDS, LDS, tQ, LDS);
-        const bool need_mask = q0 < key_base + 15 || q0 + BQ > T;
+        const bool need_mask = p.qp + q0 < key_base + 15 || q0 + BQ > T || key_lo_at(p, b, q0 + BQ - 1) > key_base;
 #pragma unroll
         for (int n = 0; n < NS; ++n)
 #pragma unroll
@@ -169,7 +183,7 @@ __global__ void __launch_bounds__(W * 32) dkdv_bf16_kernel(const Params p) {
                 float x = exp2f(s[n][e] * p.scale_log2 - lse2[n][e & 1]);
                 if (need_mask) {
                     const int q = q0 + frag_col(n, e), key = key_base + frag_row(e);
-                    if (q < key || q >= T) x = 0.0f;
+                    if (!key_visible(p, q, key, key_lo_at(p, b, q))) x = 0.0f;
                 }
                 s[n][e] = x;
             }
@@ -189,9 +203,10 @@ __global__ void __launch_bounds__(W * 32) dkdv_bf16_kernel(const Params p) {
         mma_ab<NO, NS / 2>(dk, af, tQ, LDS);
         __syncthreads(); /* everyone is done with buffer buf before it is refilled */
     }
+    cp_async_wait<0>(); /* no query tile (keys no query sees): the first loads are still pending */
 
-    store_acc<NO>((bf16 *)p.dk + tok_off(b, 0, hk, T, p.Hkv, D), ldk, key_base, T, dk, p.scale);
-    store_acc<NO>((bf16 *)p.dv + tok_off(b, 0, hk, T, p.Hkv, D), ldk, key_base, T, dv, 1.0f);
+    store_acc<NO>((bf16 *)p.dk + tok_off(b, 0, hk, Tk, p.Hkv, D), ldk, key_base, Tk, dk, p.scale);
+    store_acc<NO>((bf16 *)p.dv + tok_off(b, 0, hk, Tk, p.Hkv, D), ldk, key_base, Tk, dv, 1.0f);
 }
 
 /* ---- dQ (bf16) ------------------------------------------------------------------------------- */
@@ -206,17 +221,18 @@ __global__ void __launch_bounds__(W * 32) dq_bf16_kernel(const Params p) {
     bf16 *sV = sK + 2 * DQ_BN * LDS;  /* 2 buffers */
 
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int hk = h / p.G, T = p.T, warp = threadIdx.x >> 5;
+    const int hk = h / p.G, T = p.T, Tk = p.Tk, warp = threadIdx.x >> 5;
     const int q0 = qt * DQ_BM;
     const long ldq = (long)p.H * D, ldk = (long)p.Hkv * D;
-    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, T, p.Hkv, D);
-    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, T, p.Hkv, D);
-    const int n_kv = (min(T, q0 + DQ_BM) + DQ_BN - 1) / DQ_BN;
+    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, Tk, p.Hkv, D);
+    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, Tk, p.Hkv, D);
+    /* key tiles j0 .. n_kv-1, as in the forward */
+    const int n_kv = (p.qp + min(T, q0 + DQ_BM) + DQ_BN - 1) / DQ_BN, j0 = key_lo_at(p, b, q0) / DQ_BN;
 
     load_tile<DQ_BM, D, BWD_NTH>(sQ, (const bf16 *)p.q + tok_off(b, 0, h, T, p.H, D), ldq, q0, T);
     load_tile<DQ_BM, D, BWD_NTH>(sdO, (const bf16 *)p.d_o + tok_off(b, 0, h, T, p.H, D), ldq, q0, T);
-    load_tile<DQ_BN, D, BWD_NTH>(sK, gk, ldk, 0, T);
-    load_tile<DQ_BN, D, BWD_NTH>(sV, gv, ldk, 0, T);
+    load_tile<DQ_BN, D, BWD_NTH>(sK + (j0 & 1) * DQ_BN * LDS, gk, ldk, j0 * DQ_BN, Tk);
+    load_tile<DQ_BN, D, BWD_NTH>(sV + (j0 & 1) * DQ_BN * LDS, gv, ldk, j0 * DQ_BN, Tk);
     cp_async_commit();
 
     const int row_base = q0 + warp * 16;
@@ -227,14 +243,16 @@ __global__ void __launch_bounds__(W * 32) dq_bf16_kernel(const Params p) {
         lse2[r] = row < T ? p.lse[((long)b * p.H + h) * T + row] * ATTN_LOG2E : 0.0f;
         dlt[r] = row < T ? p.delta[((long)b * p.H + h) * T + row] : 0.0f;
     }
+    const int lo[2] = {key_lo_at(p, b, row_base + frag_row(0)), key_lo_at(p, b, row_base + frag_row(2))};
+    const int lo_warp = key_lo_at(p, b, row_base + 15);
     float dq[NO][4];
     zero(dq);
 
-    for (int j = 0; j < n_kv; ++j) {
+    for (int j = j0; j < n_kv; ++j) {
         const int buf = j & 1;
         if (j + 1 < n_kv) {
-            load_tile<DQ_BN, D, BWD_NTH>(sK + (buf ^ 1) * DQ_BN * LDS, gk, ldk, (j + 1) * DQ_BN, T);
-            load_tile<DQ_BN, D, BWD_NTH>(sV + (buf ^ 1) * DQ_BN * LDS, gv, ldk, (j + 1) * DQ_BN, T);
+            load_tile<DQ_BN, D, BWD_NTH>(sK + (buf ^ 1) * DQ_BN * LDS, gk, ldk, (j + 1) * DQ_BN, Tk);
+            load_tile<DQ_BN, D, BWD_NTH>(sV + (buf ^ 1) * DQ_BN * LDS, gv, ldk, (j + 1) * DQ_BN, Tk);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -247,7 +265,7 @@ __global__ void __launch_bounds__(W * 32) dq_bf16_kernel(const Params p) {
         float s[NS][4];
         zero(s);
         mma_abt_s<NS, KT>(s, sQ + warp * 16 * LDS, LDS, tK, LDS);
-        const bool need_mask = k0 + DQ_BN - 1 > row_base || k0 + DQ_BN > T || row_base + 16 > T;
+        const bool need_mask = k0 + DQ_BN - 1 > p.qp + row_base || k0 + DQ_BN > Tk || row_base + 16 > T || k0 < lo_warp;
 #pragma unroll
         for (int n = 0; n < NS; ++n)
 #pragma unroll
@@ -255,7 +273,7 @@ __global__ void __launch_bounds__(W * 32) dq_bf16_kernel(const Params p) {
                 float x = exp2f(s[n][e] * p.scale_log2 - lse2[e >> 1]);
                 if (need_mask) {
                     const int col = k0 + frag_col(n, e), row = row_base + frag_row(e);
-                    if (col > row || col >= T || row >= T) x = 0.0f;
+                    if (!key_visible(p, row, col, lo[e >> 1])) x = 0.0f;
                 }
                 s[n][e] = x;
             }
@@ -292,9 +310,9 @@ __global__ void __launch_bounds__(128) dq_f32_kernel(const Params p) {
         gv[i] = d_o[lane + 32 * i];
         acc[i] = 0.0f;
     }
-    for (int s = 0; s <= t; ++s) {
-        const float *k = (const float *)p.k + tok_off(b, s, hk, p.T, p.Hkv, D);
-        const float *v = (const float *)p.v + tok_off(b, s, hk, p.T, p.Hkv, D);
+    for (int s = key_lo_at(p, b, t); s <= p.qp + t; ++s) {
+        const float *k = (const float *)p.k + tok_off(b, s, hk, p.Tk, p.Hkv, D);
+        const float *v = (const float *)p.v + tok_off(b, s, hk, p.Tk, p.Hkv, D);
         float a = 0.0f, c = 0.0f;
 #pragma unroll
         for (int i = 0; i < E; ++i) {
@@ -317,8 +335,8 @@ __global__ void __launch_bounds__(128) dkdv_f32_kernel(const Params p) {
     constexpr int E = D / 32;
     const long row = (long)blockIdx.x * 4 + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
-    if (row >= (long)p.B * p.T * p.Hkv) return;
-    const int hk = (int)(row % p.Hkv), s = (int)((row / p.Hkv) % p.T), b = (int)(row / ((long)p.Hkv * p.T));
+    if (row >= (long)p.B * p.Tk * p.Hkv) return;
+    const int hk = (int)(row % p.Hkv), s = (int)((row / p.Hkv) % p.Tk), b = (int)(row / ((long)p.Hkv * p.Tk));
     const float *k = (const float *)p.k + row * D, *v = (const float *)p.v + row * D;
     float kv[E], vv[E], dk[E], dv[E];
 #pragma unroll
@@ -330,7 +348,8 @@ __global__ void __launch_bounds__(128) dkdv_f32_kernel(const Params p) {
     for (int g = 0; g < p.G; ++g) {
         const int h = hk * p.G + g;
         const float *lse = p.lse + ((long)b * p.H + h) * p.T, *delta = p.delta + ((long)b * p.H + h) * p.T;
-        for (int t = s; t < p.T; ++t) {
+        /* the queries at or after key s whose document has begun by s (key_lo rises along t) */
+        for (int t = max(0, s - p.qp); t < p.T && key_lo_at(p, b, t) <= s; ++t) {
             const float *q = (const float *)p.q + tok_off(b, t, h, p.T, p.H, D);
             const float *d_o = (const float *)p.d_o + tok_off(b, t, h, p.T, p.H, D);
             float a = 0.0f, c = 0.0f;
@@ -362,7 +381,7 @@ template <typename K> static void raise_smem(K kernel, size_t bytes) {
 
 template <int D, int W>
 static void bwd_launch(const Params &p, gdn_cuda_precision prec, float *dq_acc, bool sm90a, cudaStream_t st) {
-    const long rows = (long)p.B * p.T * p.H, kv_rows = (long)p.B * p.T * p.Hkv;
+    const long rows = (long)p.B * p.T * p.H, kv_rows = (long)p.B * p.Tk * p.Hkv;
     if (prec == GDN_CUDA_BF16) {
         delta_bf16_kernel<D><<<(unsigned)((rows * (D / 8) + 127) / 128), 128, 0, st>>>(p);
         GDN_CUDA_CHECK_LAUNCH();
@@ -374,7 +393,7 @@ static void bwd_launch(const Params &p, gdn_cuda_precision prec, float *dq_acc, 
                       "shared memory over the sm_90 limit");
         raise_smem(dkdv_bf16_kernel<D, W>, dkdv_smem_bytes<D, W>());
         raise_smem(dq_bf16_kernel<D, W>, dq_smem_bytes<D, W>());
-        const dim3 gkv((p.T + 16 * W - 1) / (16 * W), p.Hkv, p.B);
+        const dim3 gkv((p.Tk + 16 * W - 1) / (16 * W), p.Hkv, p.B);
         dkdv_bf16_kernel<D, W><<<gkv, W * 32, dkdv_smem_bytes<D, W>(), st>>>(p);
         GDN_CUDA_CHECK_LAUNCH();
         const dim3 gq((p.T + 16 * W - 1) / (16 * W), p.H, p.B);
@@ -400,8 +419,10 @@ extern "C" void gdn_cuda_attention_bwd(const gdn_cuda_attention_args *a) {
     if (a->bwd_algo < 0 || a->bwd_algo > 2)
         GDN_CUDA_DIE("attention: bwd_algo=%d: use 0 (fastest repeatable), 1 (mma.sync) or 2 (wgmma, atomic dQ)",
                      a->bwd_algo);
+    if (a->bwd_algo == 2 && attn::has_prefix(a))
+        GDN_CUDA_DIE("attention: bwd_algo=2 (wgmma) runs no queries after a prefix (Tk > T) and no key_lo; use 0 or 1");
     bool sm90a = false;
-    if (a->precision == GDN_CUDA_BF16 && a->bwd_algo != 1) {
+    if (a->precision == GDN_CUDA_BF16 && a->bwd_algo != 1 && !attn::has_prefix(a)) {
         sm90a = gdn_cuda_attention_sm90a_available();
         if (!sm90a && a->bwd_algo == 2)
             GDN_CUDA_DIE("attention: bwd_algo=2 (wgmma) needs a compute capability 9.0 GPU and a build for "

@@ -29,6 +29,8 @@ typedef __nv_bfloat16 bf16;
 /* Everything a kernel needs. Element pointers are bf16* or float* per precision. */
 struct Params {
     int B, T, H, Hkv, G; /* G = H / Hkv query heads per key/value head */
+    int Tk, qp;           /* keys per sequence; position of query 0 (Tk - T) */
+    const int *key_lo;    /* [B,T] first key of each query, or NULL (0) */
     float scale;          /* softmax scale */
     float scale_log2;     /* scale * log2(e): scores in base-2 units */
     const void *q, *k, *v, *o, *d_o;
@@ -39,6 +41,9 @@ struct Params {
 
 Params make_params(const gdn_cuda_attention_args *a);
 
+/* Queries after a prefix or with documents: the mma.sync kernels run them (see attention_cuda.h). */
+inline bool has_prefix(const gdn_cuda_attention_args *a) { return (a->Tk && a->Tk != a->T) || a->key_lo; }
+
 /* Floats of the backward's workspace before the dQ accumulator: Delta (B*H*T), rounded up to
  * 16 bytes. */
 inline size_t dq_acc_offset(const gdn_cuda_attention_args *a) {
@@ -47,6 +52,16 @@ inline size_t dq_acc_offset(const gdn_cuda_attention_args *a) {
 
 /* Warps per block of the bf16 kernels (gdn_cuda_attention_args.warps, 0: the default). */
 inline int block_warps(const gdn_cuda_attention_args *a) { return a->warps ? a->warps : 4; }
+
+/* The first key query row t of sequence b sees (row clamped to T - 1: tiles run past the end). */
+__device__ __forceinline__ int key_lo_at(const Params &p, int b, int row) {
+    return p.key_lo ? __ldg(p.key_lo + (long)b * p.T + min(row, p.T - 1)) : 0;
+}
+
+/* Whether query row `row` sees key `col` (both inside their sequences). */
+__device__ __forceinline__ bool key_visible(const Params &p, int row, int col, int lo) {
+    return row < p.T && col < p.Tk && col <= p.qp + row && col >= lo;
+}
 
 /* Row t of head h in a [B,T,heads,D] tensor: base + ((b*T + t)*heads + h)*D. */
 __device__ __forceinline__ long tok_off(int b, int t, int h, int T, int heads, int D) {

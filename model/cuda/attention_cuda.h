@@ -5,12 +5,21 @@
  * (fwd_algo / bwd_algo 1).
  *
  * Layouts (row-major, D contiguous):
- *   q, o, d_o, dq: [B,T,H,D];  k, v, dk, dv: [B,T,Hkv,D];  lse: [B,H,T] (float).
+ *   q, o, d_o, dq: [B,T,H,D];  k, v, dk, dv: [B,Tk,Hkv,D] (Tk = T unless set);  lse: [B,H,T]
+ *   (float).
  * Grouped-query heads: H % Hkv == 0 and query head h reads key/value head h / (H / Hkv), without
  * copies of K and V; dk and dv sum over the H / Hkv query heads of each group.
  *   o[b,t,h]  = sum_{s <= t} softmax_s(scale * q[b,t,h] . k[b,s,h/G]) v[b,s,h/G]
  *   lse[b,h,t] = log sum_{s <= t} exp(scale * q[b,t,h] . k[b,s,h/G])   (natural log)
  * scale 0 means 1/sqrt(D). D must be 64 or 128; B, T, H, Hkv are free (T any length >= 1).
+ *
+ * Queries after a prefix, and documents (sequence parallelism; packed documents): with Tk > T
+ * the keys and values hold Tk rows per sequence ([B,Tk,Hkv,D], dk and dv too) and query t sits
+ * at position Tk - T + t, so it sees keys s <= Tk - T + t. key_lo [B,T] (int, device, or NULL for
+ * 0) raises the first key a query sees: query t sees keys key_lo[b,t] <= s <= Tk - T + t (the
+ * start of its document). key_lo must be non-decreasing along t with key_lo[b,t] <= Tk - T + t
+ * (every query sees at least its own key); the kernels rely on it and do not check it. These
+ * calls run the mma.sync kernels (wgmma only for Tk = T without key_lo).
  *
  * Precisions (the type of q, k, v, o, d_o, dq, dk, dv; lse and the workspace are always float):
  *   GDN_CUDA_BF16: __nv_bfloat16 storage, bf16 tensor-core products (wgmma or mma.sync) with
@@ -42,6 +51,9 @@ extern "C" {
  * 16-byte aligned (cudaMalloc'd buffers are). Outputs are overwritten. */
 typedef struct {
     int B, T, H, Hkv, D;
+    int Tk;                       /* keys per sequence, >= T; 0: T (see above) */
+    const int *key_lo;            /* [B,T] first key of each query, or NULL (see above); the host
+                                     wrappers take a host array */
     float scale;                  /* 0: 1/sqrt(D) */
     gdn_cuda_precision precision;
     const void *q;                /* [B,T,H,D]   in */

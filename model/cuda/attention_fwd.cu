@@ -34,21 +34,22 @@ __global__ void __launch_bounds__(W * 32) fwd_bf16_kernel(const Params p) {
     bf16 *sV = sK + 2 * FWD_BN * LDS; /* 2 buffers */
 
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int hk = h / p.G, T = p.T;
+    const int hk = h / p.G, T = p.T, Tk = p.Tk;
     const int warp = threadIdx.x >> 5;
     const int q0 = qt * FWD_BM;
     const long ldq = (long)p.H * D, ldk = (long)p.Hkv * D;
     const bf16 *gq = (const bf16 *)p.q + tok_off(b, 0, h, T, p.H, D);
-    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, T, p.Hkv, D);
-    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, T, p.Hkv, D);
+    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, Tk, p.Hkv, D);
+    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, Tk, p.Hkv, D);
 
-    /* key tiles 0 .. n_kv-1 cover keys 0 .. min(T, q0 + BM) - 1 */
+    /* key tiles j0 .. n_kv-1 cover keys key_lo(q0) .. qp + min(T, q0 + BM) - 1 (key_lo rises
+     * along the rows, so the tile's first row has the lowest) */
     const int q_end = min(T, q0 + FWD_BM);
-    const int n_kv = (q_end + FWD_BN - 1) / FWD_BN;
+    const int n_kv = (p.qp + q_end + FWD_BN - 1) / FWD_BN, j0 = key_lo_at(p, b, q0) / FWD_BN;
 
     load_tile<FWD_BM, D, FWD_NTH>(sQ, gq, ldq, q0, T);
-    load_tile<FWD_BN, D, FWD_NTH>(sK, gk, ldk, 0, T);
-    load_tile<FWD_BN, D, FWD_NTH>(sV, gv, ldk, 0, T);
+    load_tile<FWD_BN, D, FWD_NTH>(sK + (j0 & 1) * FWD_BN * LDS, gk, ldk, j0 * FWD_BN, Tk);
+    load_tile<FWD_BN, D, FWD_NTH>(sV + (j0 & 1) * FWD_BN * LDS, gv, ldk, j0 * FWD_BN, Tk);
     cp_async_commit();
 
     unsigned qf[KT][4];
@@ -56,28 +57,30 @@ __global__ void __launch_bounds__(W * 32) fwd_bf16_kernel(const Params p) {
     zero(oacc);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const int row_base = q0 + warp * 16; /* the warp's first query row */
+    const int lo[2] = {key_lo_at(p, b, row_base + frag_row(0)), key_lo_at(p, b, row_base + frag_row(2))};
+    const int lo_warp = key_lo_at(p, b, row_base + 15); /* the highest of the warp's rows */
 
-    for (int j = 0; j < n_kv; ++j) {
+    for (int j = j0; j < n_kv; ++j) {
         const int buf = j & 1;
         if (j + 1 < n_kv) {
             /* buffer buf^1 was last read in iteration j-1, which ended with a barrier */
-            load_tile<FWD_BN, D, FWD_NTH>(sK + (buf ^ 1) * FWD_BN * LDS, gk, ldk, (j + 1) * FWD_BN, T);
-            load_tile<FWD_BN, D, FWD_NTH>(sV + (buf ^ 1) * FWD_BN * LDS, gv, ldk, (j + 1) * FWD_BN, T);
+            load_tile<FWD_BN, D, FWD_NTH>(sK + (buf ^ 1) * FWD_BN * LDS, gk, ldk, (j + 1) * FWD_BN, Tk);
+            load_tile<FWD_BN, D, FWD_NTH>(sV + (buf ^ 1) * FWD_BN * LDS, gv, ldk, (j + 1) * FWD_BN, Tk);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (j == 0) load_a<KT>(qf, sQ + warp * 16 * LDS, LDS);
+        if (j == j0) load_a<KT>(qf, sQ + warp * 16 * LDS, LDS);
 
         float s[NS][4];
         zero(s);
         mma_abt<NS, KT>(s, qf, sK + buf * FWD_BN * LDS, LDS);
 
         const int k0 = j * FWD_BN;
-        /* scores in base-2 units; mask keys after the row or past the end */
-        const bool need_mask = k0 + FWD_BN - 1 > row_base || k0 + FWD_BN > T;
+        /* scores in base-2 units; mask keys after the row, past the end or before the document */
+        const bool need_mask = k0 + FWD_BN - 1 > p.qp + row_base || k0 + FWD_BN > Tk || k0 < lo_warp;
 #pragma unroll
         for (int n = 0; n < NS; ++n)
 #pragma unroll
@@ -85,7 +88,7 @@ __global__ void __launch_bounds__(W * 32) fwd_bf16_kernel(const Params p) {
                 float x = s[n][e] * p.scale_log2;
                 if (need_mask) {
                     const int col = k0 + frag_col(n, e), row = row_base + frag_row(e);
-                    if (col > row || col >= T) x = -INFINITY;
+                    if (!key_visible(p, row, col, lo[e >> 1])) x = -INFINITY;
                 }
                 s[n][e] = x;
             }
@@ -120,7 +123,7 @@ __global__ void __launch_bounds__(W * 32) fwd_bf16_kernel(const Params p) {
         __syncthreads(); /* everyone is done with buffer buf before it is refilled */
     }
 
-    /* every valid row saw key 0, so l >= 1 there; rows >= T are not stored */
+    /* every valid row saw its own key, so l >= 1 there; rows >= T are not stored */
     float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -160,9 +163,9 @@ __global__ void __launch_bounds__(128) fwd_f32_kernel(const Params p) {
         ov[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int s = 0; s <= t; ++s) {
-        const float *k = (const float *)p.k + tok_off(b, s, hk, p.T, p.Hkv, D);
-        const float *v = (const float *)p.v + tok_off(b, s, hk, p.T, p.Hkv, D);
+    for (int s = key_lo_at(p, b, t); s <= p.qp + t; ++s) {
+        const float *k = (const float *)p.k + tok_off(b, s, hk, p.Tk, p.Hkv, D);
+        const float *v = (const float *)p.v + tok_off(b, s, hk, p.Tk, p.Hkv, D);
         float d = 0.0f;
 #pragma unroll
         for (int i = 0; i < E; ++i) d += qv[i] * k[lane + 32 * i];
@@ -204,7 +207,9 @@ extern "C" void gdn_cuda_attention_fwd(const gdn_cuda_attention_args *a) {
     cudaStream_t st = (cudaStream_t)a->stream;
     if (a->fwd_algo < 0 || a->fwd_algo > 2)
         GDN_CUDA_DIE("attention: fwd_algo=%d: use 0 (fastest available), 1 (mma.sync) or 2 (wgmma)", a->fwd_algo);
-    if (a->precision == GDN_CUDA_BF16 && a->fwd_algo != 1) {
+    if (a->fwd_algo == 2 && attn::has_prefix(a))
+        GDN_CUDA_DIE("attention: fwd_algo=2 (wgmma) runs no queries after a prefix (Tk > T) and no key_lo; use 0 or 1");
+    if (a->precision == GDN_CUDA_BF16 && a->fwd_algo != 1 && !attn::has_prefix(a)) {
         if (gdn_cuda_attention_sm90a_available()) {
             attn::sm90a_fwd(p, a->D, a->stream);
             return;

@@ -21,6 +21,8 @@ extern "C" void gdn_cuda_attention_check(const gdn_cuda_attention_args *a, int b
     if (!a) ATTN_DIE("argument block is NULL");
     if (a->B < 1 || a->T < 1 || a->H < 1 || a->Hkv < 1)
         ATTN_DIE("B=%d T=%d H=%d Hkv=%d: each must be at least 1", a->B, a->T, a->H, a->Hkv);
+    if (a->Tk != 0 && a->Tk < a->T)
+        ATTN_DIE("Tk=%d keys per sequence is fewer than the T=%d queries (0 means Tk = T)", a->Tk, a->T);
     if (a->H % a->Hkv)
         ATTN_DIE("H=%d is not a multiple of Hkv=%d (query head h reads kv head h / (H / Hkv))", a->H, a->Hkv);
     if (a->D != 64 && a->D != 128) ATTN_DIE("head dim D=%d is not supported; use 64 or 128", a->D);
@@ -50,7 +52,7 @@ extern "C" void gdn_cuda_attention_check(const gdn_cuda_attention_args *a, int b
 }
 
 extern "C" size_t gdn_cuda_attention_workspace_bytes(const gdn_cuda_attention_args *a) {
-    const size_t dq_acc = a->bwd_algo == 2 ? (size_t)a->B * a->T * a->H * a->D : 0; /* atomic dQ sums */
+    const size_t dq_acc = a->bwd_algo == 2 && !attn::has_prefix(a) ? (size_t)a->B * a->T * a->H * a->D : 0; /* atomic dQ sums */
     return (attn::dq_acc_offset(a) + dq_acc) * sizeof(float);
 }
 
@@ -60,6 +62,9 @@ Params make_params(const gdn_cuda_attention_args *a) {
     memset(&p, 0, sizeof p);
     p.B = a->B;
     p.T = a->T;
+    p.Tk = a->Tk ? a->Tk : a->T;
+    p.qp = p.Tk - a->T;
+    p.key_lo = a->key_lo;
     p.H = a->H;
     p.Hkv = a->Hkv;
     p.G = a->H / a->Hkv;
@@ -98,7 +103,7 @@ struct Sizes {
     size_t es, nq, nk, nl;
     explicit Sizes(const gdn_cuda_attention_args *a)
         : es(elem_bytes(a->precision)), nq((size_t)a->B * a->T * a->H * a->D),
-          nk((size_t)a->B * a->T * a->Hkv * a->D), nl((size_t)a->B * a->H * a->T) {}
+          nk((size_t)a->B * (a->Tk ? a->Tk : a->T) * a->Hkv * a->D), nl((size_t)a->B * a->H * a->T) {}
 };
 
 /* Device buffers of every tensor of a forward + backward call (unwritten). */
@@ -142,6 +147,14 @@ void download(float *dst, const void *src, size_t n, gdn_cuda_precision p) {
     for (size_t i = 0; i < n; i++) dst[i] = __bfloat162float(h[i]);
 }
 
+/* key_lo of the host wrappers: a host array [B,T] copied to dst (key_lo_bytes(a) bytes) */
+size_t key_lo_bytes(const gdn_cuda_attention_args *a) { return a->key_lo ? (size_t)a->B * a->T * sizeof(int) : 0; }
+const int *upload_key_lo(void *dst, const gdn_cuda_attention_args *a) {
+    if (!a->key_lo) return NULL;
+    GDN_CUDA_CHECK(cudaMemcpy(dst, a->key_lo, key_lo_bytes(a), cudaMemcpyHostToDevice));
+    return (const int *)dst;
+}
+
 /* every output starts as NaN (all bits set), so an element the kernels skip shows up */
 void poison(void *p, size_t bytes) { GDN_CUDA_CHECK(cudaMemset(p, 0xFF, bytes)); }
 
@@ -152,7 +165,8 @@ extern "C" void gdn_cuda_attention_fwd_host(const gdn_cuda_attention_args *a, co
     gdn_cuda_attention_args d = *a;
     const Sizes n(a);
     const size_t es = n.es, nq = n.nq, nk = n.nk, nl = n.nl;
-    DevBuf bq(nq * es), bk(nk * es), bv(nk * es), bo(nq * es), bl(nl * 4);
+    DevBuf bq(nq * es), bk(nk * es), bv(nk * es), bo(nq * es), bl(nl * 4), blo(key_lo_bytes(a));
+    d.key_lo = upload_key_lo(blo.p, a);
     upload(bq.p, q, nq, a->precision);
     upload(bk.p, k, nk, a->precision);
     upload(bv.p, v, nk, a->precision);
@@ -176,6 +190,7 @@ extern "C" void gdn_cuda_attention_bwd_host(const gdn_cuda_attention_args *a, co
     gdn_cuda_attention_args d = *a;
     const Buffers b(a);
     const size_t es = b.es, nq = b.nq, nk = b.nk, nl = b.nl;
+    DevBuf blo(key_lo_bytes(a));
     upload(b.q.p, q, nq, a->precision);
     upload(b.k.p, k, nk, a->precision);
     upload(b.v.p, v, nk, a->precision);
@@ -187,6 +202,7 @@ extern "C" void gdn_cuda_attention_bwd_host(const gdn_cuda_attention_args *a, co
     poison(b.dv.p, nk * es);
     poison(b.ws.p, nl * 4);
     b.bind(&d);
+    d.key_lo = upload_key_lo(blo.p, a);
     d.stream = NULL;
     gdn_cuda_attention_fwd(&d);
     gdn_cuda_attention_bwd(&d);
@@ -220,6 +236,7 @@ double median(std::vector<float> v) {
 extern "C" void gdn_cuda_attention_time(const gdn_cuda_attention_args *shape, int warmup, int repeats,
                                         gdn_cuda_attention_timing *out) {
     gdn_cuda_attention_args d = *shape;
+    d.key_lo = NULL; /* times causal attention over the whole prefix */
     const gdn_cuda_precision pr = d.precision;
     const Buffers b(&d);
     fill_random(b.q.p, b.nq, pr, 1);

@@ -1,8 +1,8 @@
 /* The GDN language model on one NVIDIA GPU: forward (+ loss), hand-written backward and AdamW,
  * mirroring the CPU model (model/cpu/model_cpu.h) block for block, with any pattern of the
  * delta-rule mixers G, D, M, L and softmax attention A (model/mixer.h; model/cuda/cuda_mixers.h
- * says which kinds run here). Sequence parallelism (gdn_cuda_model_set_seq_hooks) is refused for
- * models with attention layers.
+ * says which kinds run here). Sequence parallelism (gdn_cuda_model_set_seq_hooks) runs every kind;
+ * attention layers need the hooks attn_kv_fwd / attn_kv_bwd and pos0 (model/seq_hooks.h).
  *
  * Device memory: one allocation holds the fp32 parameters, gradients and AdamW moments (each a
  * flat buffer with the offsets of the parameter table; the moments of a sharded model cover its

@@ -17,7 +17,13 @@
  * N*(H+Hkv)*Da act elements per layer. Scratch shared with the delta-rule layers (the model's
  * backward buffers, sized for both kinds): q -> dq1, k -> dk1 in the forward and, in the
  * backward, d_o -> m->d_o, attention's dq, dk, dv -> dqn, dkn, dv, the projections' gradients
- * dqp, dkp -> dq1, dk1 (over the recomputed q, k once the attention backward has read them). */
+ * dqp, dkp -> dq1, dk1 (over the recomputed q, k once the attention backward has read them).
+ *
+ * Sequence parallelism (hooks set): RoPE runs at the segment's positions pos0.., and the
+ * attention reads the keys and values of positions 0 .. pos0+T-1, which attn_kv_fwd gathers into
+ * k_all, v_all (kept per layer for the backward); the backward's gradients of all of them go to
+ * attn_kv_bwd, which returns this segment's own rows summed over the segments that read them.
+ * Segments after the first run the mma.sync kernels (queries after a prefix). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,16 +113,50 @@ size_t gdn_cuda_model_attn_workspace(const gdn_cuda_model *m) {
     return w2 > ws ? w2 : ws;
 }
 
-void gdn_cuda_model_attn_setup(gdn_cuda_model *m) {
-    if (!m->rope) return;
+/* The RoPE table of positions pos0 .. pos0+T-1. */
+static void rope_fill(gdn_cuda_model *m, int pos0) {
     const int Da = gdn_config_attn_dim(&m->cfg);
     const size_t n = (size_t)m->T * Da;
     float *h = (float *)malloc(n * sizeof(float));
     if (!h) GDN_CUDA_DIE("out of host memory");
-    gdn_cuda_rope_table(h, m->T, Da, 0, gdn_config_rope_theta(&m->cfg));
+    gdn_cuda_rope_table(h, m->T, Da, pos0, gdn_config_rope_theta(&m->cfg));
     GDN_CUDA_CHECK(cudaMemcpyAsync(m->rope, h, n * sizeof(float), cudaMemcpyHostToDevice, m->stream));
     GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
     free(h);
+}
+
+void gdn_cuda_model_attn_setup(gdn_cuda_model *m) {
+    if (m->rope) rope_fill(m, 0);
+}
+
+void gdn_cuda_model_attn_seq(gdn_cuda_model *m) {
+    if (!m->rope) return;
+    rope_fill(m, m->seq ? m->hooks.pos0 : 0);
+    if (!m->seq) return;
+    const int len = m->hooks.pos0 + m->T;
+    if (m->kvbuf && m->kv_len == len) return;
+    if (m->kvbuf) GDN_CUDA_CHECK(cudaFree(m->kvbuf));
+    m->kvbuf = NULL;
+    const attn_dims d = dims_of(&m->cfg);
+    const size_t n = (size_t)m->B * len * d.KW * gdn_cuda_act_bytes(m->p); /* a multiple of 128 bytes */
+    int na = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) na += layer_is_attn(m, l);
+    if (cudaMalloc((void **)&m->kvbuf, (2 * (size_t)na + 2) * n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        GDN_CUDA_DIE("sequence parallelism: cannot allocate %.2f GiB for the keys and values of %d positions "
+                     "(%d attention layers + their gradients, %zu bytes each)",
+                     (2.0 * na + 2) * n / 1073741824.0, len, na, 2 * n);
+    }
+    char *p = m->kvbuf;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        if (!layer_is_attn(m, l)) continue;
+        m->L[l].k_all = p;
+        m->L[l].v_all = p + n;
+        p += 2 * n;
+    }
+    m->dk_all = p;
+    m->dv_all = p + n;
+    m->kv_len = len;
 }
 
 void gdn_cuda_model_attn_forward(gdn_cuda_model *m, int l) {
@@ -137,7 +177,15 @@ void gdn_cuda_model_attn_forward(gdn_cuda_model *m, int l) {
     const gdn_cuda_qk_prep qs = prep_of(m, l);
     void *q = m->dq1, *k = m->dk1; /* backward scratch, free during the forward pass */
     PF(PR_NORM, gdn_cuda_qk_prep_fwd(p, &qs, q, L->rq, k, L->rk, L->qp, L->kp, s));
-    const gdn_cuda_attention_args a = attn_args(m, l, q, k);
+    gdn_cuda_attention_args a = attn_args(m, l, q, k);
+    if (m->seq) { /* a segment: the keys and values of the whole prefix */
+        void *const all[2] = {L->k_all, L->v_all};
+        const void *const own[2] = {k, L->v};
+        m->hooks.attn_kv_fwd(m->hooks.user, l, all, own, (size_t)N * d.KW);
+        a.Tk = m->kv_len;
+        a.k = L->k_all;
+        a.v = L->v_all;
+    }
     PF(PR_ATTN, gdn_cuda_attention_fwd(&a));
     PF(PR_GEMM, gdn_cuda_linear_fwd_add(bl, p, FP32, xm, L->o, wgt(m, off->o_proj), x, N, d.QW, D));
 }
@@ -167,7 +215,18 @@ void gdn_cuda_model_attn_backward(gdn_cuda_model *m, int l) {
     a.dk = m->dkn;
     a.dv = m->dv;
     a.workspace = ws;
+    if (m->seq) { /* the prefix's keys and values; their gradients summed over the segments */
+        a.Tk = m->kv_len;
+        a.k = L->k_all;
+        a.v = L->v_all;
+        a.dk = m->dk_all;
+        a.dv = m->dv_all;
+    }
     PF(PR_ATTN, gdn_cuda_attention_bwd(&a));
+    if (m->seq) {
+        void *const dkv[2] = {m->dkn, m->dv}, *const dall[2] = {m->dk_all, m->dv_all};
+        m->hooks.attn_kv_bwd(m->hooks.user, l, dkv, dall, (size_t)N * d.KW);
+    }
 
     /* RoPE and the norms backward: the projections' gradients dqp, dkp over the recomputed q, k;
      * the norm weights' gradients */

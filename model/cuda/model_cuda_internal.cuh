@@ -55,6 +55,8 @@ typedef struct {
     /* attention layers (model_cuda_attn.cu) use rstd1, qp [N,H*Da], kp [N,Hkv*Da], v [N,Hkv*Da],
      * o [N,H*Da], rq [N*H] and rk [N*Hkv] (with qk_norm), rstd2, gp, up, and: */
     float *lse;              /* [B,H,T] the attention's log-sum-exp */
+    void *k_all, *v_all;     /* sequence parallelism: [B,pos0+T,Hkv*Da] act, the keys (after RoPE)
+                                and values of the whole prefix (allocation 4) */
 } layer_acts;
 
 /* How the delta rule is called: directly, or on packed heads (ops_cuda.h, head packing). */
@@ -149,6 +151,10 @@ struct gdn_cuda_model {
     int seq;                 /* hooks set: this model runs one segment of longer sequences */
     char *sbuf;              /* allocation 3 (first set_seq_hooks): the boundary buffers of L */
     float *dS_out;           /* [n_state] received gradient of the leaving state */
+    char *kvbuf;             /* allocation 4 (set_seq_hooks with attention layers): k_all, v_all of
+                                every attention layer, then dk_all, dv_all */
+    int kv_len;              /* its prefix length pos0 + T (0: none) */
+    void *dk_all, *dv_all;   /* [B,pos0+T,Hkv*Da] act: the attention backward's gradients of them */
     size_t n_state, n_halo[3];
 };
 
@@ -229,6 +235,8 @@ static inline block_ctx block_ctx_of(const gdn_cuda_model *m, int l) {
 size_t gdn_cuda_model_attn_workspace(const gdn_cuda_model *m);
 /* Fills the RoPE table (once, at create; synchronous). */
 void gdn_cuda_model_attn_setup(gdn_cuda_model *m);
+/* After set_seq_hooks (set or cleared): RoPE at the segment's positions, the prefix buffers. */
+void gdn_cuda_model_attn_seq(gdn_cuda_model *m);
 /* The mixer of attention layer l: from h1 (in m->hs) and x_in to x_mid. */
 void gdn_cuda_model_attn_forward(gdn_cuda_model *m, int l);
 /* Its backward: from dL/dx_mid (m->dx, and m->dx_act in BF16 mode) to dL/dx_in in m->dx, with the

@@ -1,5 +1,6 @@
 /* The CUDA model's memory: the layout of its device allocations, create / free, the parameter
  * copies between host and device, and the sequence-parallel boundary buffers. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -303,6 +304,7 @@ extern "C" void gdn_cuda_model_free(gdn_cuda_model *m) {
     GDN_CUDA_CHECK(cudaFree(m->pbuf));
     GDN_CUDA_CHECK(cudaFree(m->abuf));
     if (m->sbuf) GDN_CUDA_CHECK(cudaFree(m->sbuf));
+    if (m->kvbuf) GDN_CUDA_CHECK(cudaFree(m->kvbuf));
     if (m->prof_ev) {
         for (int i = 0; i < 2 * PROF_MAX; i++) GDN_CUDA_CHECK(cudaEventDestroy(m->prof_ev[i]));
         free(m->prof_ev);
@@ -396,19 +398,24 @@ static void seq_alloc(gdn_cuda_model *m) {
 extern "C" void gdn_cuda_model_set_seq_hooks(gdn_cuda_model *m, const gdn_seq_hooks *hooks) {
     if (!hooks) {
         m->seq = 0;
+        gdn_cuda_model_attn_seq(m);
         return;
     }
     if (m->T < m->cfg.conv_width - 1)
         GDN_CUDA_DIE("sequence parallelism: segments of %d tokens are shorter than the convolution halo (%d rows)",
                      m->T, m->cfg.conv_width - 1);
-    if (table_has_attn(m->t))
-        GDN_CUDA_DIE("sequence parallelism: mixers \"%s\" has attention layers, which the CUDA model runs on whole "
-                     "sequences only; use sp = 1", gdn_config_mixers(&m->cfg));
+    if (table_has_attn(m->t) && (!hooks->attn_kv_fwd || !hooks->attn_kv_bwd))
+        GDN_CUDA_DIE("sequence parallelism: mixers \"%s\" has attention layers; the hooks attn_kv_fwd and "
+                     "attn_kv_bwd must be set", gdn_config_mixers(&m->cfg));
+    if (hooks->pos0 < 0 || hooks->pos0 > INT_MAX - m->T)
+        GDN_CUDA_DIE("sequence parallelism: segment position pos0 = %d (must be >= 0, with pos0 + T in int range)",
+                     hooks->pos0);
     if (!hooks->fwd_halo || !hooks->fwd_state_in || !hooks->fwd_state_out || !hooks->bwd_state_out ||
         !hooks->bwd_state_in || !hooks->bwd_halo)
         GDN_CUDA_DIE("sequence parallelism: every hook must be set");
     if (!m->sbuf) seq_alloc(m);
     m->hooks = *hooks;
     m->seq = 1;
+    gdn_cuda_model_attn_seq(m); /* RoPE at the segment's positions, the prefix buffers */
 }
 

@@ -10,6 +10,8 @@
 typedef struct {
     int B, T, H, Hkv, D;
     float scale; /* 0: default */
+    int Tk;      /* keys per sequence (queries are the last T of them); 0: T */
+    int docs;    /* documents: this many starts per sequence (test_gpu_attention draws them) */
 } att_case;
 
 /* The argument block of case c in precision p with `warps` warps per block (0: the default);
@@ -19,6 +21,7 @@ static inline gdn_cuda_attention_args att_args(const att_case *c, gdn_cuda_preci
     memset(&a, 0, sizeof a);
     a.B = c->B;
     a.T = c->T;
+    a.Tk = c->Tk;
     a.H = c->H;
     a.Hkv = c->Hkv;
     a.D = c->D;

@@ -27,14 +27,14 @@ int main(int argc, char **argv) {
         return 1;
     }
     att_case shapes[] = {
-        {4, 4096, 16, 16, 128, 0},
-        {2, 16384, 16, 16, 128, 0},
-        {4, 4096, 16, 4, 128, 0},
-        {4, 4096, 16, 16, 64, 0},
+        {4, 4096, 16, 16, 128, 0, 0, 0},
+        {2, 16384, 16, 16, 128, 0, 0, 0},
+        {4, 4096, 16, 4, 128, 0, 0, 0},
+        {4, 4096, 16, 16, 64, 0, 0, 0},
     };
     int n = (int)(sizeof shapes / sizeof shapes[0]);
     if (argc >= 7) {
-        const att_case one = {atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), 0};
+        const att_case one = {atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), 0, 0, 0};
         shapes[0] = one;
         n = 1;
         if (argc >= 8) warmup = atoi(argv[7]);

@@ -27,7 +27,7 @@ export ASAN_OPTIONS=detect_leaks=0 # the emulator's coroutine stacks live until 
 flags="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined"
 inc=(-I"$work/inc" -I"$emu" -I"$work/gen" -I"$root")
 mkdir -p "$work/inc" "$work/obj"
-printf '#include "cuda_runtime.h"\n#define CUDART_CB\n#define cudaEventDisableTiming 0\n' > "$work/inc/cuda_runtime_api.h"
+printf '#include "cuda_runtime.h"\n#define CUDART_CB\n' > "$work/inc/cuda_runtime_api.h"
 
 python3 "$emu/gen.py" "$root" "$work/gen" # the attention kernels (and mma_common.cuh)
 for f in attention_fwd attention_bwd attention_host; do
@@ -43,9 +43,10 @@ for f in "${cuda[@]}" attention_fwd attention_bwd attention_host; do
 done
 g++ -std=c++17 $flags -Wall -Wno-unknown-pragmas "${inc[@]}" -c "$root/tests/gpu/emu_gemm.cpp" -o "$work/obj/gemm.o" &
 g++ -std=c++17 $flags -Wall -I"$emu" -c "$emu/emu_rt.cpp" -o "$work/obj/emu_rt.o" &
+g++ -std=c++17 $flags -w "${inc[@]}" -include "$root/tests/gpu/emu_shim.h" -c "$emu/sm90a_stub.cpp" -o "$work/obj/sm90a_stub.o" &
 gcc -std=gnu11 $flags -Wall -I"$root" -c "$root/model/check.c" -o "$work/obj/check.o" &
 wait
-objs+=("$work/obj/gemm.o" "$work/obj/emu_rt.o" "$work/obj/check.o")
+objs+=("$work/obj/gemm.o" "$work/obj/emu_rt.o" "$work/obj/check.o" "$work/obj/sm90a_stub.o")
 libs=("$build/tests/libgdn_testref.a" "$build/libgdn_real64.a" "$build/libgdn_real32.a" "$build/libgdn_model.a")
 
 # prog NAME MAIN.c: the test program, its unemulated calls (never made) as stubs

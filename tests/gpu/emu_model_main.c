@@ -1,7 +1,8 @@
 /* The attention cases of tests/gpu/test_gpu_model.c (attention_cases, part 1: loss, logits and
  * every parameter gradient against the fp64 CPU model, fp32 and bf16, a second pass bitwise
  * equal) on the CPU emulator, with every layer an attention layer (the delta-rule kernels are not
- * emulated) and the test's own limits (see emu_attn.sh). Usage: emu_model [first [end]]. */
+ * emulated) and the test's own limits (see emu_attn.sh); then the softmax-only case in segments
+ * through the sequence-parallel hooks. Usage: emu_model [first [end]]. */
 #define main test_gpu_model_main
 #include "tests/gpu/test_gpu_model.c"
 #undef main
@@ -20,6 +21,8 @@ int main(int argc, char **argv) {
         printf("(as %s)\n", all_a);
         fails += grad_check(&att[i]);
     }
+    /* the softmax-only case in 4 segments through the sequence-parallel hooks */
+    if (first == 0) fails += segment_check(att[2].what, &att[2].c, 1, 260, 4, 0);
     printf("%s: %d failures\n", fails ? "FAIL" : "PASS", fails);
     return fails != 0;
 }

@@ -60,26 +60,51 @@ typedef struct {
     double *o, *lse, *dq, *dk, *dv;
 } att_ref;
 
+/* Keys per sequence and the first key of every query ([B,T]; NULL without documents). */
+static int case_Tk(const att_case *c) { return c->Tk ? c->Tk : c->T; }
+static int *draw_key_lo(const att_case *c) {
+    if (!c->docs) return NULL;
+    const int T = c->T, Tk = case_Tk(c), qp = Tk - T;
+    int *lo = xmalloc((size_t)c->B * T * sizeof(int));
+    unsigned char *start = xmalloc((size_t)Tk);
+    for (int b = 0; b < c->B; b++) {
+        /* starts at 0, 1, a tile edge, the first query's position and one after, then random */
+        memset(start, 0, (size_t)Tk);
+        const int fixed[] = {0, 1, 64, qp, qp + 1};
+        for (int i = 0; i < 5; i++)
+            if (fixed[i] < Tk) start[fixed[i]] = 1;
+        for (int i = 0; i < c->docs; i++) start[(int)((urand() + 1) * 0.5 * Tk) % Tk] = 1;
+        int cur = 0;
+        for (int s = 0; s < Tk; s++) {
+            if (start[s]) cur = s;
+            if (s >= qp) lo[(size_t)b * T + (s - qp)] = cur;
+        }
+    }
+    free(start);
+    return lo;
+}
+
 static void reference(const att_case *c, float scale, const float *q, const float *k, const float *v,
-                      const float *d_o, att_ref *r) {
-    const int B = c->B, T = c->T, H = c->H, Hkv = c->Hkv, D = c->D, G = H / Hkv;
-    const size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D;
+                      const float *d_o, const int *key_lo, att_ref *r) {
+    const int B = c->B, T = c->T, H = c->H, Hkv = c->Hkv, D = c->D, G = H / Hkv, Tk = case_Tk(c), qp = Tk - T;
+    const size_t nq = (size_t)B * T * H * D, nk = (size_t)B * Tk * Hkv * D;
     r->o = calloc(nq, sizeof(double));
     r->dq = calloc(nq, sizeof(double));
     r->dk = calloc(nk, sizeof(double));
     r->dv = calloc(nk, sizeof(double));
     r->lse = calloc((size_t)B * H * T, sizeof(double));
-    double *s = xmalloc((size_t)T * sizeof(double)), *dp = xmalloc((size_t)T * sizeof(double));
+    double *s = xmalloc((size_t)Tk * sizeof(double)), *dp = xmalloc((size_t)Tk * sizeof(double));
     if (!r->o || !r->dq || !r->dk || !r->dv || !r->lse) { fprintf(stderr, "out of memory\n"); exit(1); }
 #define QI(b, t, h) (((size_t)(b) * T + (t)) * H + (h)) * D
-#define KI(b, t, h) (((size_t)(b) * T + (t)) * Hkv + (h)) * D
+#define KI(b, t, h) (((size_t)(b) * Tk + (t)) * Hkv + (h)) * D
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             const int hk = h / G;
             for (int t = 0; t < T; t++) {
                 const float *qt = q + QI(b, t, h), *gt = d_o + QI(b, t, h);
+                const int j0 = key_lo ? key_lo[(size_t)b * T + t] : 0, j1 = qp + t;
                 double m = -INFINITY;
-                for (int j = 0; j <= t; j++) {
+                for (int j = j0; j <= j1; j++) {
                     const float *kj = k + KI(b, j, hk), *vj = v + KI(b, j, hk);
                     double a = 0, g = 0;
                     for (int d = 0; d < D; d++) {
@@ -91,12 +116,12 @@ static void reference(const att_case *c, float scale, const float *q, const floa
                     if (s[j] > m) m = s[j];
                 }
                 double sum = 0;
-                for (int j = 0; j <= t; j++) sum += exp(s[j] - m);
+                for (int j = j0; j <= j1; j++) sum += exp(s[j] - m);
                 const double lse = m + log(sum);
                 r->lse[((size_t)b * H + h) * T + t] = lse;
                 double delta = 0;
                 double *ot = r->o + QI(b, t, h);
-                for (int j = 0; j <= t; j++) {
+                for (int j = j0; j <= j1; j++) {
                     const double p = exp(s[j] - lse);
                     s[j] = p;
                     delta += p * dp[j];
@@ -104,7 +129,7 @@ static void reference(const att_case *c, float scale, const float *q, const floa
                     for (int d = 0; d < D; d++) ot[d] += p * vj[d];
                 }
                 double *dqt = r->dq + QI(b, t, h);
-                for (int j = 0; j <= t; j++) {
+                for (int j = j0; j <= j1; j++) {
                     const double p = s[j], ds = p * (dp[j] - delta) * scale;
                     const float *kj = k + KI(b, j, hk);
                     double *dkj = r->dk + KI(b, j, hk), *dvj = r->dv + KI(b, j, hk);
@@ -181,8 +206,8 @@ typedef struct {
 /* Forward then backward on the GPU (outputs poisoned first); host float results. */
 /* algo: the kernels (gdn_cuda_attention_args.bwd_algo; the forward takes the same, 2 as 0) */
 static void run_gpu(const att_case *c, gdn_cuda_precision p, int warps, int algo, const float *q, const float *k,
-                    const float *v, const float *d_o, att_out *out) {
-    const size_t nq = (size_t)c->B * c->T * c->H * c->D, nk = (size_t)c->B * c->T * c->Hkv * c->D;
+                    const float *v, const float *d_o, const int *key_lo, att_out *out) {
+    const size_t nq = (size_t)c->B * c->T * c->H * c->D, nk = (size_t)c->B * case_Tk(c) * c->Hkv * c->D;
     const size_t nl = (size_t)c->B * c->H * c->T, es = esize(p);
     gdn_cuda_attention_args a = att_args(c, p, warps);
     a.fwd_algo = algo == 2 ? 0 : algo;
@@ -197,6 +222,12 @@ static void run_gpu(const att_case *c, gdn_cuda_precision p, int warps, int algo
     a.dk = dev_poisoned(nk, es);
     a.dv = dev_poisoned(nk, es);
     a.workspace = dev_poisoned(gdn_cuda_attention_workspace_bytes(&a) / 4, 4);
+    int *d_lo = NULL;
+    if (key_lo) {
+        CK(cudaMalloc((void **)&d_lo, (size_t)c->B * c->T * sizeof(int)));
+        CK(cudaMemcpy(d_lo, key_lo, (size_t)c->B * c->T * sizeof(int), cudaMemcpyHostToDevice));
+        a.key_lo = d_lo;
+    }
     cudaStream_t st;
     CK(cudaStreamCreate(&st));
     a.stream = st;
@@ -210,7 +241,7 @@ static void run_gpu(const att_case *c, gdn_cuda_precision p, int warps, int algo
     out->dq = dev_download(a.dq, nq, p);
     out->dk = dev_download(a.dk, nk, p);
     out->dv = dev_download(a.dv, nk, p);
-    void *bufs[] = {(void *)a.q, (void *)a.k, (void *)a.v, (void *)a.d_o, a.o, a.lse, a.dq, a.dk, a.dv, a.workspace};
+    void *bufs[] = {(void *)a.q, (void *)a.k, (void *)a.v, (void *)a.d_o, a.o, a.lse, a.dq, a.dk, a.dv, a.workspace, d_lo};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) CK(cudaFree(bufs[i]));
 }
 
@@ -242,34 +273,38 @@ static double rel_err(const float *x, const double *ref, size_t n, double *maxab
 static int failures = 0;
 
 static void check_case(const att_case *c) {
-    const size_t nq = (size_t)c->B * c->T * c->H * c->D, nk = (size_t)c->B * c->T * c->Hkv * c->D;
+    const size_t nq = (size_t)c->B * c->T * c->H * c->D, nk = (size_t)c->B * case_Tk(c) * c->Hkv * c->D;
     const size_t nl = (size_t)c->B * c->H * c->T;
     const float scale = c->scale > 0 ? c->scale : 1.0f / sqrtf((float)c->D);
     float *q = rand_bf(nq, 2.0), *k = rand_bf(nk, 1.5), *v = rand_bf(nk, 1.0), *d_o = rand_bf(nq, 1.0);
+    int *key_lo = draw_key_lo(c);
+    const int prefix = case_Tk(c) != c->T || key_lo; /* the wgmma kernels do not run these */
     att_ref r;
-    reference(c, scale, q, k, v, d_o, &r);
+    reference(c, scale, q, k, v, d_o, key_lo, &r);
     /* fp32; bf16 default (the wgmma kernels on compute capability 9.0); bf16 mma.sync kernels with 8
      * warps per block; bf16 wgmma backward with atomic dQ (where available) */
-    for (int pi = 0; pi < 3 + gdn_cuda_attention_sm90a_available(); pi++) {
+    for (int pi = 0; pi < 3 + (gdn_cuda_attention_sm90a_available() && !prefix); pi++) {
         const gdn_cuda_precision p = pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32;
         const int warps = pi == 2 ? 8 : 0, algo = pi == 2 ? 1 : pi == 3 ? 2 : 0;
         const double tol = p == GDN_CUDA_BF16 ? 1e-2 : 1e-4, tol_lse = p == GDN_CUDA_BF16 ? 1e-3 : 1e-4;
         att_out g;
-        run_gpu(c, p, warps, algo, q, k, v, d_o, &g);
+        run_gpu(c, p, warps, algo, q, k, v, d_o, key_lo, &g);
         double mo, ml, mq, mk, mv;
         const double eo = rel_err(g.o, r.o, nq, &mo), el = rel_err(g.lse, r.lse, nl, &ml);
         const double eq = rel_err(g.dq, r.dq, nq, &mq), ek = rel_err(g.dk, r.dk, nk, &mk);
         const double ev = rel_err(g.dv, r.dv, nk, &mv);
         const int ok = eo < tol && ml < tol_lse && eq < tol && ek < tol && ev < tol;
-        printf("%-7s D%-3d T%-4d B%d H%d Hkv%d scale %-7s | rel (max abs): o %.1e (%.1e) lse %.1e (%.1e)"
+        printf("%-7s D%-3d T%-4d Tk%-4d docs%-3d B%d H%d Hkv%d scale %-7s | rel (max abs): o %.1e (%.1e) lse %.1e (%.1e)"
                " dq %.1e (%.1e) dk %.1e (%.1e) dv %.1e (%.1e) | %s\n",
-               pi == 0 ? "fp32" : pi == 1 ? "bf16" : pi == 2 ? "bf16 w8" : "bf16 at", c->D, c->T, c->B, c->H, c->Hkv,
+               pi == 0 ? "fp32" : pi == 1 ? "bf16" : pi == 2 ? "bf16 w8" : "bf16 at", c->D, c->T, case_Tk(c), c->docs,
+               c->B, c->H, c->Hkv,
                c->scale > 0 ? "given" : "default", eo, mo, el, ml, eq, mq, ek, mk, ev, mv,
                ok ? "ok" : "FAIL");
         if (!ok) failures++;
         out_free(&g);
     }
     ref_free(&r);
+    free(key_lo);
     free(q);
     free(k);
     free(v);
@@ -294,8 +329,8 @@ static void check_repeat(const att_case *c, gdn_cuda_precision p, int warps, int
     const size_t nl = (size_t)c->B * c->H * c->T;
     float *q = rand_bf(nq, 2.0), *k = rand_bf(nk, 1.5), *v = rand_bf(nk, 1.0), *d_o = rand_bf(nq, 1.0);
     att_out a, b;
-    run_gpu(c, p, warps, algo, q, k, v, d_o, &a);
-    run_gpu(c, p, warps, algo, q, k, v, d_o, &b);
+    run_gpu(c, p, warps, algo, q, k, v, d_o, NULL, &a);
+    run_gpu(c, p, warps, algo, q, k, v, d_o, NULL, &b);
     const int atomic_dq = algo == 2;
     const int same = !memcmp(a.o, b.o, nq * 4) && !memcmp(a.lse, b.lse, nl * 4) &&
                      (atomic_dq ? within_bf16_ulp(a.dq, b.dq, nq) : !memcmp(a.dq, b.dq, nq * 4)) &&
@@ -317,7 +352,7 @@ static void check_host_wrappers(const att_case *c, gdn_cuda_precision p) {
     const size_t nl = (size_t)c->B * c->H * c->T;
     float *q = rand_bf(nq, 2.0), *k = rand_bf(nk, 1.5), *v = rand_bf(nk, 1.0), *d_o = rand_bf(nq, 1.0);
     att_out a, h, f;
-    run_gpu(c, p, 0, 0, q, k, v, d_o, &a);
+    run_gpu(c, p, 0, 0, q, k, v, d_o, NULL, &a);
     h.o = xmalloc(nq * 4);
     h.lse = xmalloc(nl * 4);
     h.dq = xmalloc(nq * 4);
@@ -357,7 +392,7 @@ static void check_refusal(const char *what, int D, int H, int Hkv, int null_q, c
         static char buf[64] __attribute__((aligned(16)));
         close(fd[0]);
         dup2(fd[1], 2);
-        const att_case c = {1, 8, H, Hkv, D, 0};
+        const att_case c = {1, 8, H, Hkv, D, 0, 0, 0};
         gdn_cuda_attention_args a = att_args(&c, GDN_CUDA_BF16, 0);
         a.q = null_q ? NULL : buf;
         a.k = a.v = a.o = buf;
@@ -393,33 +428,39 @@ int main(int argc, char **argv) {
         return failures ? 1 : 77;
     }
     if (small) {
-        const att_case s[] = {{1, 70, 4, 2, 64, 0}, {1, 70, 4, 2, 128, 0}};
-        for (int i = 0; i < 2; i++) check_case(&s[i]);
+        const att_case s[] = {{1, 70, 4, 2, 64, 0, 0, 0}, {1, 70, 4, 2, 128, 0, 0, 0}, {1, 70, 4, 2, 64, 0, 150, 4}};
+        for (int i = 0; i < 3; i++) check_case(&s[i]);
     } else {
         const int Ts[] = {1, 17, 64, 129, 1000}, Ds[] = {64, 128};
         for (int di = 0; di < 2; di++)
             for (int ti = 0; ti < 5; ti++) {
                 const int T = Ts[ti], B = T >= 1000 ? 1 : 2;
-                const att_case same = {B, T, 2, 2, Ds[di], 0}, gqa = {B, T, 4, 1, Ds[di], 0};
+                const att_case same = {B, T, 2, 2, Ds[di], 0, 0, 0}, gqa = {B, T, 4, 1, Ds[di], 0, 0, 0};
                 check_case(&same);
                 check_case(&gqa);
             }
         const att_case extra[] = {
-            {2, 100, 4, 2, 64, 0},      /* GQA 2:1 */
-            {1, 200, 4, 2, 128, 0},     /* GQA 2:1 */
-            {1, 150, 2, 1, 128, 0.5f},  /* given scale: sharp softmax (logits up to ~20) */
-            {2, 96, 8, 1, 64, 0.35f},   /* GQA 8:1, given scale */
-            {3, 33, 2, 2, 128, 0},      /* B 3, T one past a 32-row tile */
+            {2, 100, 4, 2, 64, 0, 0, 0},      /* GQA 2:1 */
+            {1, 200, 4, 2, 128, 0, 0, 0},     /* GQA 2:1 */
+            {1, 150, 2, 1, 128, 0.5f, 0, 0},  /* given scale: sharp softmax (logits up to ~20) */
+            {2, 96, 8, 1, 64, 0.35f, 0, 0},   /* GQA 8:1, given scale */
+            {3, 33, 2, 2, 128, 0, 0, 0},      /* B 3, T one past a 32-row tile */
+            /* queries after a prefix of keys (a sequence-parallel segment), documents, both */
+            {2, 100, 4, 2, 64, 0, 260, 0},
+            {2, 129, 4, 1, 128, 0, 0, 5},
+            {1, 70, 2, 2, 128, 0, 300, 6},
+            {2, 1000, 4, 2, 64, 0, 1000, 20},
+            {1, 200, 4, 4, 128, 0.5f, 777, 30},
         };
         for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) check_case(&extra[i]);
-        const att_case rep[] = {{2, 777, 8, 2, 128, 0}, {2, 515, 4, 4, 64, 0}};
+        const att_case rep[] = {{2, 777, 8, 2, 128, 0, 0, 0}, {2, 515, 4, 4, 64, 0, 0, 0}};
         for (int i = 0; i < 2; i++) {
             check_repeat(&rep[i], GDN_CUDA_BF16, 0, 0);
             check_repeat(&rep[i], GDN_CUDA_BF16, 8, 1);
             check_repeat(&rep[i], GDN_CUDA_FP32, 0, 0);
             if (gdn_cuda_attention_sm90a_available()) check_repeat(&rep[i], GDN_CUDA_BF16, 0, 2);
         }
-        const att_case hw = {2, 150, 4, 2, 64, 0};
+        const att_case hw = {2, 150, 4, 2, 64, 0, 0, 0};
         check_host_wrappers(&hw, GDN_CUDA_BF16);
         check_host_wrappers(&hw, GDN_CUDA_FP32);
     }

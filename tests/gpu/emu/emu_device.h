@@ -26,6 +26,8 @@ uint3_ &emu_tid();
 extern uint3_ blockIdx, gridDim, blockDim;
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline long min(long a, long b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+template <typename V> static inline V __ldg(const V *p) { return *p; }
 
 /* bf16 */
 struct __nv_bfloat16 { uint16_t x; };
