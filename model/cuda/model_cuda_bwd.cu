@@ -39,7 +39,7 @@ static void delta_backward(gdn_cuda_model *m, const layer_acts *L, int l) {
     void *dS_out_ready = m->seq ? m->hooks.bwd_state_out(m->hooks.user, l, NULL, m->dS_out, m->n_state) : NULL;
     gdn_cuda_delta_bwd_args da = {};
     da.in = gdn_cuda_delta_in{layer_shape(m, l), m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL,
-                              m->delta_ws, m->stream};
+                              m->delta_ws, m->stream, NULL};
     da.d_o = d_o;
     da.dht = m->seq ? m->dS_out : NULL;
     da.dht_ready = dS_out_ready;

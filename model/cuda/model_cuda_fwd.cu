@@ -37,7 +37,7 @@ static void delta_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
     void *S_in_ready = m->seq ? m->hooks.fwd_state_in(m->hooks.user, l, NULL, L->S_in, m->n_state) : NULL;
     gdn_cuda_delta_fwd_args da = {};
     da.in = gdn_cuda_delta_in{layer_shape(m, l), m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL,
-                              m->delta_ws, m->stream};
+                              m->delta_ws, m->stream, NULL};
     da.h0_ready = S_in_ready;
     da.o = o;
     da.ht = m->seq ? L->S_out : NULL;
