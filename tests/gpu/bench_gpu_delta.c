@@ -83,11 +83,11 @@ int main(int argc, char **argv) {
     }
     enum { NSHAPES = 5 };
     gdn_delta_shape shapes[NSHAPES] = {
-        {4, 4096, 16, 128, 128, 64, 0, GDN_MIXER_G},
-        {2, 16384, 16, 128, 128, 64, 0, GDN_MIXER_G},
-        {1, 8192, 96, 128, 128, 64, 0, GDN_MIXER_G},
-        {16, 2048, 12, 256, 256, 64, 0, GDN_MIXER_G}, /* 512M layer, q/k copied per value head */
-        {16, 2048, 12, 256, 256, 64, 6, GDN_MIXER_G}, /* 512M layer, 2 value heads per q/k head */
+        {4, 4096, 16, 128, 128, 64, 0, GDN_MIXER_G, NULL},
+        {2, 16384, 16, 128, 128, 64, 0, GDN_MIXER_G, NULL},
+        {1, 8192, 96, 128, 128, 64, 0, GDN_MIXER_G, NULL},
+        {16, 2048, 12, 256, 256, 64, 0, GDN_MIXER_G, NULL}, /* 512M layer, q/k copied per value head */
+        {16, 2048, 12, 256, 256, 64, 6, GDN_MIXER_G, NULL}, /* 512M layer, 2 value heads per q/k head */
     };
     int n = NSHAPES, warmup = 5;
     if (argc >= 6) {
