@@ -95,11 +95,11 @@ static void delta_mixer_forward(gdn_cuda_model *m, int l) {
     if (m->seq) seq_halo_forward(m, L, l);
     const void *const *halo = m->seq ? (const void *const *)L->halo : NULL;
     void *tmp = m->dq1; /* backward scratch, free during the forward pass */
-    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->qp, P + off->q_conv, halo ? halo[0] : NULL, B, T, HK, W, s));
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->qp, P + off->q_conv, halo ? halo[0] : NULL, NULL, B, T, HK, W, s));
     PF(PR_NORM, gdn_cuda_l2norm_fwd(p, L->q, L->rq, tmp, N * H, K, s));
-    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->kp, P + off->k_conv, halo ? halo[1] : NULL, B, T, HK, W, s));
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->kp, P + off->k_conv, halo ? halo[1] : NULL, NULL, B, T, HK, W, s));
     PF(PR_NORM, gdn_cuda_l2norm_fwd(p, L->k, L->rk, tmp, N * H, K, s));
-    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, L->v, L->vp, P + off->v_conv, halo ? halo[2] : NULL, B, T, HV, W, s));
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, L->v, L->vp, P + off->v_conv, halo ? halo[2] : NULL, NULL, B, T, HV, W, s));
     if (mx->has_decay || mx->has_beta)
         PF(PR_ACT, if (mx->has_decay) gdn_cuda_decay_gate_fwd(L->g, L->ap, P + off->A_log, P + off->dt_bias, N, H, s);
                    if (mx->has_beta) gdn_cuda_beta_fwd(L->beta, L->bp, beta_scale(c), (size_t)N * H, s));
