@@ -240,6 +240,8 @@ typedef struct {
     int norm;              /* 1: per-head RMSNorm with weights wq, wk (Qwen3); 0: none */
     float eps;
     const float *rope;     /* [2,T,D/2] device table */
+    const int *pos;        /* [B*T] row of the table for each token (documents: its position in its
+                              document), or NULL: row t for token t */
     const float *bq, *bk;  /* [H*D], [Hkv*D] biases, or NULL */
     const float *wq, *wk;  /* [D] norm weights (read only with norm) */
 } gdn_cuda_qk_prep;
