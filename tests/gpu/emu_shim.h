@@ -1,5 +1,5 @@
 /* What the model's CUDA sources need beyond the CPU emulator's headers (tests/gpu/emu), for
- * emu_attn.sh: float4, the double and no-value warp
+ * emu_attn.sh: float4, uint2 and bit casts, the double and no-value warp
  * collectives (on the emulator's float shuffle) and the memory query. */
 #ifndef GDN_EMU_SHIM_H
 #define GDN_EMU_SHIM_H
@@ -9,6 +9,15 @@
 #include "cuda_runtime.h"
 struct float4 { float x, y, z, w; };
 static inline float4 make_float4(float a, float b, float c, float d) { float4 r = {a, b, c, d}; return r; }
+/* the short convolution's raw loads (ops_conv.cu) */
+struct uint2 { unsigned x, y; };
+static inline uint2 make_uint2(unsigned a, unsigned b) { uint2 r = {a, b}; return r; }
+static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { uint4 r = {a, b, c, d}; return r; }
+static inline float __uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 /* a double as two floats' bits (moves keep every bit pattern) */
 static inline double __shfl_xor_sync(unsigned m, double x, int o) {
     float a[2], r[2];
