@@ -380,12 +380,16 @@ __device__ __forceinline__ bool doc_start(const gdn_delta_args &a, int b, int t)
 
 /* sSeg[0..63] = seg[i] of the chunk at t0 with L rows (see gdn_delta_args.doc): a max-scan of
  * (row i starts a document ? i : -1), rows past L flagged never (so they repeat seg[L-1]).
- * Without documents every entry is -1. The whole block calls it (one barrier inside); threads
- * 0..63 write sSeg, and the caller syncs before reading it. */
+ * Without documents every entry is -1. The whole block calls it (one barrier inside, none
+ * without documents); threads 0..63 write sSeg, and the caller syncs before reading it. */
 __device__ __forceinline__ void chunk_seg(const gdn_delta_args &a, int b, int t0, int L, int *sSeg) {
     const int tid = threadIdx.x, lane = tid & 31;
+    if (!a.doc) { /* uniform: no barrier needed, the caller's covers the writes */
+        if (tid < 64) sSeg[tid] = -1;
+        return;
+    }
     int sv = -1;
-    if (tid < 64 && a.doc) {
+    if (tid < 64) {
         sv = tid < L && doc_start(a, b, t0 + tid) ? tid : -1;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
@@ -395,7 +399,7 @@ __device__ __forceinline__ void chunk_seg(const gdn_delta_args &a, int b, int t0
     }
     if (tid < 64) sSeg[tid] = sv;
     __syncthreads();
-    if (tid >= 32 && tid < 64 && a.doc) sSeg[tid] = max(sv, sSeg[31]);
+    if (tid >= 32 && tid < 64) sSeg[tid] = max(sv, sSeg[31]);
 }
 
 /* sG[0..63] = inclusive cumulative sum of g over the chunk's rows (rows past L have g = 0, so
