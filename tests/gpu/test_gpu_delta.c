@@ -642,7 +642,8 @@ static int packed_case(const int *lens, int H, int K, int V, int variant, gdn_cu
     unsigned char *st = calloc((size_t)T, 1);
     int *doc = malloc((size_t)T * sizeof(int));
     if (!st || !doc) { fprintf(stderr, "out of memory\n"); exit(1); }
-    for (int d = 0, t = 0; d < nd; t += lens[d++]) st[t] = 1;
+    /* the later documents start; the first continues h0 (a start at 0 would drop it) */
+    for (int d = 0, t = 0; d < nd; t += lens[d++]) st[t] = d > 0;
     gdn_doc_build(doc, st, NULL, 1, T);
     const size_t n[8] = {nv, nst, nqk, nqk, nv, ntok, ntok, nst};
     const char *name[8] = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
