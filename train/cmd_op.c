@@ -36,7 +36,7 @@ static void op_usage(FILE *f) {
             "An input the variant ignores may be absent; when present it is checked like the others\n"
             "and its gradient (dg or dbeta) is written as zeros. Both backends run every variant.\n"
             "Precision: cpu computes in fp32 (default) or fp64; cuda in fp32 or bf16 (default).\n"
-            "Documents (cpu): an optional integer dataset cu_seqlens [n+1] = 0, ..., T splits every\n"
+            "Documents: an optional integer dataset cu_seqlens [n+1] = 0, ..., T splits every\n"
             "batch row into the documents [c_i, c_i+1) (B = 1 is the packed varlen layout): the state\n"
             "is zero at each later document's start; h0 enters the first document of a row and ht\n"
             "(and dht) is the state leaving its last one.\n"
@@ -102,7 +102,10 @@ static void run_cpu(op_arrays *a, int fp64, int want_grad) {
 
 #ifdef GDN_HAVE_CUDA
 static void run_cuda(op_arrays *a, gdn_cuda_precision p, int want_grad) {
-    const gdn_delta_shape *s = &a->s;
+    /* the CUDA calls take the documents in gdn_cuda_delta_in.doc, the shape without them */
+    gdn_delta_shape cs = a->s;
+    cs.doc = NULL;
+    const gdn_delta_shape *s = &cs;
     const size_t nqk = (size_t)s->B * s->T * s->H * s->K, nv = (size_t)s->B * s->T * s->H * s->V;
     const size_t ng = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
     gdn_cuda_delta_check_shape(s);
@@ -112,7 +115,7 @@ static void run_cuda(op_arrays *a, gdn_cuda_precision p, int want_grad) {
     a->ht = GDN_MALLOC(nst * sizeof(float));
     /* host arrays: the wrappers copy them in and out; the gates a variant ignores are not read */
     const gdn_cuda_delta_in in = {.shape = *s, .prec = p, .q = q, .k = k, .v = v, .g = g,
-                                  .beta = beta, .scale = (float)a->scale, .h0 = h0};
+                                  .beta = beta, .scale = (float)a->scale, .h0 = h0, .doc = a->s.doc};
     gdn_cuda_delta_fwd_host(&(gdn_cuda_delta_fwd_args){.in = in, .o = a->o, .ht = a->ht});
     if (want_grad) {
         float *d_o = op_to_f32(a->d_o, nv), *dht = op_to_f32(a->dht, nst);
@@ -205,15 +208,6 @@ static int cmd_gated_delta(int argc, char **argv) {
     a.scale = 1.0 / sqrt((double)a.s.K);
     int *doc = op_read_cu_seqlens(f, in, a.s.B, a.s.T);
     a.s.doc = doc;
-    if (doc && use_cuda) {
-        fprintf(stderr, "gdn op: %s: cu_seqlens (documents) is supported by --backend cpu only; the CUDA "
-                        "kernels do not reset at document starts yet\n", in);
-        io_h5_close(f);
-        free(doc);
-        double *in_arrays[] = {a.q, a.k, a.v, a.g, a.beta, a.h0, a.d_o, a.dht};
-        for (size_t i = 0; i < 8; i++) free(in_arrays[i]);
-        return 2;
-    }
     if (op_read_scale(f, in, &a.scale)) {
         free(doc);
         io_h5_close(f);

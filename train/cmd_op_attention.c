@@ -27,7 +27,7 @@ static void attn_usage(FILE *f) {
             "Precision: cpu computes in fp32 (default) or fp64; cuda in bf16 (default: bf16 inputs\n"
             "and outputs, fp32 accumulation, flash-style tensor-core kernels) or fp32. The cuda\n"
             "backend takes head dims 64 and 128.\n"
-            "Documents (cpu): an optional integer dataset cu_seqlens [n+1] = 0, ..., T splits every\n"
+            "Documents: an optional integer dataset cu_seqlens [n+1] = 0, ..., T splits every\n"
             "batch row into the documents [c_i, c_i+1) (B = 1 is the packed varlen layout): a query\n"
             "attends only to the keys of its own document (block-diagonal causal).\n");
 }
@@ -90,8 +90,9 @@ static void run_cpu(attn_arrays *a, int fp64, int want_grad) {
 /* The CUDA kernels on the host arrays (copied in, rounded to bf16 in bf16 mode; copied out). */
 static void run_cuda(attn_arrays *a, gdn_cuda_precision p, int want_grad) {
     const gdn_attn_shape *s = &a->s;
+    /* documents: a query's first key is its document's start (doc >= 0: cu_seqlens begins at 0) */
     const gdn_cuda_attention_args args = {.B = s->B, .T = s->T, .H = s->H, .Hkv = s->Hkv, .D = s->D,
-                                          .scale = (float)a->scale, .precision = p};
+                                          .key_lo = a->doc, .scale = (float)a->scale, .precision = p};
     float *q = op_to_f32(a->q, a->nq), *k = op_to_f32(a->k, a->nkv), *v = op_to_f32(a->v, a->nkv);
     a->o = attn_alloc_f32(a->nq);
     a->lse = attn_alloc_f32(a->nl);
@@ -203,13 +204,6 @@ int gdn_cmd_op_attention(int argc, char **argv) {
     a.scale = 1.0 / sqrt((double)a.s.D);
     a.doc = op_read_cu_seqlens(f, in, a.s.B, a.s.T);
     a.s.doc = a.doc;
-    if (a.doc && use_cuda) {
-        fprintf(stderr, "gdn op attention: %s: cu_seqlens (documents) is supported by --backend cpu only; the "
-                        "CUDA kernels do not mask by document yet\n", in);
-        io_h5_close(f);
-        free_arrays(&a);
-        return 2;
-    }
     if (op_read_scale(f, in, &a.scale)) {
         io_h5_close(f);
         free_arrays(&a);

@@ -98,14 +98,7 @@ static void cuda_set_seq_hooks(gdn_model *m, const gdn_seq_hooks *hooks) {
 }
 
 static int cuda_set_doc_starts(gdn_model *m, const unsigned char *starts) {
-    if (!starts) return 0;
-    const size_t n = (size_t)m->shape.B * (size_t)m->shape.T;
-    for (size_t i = 0; i < n; i++)
-        if (starts[i] && i % (size_t)m->shape.T != 0) {
-            fprintf(stderr, "gdn: the cuda backend cannot run documents packed into one row yet\n");
-            return -1;
-        }
-    return 0;
+    return gdn_cuda_model_set_doc_starts(gpu(m), starts);
 }
 
 static void *cuda_stream(gdn_model *m) { return gdn_cuda_model_stream(gpu(m)); }

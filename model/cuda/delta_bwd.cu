@@ -24,7 +24,7 @@
  * column sums go through per-warp partials (one writer each) added in a fixed order: no float
  * atomics, so the result is the same bits on every run. */
 template <typename E> static size_t dv_local_smem(int K) {
-    return 2 * tile_bytes<E>(64, K) + 5 * tile_bytes<E>(64, 64) + (1 + 4 + 2) * 64 * 4;
+    return 2 * tile_bytes<E>(64, K) + 5 * tile_bytes<E>(64, 64) + (1 + 4 + 2 + 1) * 64 * 4;
 }
 
 template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const gdn_delta_args a, int mode) {
@@ -38,6 +38,7 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const
     float *sG = reinterpret_cast<float *>(sStage + 4 * 64 * LDP);
     float *sCol = sG + 64;      /* [4][64] column sums, one row per row block wm */
     float *sRow = sCol + 4 * 64; /* [2][64] row sums, one row per column half */
+    int *sSeg = reinterpret_cast<int *>(sRow + 2 * 64);
 
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hq = h / a.group;
     const int t0 = c * GDN_CHUNK, L = min(GDN_CHUNK, a.T - t0);
@@ -53,10 +54,12 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const
     if (mode & 2) tile_load_async(sStage + 64 * LDP, LDP, vng, V, 64, 64, 64);
     cp_async_commit();
     if (mode & 4) chunk_log_decay(a, b, h, t0, L, sG);
+    chunk_seg(a, b, t0, L, sSeg);
     cp_async_wait<0>();
     __syncthreads();
 
-    /* K Q^T (kept raw for the gate term) and Pt */
+    /* K Q^T (kept raw for the gate term) and Pt; Pt[j][i] (i >= j) is masked to one document:
+     * j >= seg[i] */
     float QKt[1][4][4];
     acc_zero(QKt);
     warp_mma<1, 4, OP_MK, OP_NK>(QKt, sK + wm * 16 * LDK, LDK, sQ + n0 * LDK, LDK, K);
@@ -68,8 +71,8 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const
             for (int p = 0; p < 2; ++p) {
                 const int j = j0 + 8 * p, i = n0 + nt * 8 + frag_c(0);
                 const float gj = p ? gj1 : gj0;
-                const float p0 = (i >= j) ? QKt[0][nt][2 * p] * expf(sG[i] - gj) : 0.f;
-                const float p1 = (i + 1 >= j) ? QKt[0][nt][2 * p + 1] * expf(sG[i + 1] - gj) : 0.f;
+                const float p0 = (i >= j && j >= sSeg[i]) ? QKt[0][nt][2 * p] * expf(sG[i] - gj) : 0.f;
+                const float p1 = (i + 1 >= j && j >= sSeg[i + 1]) ? QKt[0][nt][2 * p + 1] * expf(sG[i + 1] - gj) : 0.f;
                 store2(sPt + j * LDP + i, p0, p1);
             }
     }
@@ -117,7 +120,7 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int j = j0 + (e >> 1) * 8, i = n0 + nt * 8 + frag_c(e);
-            d[e] = (i >= j) ? a.scale * Dt[0][nt][e] * expf(sG[i] - (e < 2 ? gj0 : gj1)) : 0.f;
+            d[e] = (i >= j && j >= sSeg[i]) ? a.scale * Dt[0][nt][e] * expf(sG[i] - (e < 2 ? gj0 : gj1)) : 0.f;
             const float ev = d[e] * QKt[0][nt][e];
             if (e < 2) rs0 += ev;
             else rs1 += ev;
@@ -237,10 +240,16 @@ __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, in
     int cur = 0, prev = slots - 1, sb_out = 0;
     E *dhgc = dhg + (long)bh * NT * K * a.V + v0;
 
+    /* Documents: (f, seg[63]) of chunk c from fl, loaded one step ahead (see k_state_fwd) */
+    const int2 *flb = a.doc ? a.fl + (long)b * NT : NULL;
+    int2 fl_next = flb ? flb[NT - 1] : make_int2(64, -1);
+
     /* One tile per phase: before phase u, wait for tile u, then refill the slot that tile u-1
      * (consumed by every warp before this barrier) held with tile u-1+slots. */
     for (int s = 0; s < NT; ++s) {
         const int c = NT - 1 - s;
+        const int2 flc = fl_next;
+        if (flb && c > 0) fl_next = flb[c - 1];
         /* phase K: dv_new = dVl + diag(r) K dS */
         cp_async_wait_dyn(slots - 2);
         __syncthreads();
@@ -258,10 +267,15 @@ __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, in
         acc_zero(acc);
         warp_mma<1, NTV, OP_MK, OP_KN>(acc, sKc + wm * 16 * LDT, LDT, sdS + c0, LDU, K);
         const float Glast = gG[63];
-        const float gammaC = expf(Glast);
+        /* documents: gamma_C = 0 where the chunk has a start (nothing flows back past it),
+         * r_i = 0 before the last document (i < seg[63] = flc.y), gamma_i = 0 from the first
+         * start on (i >= f = flc.x) */
+        const float gammaC = flc.y < 0 ? expf(Glast) : 0.f;
         const int i0 = wm * 16 + frag_r(0);
-        const float r0 = expf(Glast - gG[i0]), r1 = expf(Glast - gG[i0 + 8]);
-        const float q0 = a.scale * expf(gG[i0]), q1 = a.scale * expf(gG[i0 + 8]);
+        const float r0 = i0 >= flc.y ? expf(Glast - gG[i0]) : 0.f;
+        const float r1 = i0 + 8 >= flc.y ? expf(Glast - gG[i0 + 8]) : 0.f;
+        const float q0 = i0 < flc.x ? a.scale * expf(gG[i0]) : 0.f;
+        const float q1 = i0 + 8 < flc.x ? a.scale * expf(gG[i0 + 8]) : 0.f;
         E *dvnc = dVng + row_off(a, bh, c, 0, a.V) + v0;
 #pragma unroll
         for (int nt = 0; nt < NTV; ++nt)
@@ -361,7 +375,7 @@ __device__ __forceinline__ grad_stage grad_next(grad_stage st, int nV) {
 
 template <typename E> static size_t grad_smem(int V, int nbuf) {
     return (size_t)nbuf * 4 * tile_bytes<E>(64, 64) + 2 * tile_bytes<E>(64, 64) +
-           tile_bytes<E>(64, V) + 64 * 68 * 4 + (2 + 4 + 3 * 2 + 1) * 64 * 4 + 8 * 4;
+           tile_bytes<E>(64, V) + 64 * 68 * 4 + (2 + 4 + 3 * 2 + 1 + 1) * 64 * 4 + 8 * 4;
 }
 
 /* h: the value head (bh % H), hq: its q/k head. Without the delta term the V pass needs only
@@ -421,6 +435,7 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
     float *sRowD = sRowG + 2 * 64; /* [2][64] d_j r_j */
     float *sdG = sRowD + 2 * 64;
     float *sSds = sdG + 64; /* [8] <S,dS> per warp */
+    int *sSeg = reinterpret_cast<int *>(sSds + 8); /* seg of the chunk's rows (documents) */
 
     const int c = blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hq = h / a.group;
     const int t0 = c * GDN_CHUNK, L = min(GDN_CHUNK, a.T - t0);
@@ -433,6 +448,7 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
 
     if (tid < 64) sB[tid] = DELTA && tid < L ? a.beta[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
     sCol[tid] = 0.f; /* 4 x 64 = 256 partial column sums, one per thread */
+    chunk_seg(a, b, t0, L, sSeg); /* read after the first stage's barrier */
     tile_load_async_t<E, 64, 64, 256>(sD, LDP, (const E *)a.Dm + ((long)bh * a.NT + c) * 64 * 64, 64, 64);
     tile_load_async(sG, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
     cp_async_commit();
@@ -458,10 +474,11 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
         if (s == 0) {
             be0 = sB[i0];
             be1 = sB[i1];
-            gam0 = expf(sG[i0]);
-            gam1 = expf(sG[i1]);
-            r0 = expf(sG[63] - sG[i0]);
-            r1 = expf(sG[63] - sG[i1]);
+            /* documents: gamma_i only before the first start, r_i only in the last document */
+            gam0 = gam_row(sG[i0], sSeg[i0]);
+            gam1 = gam_row(sG[i1], sSeg[i1]);
+            r0 = i0 >= sSeg[63] ? expf(sG[63] - sG[i0]) : 0.f;
+            r1 = i1 >= sSeg[63] ? expf(sG[63] - sG[i1]) : 0.f;
         }
         if (!DELTA && cur.pass == 0) {
             /* no delta term: Vn = V, so dv = dVn (stored as the delta branch stores dv) */
@@ -503,7 +520,7 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int i = i0 + (e >> 1) * 8, j = n0 + nt * 8 + frag_c(e);
-                        const float da = (i > j) ? -A2[0][nt][e] * expf(sG[i] - sG[j]) : 0.f;
+                        const float da = (i > j && j >= sSeg[i]) ? -A2[0][nt][e] * expf(sG[i] - sG[j]) : 0.f;
                         sDa[i * LDF + j] = da;
                         m[e] = da * (e < 2 ? be0 : be1);
                     }
@@ -644,7 +661,8 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
         float sds_all = 0.f;
 #pragma unroll
         for (int w = 0; w < 8; ++w) sds_all += sSds[w];
-        const float chunk_term = expf(sG[63]) * sds_all + dd_all;
+        /* gamma_C is a constant 0 where the chunk has a start */
+        const float chunk_term = (sSeg[63] < 0 ? expf(sG[63]) : 0.f) * sds_all + dd_all;
         const float col = (sCol[tid] + sCol[64 + tid]) + (sCol[128 + tid] + sCol[192 + tid]);
         if (a.dbeta && tid < L) /* beta is not an input without the delta term: dbeta = 0 */
             a.dbeta[((long)b * a.T + t0 + tid) * a.H + h] = DELTA ? sRowB[tid] + sRowB[64 + tid] : 0.f;
@@ -654,8 +672,10 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
     __syncthreads();
     if (a.dg && tid < L) {
         float sum = 0.f; /* g is not an input without decay (a.g NULL): dg = 0 */
+        /* dg_t = sum of dG_j over the rows j >= t of t's document in the chunk: G restarts at
+         * the next start (seg[j] != seg[t] from there on; without documents never) */
         if (a.g)
-            for (int j = tid; j < L; ++j) sum += sdG[j];
+            for (int j = tid; j < L && sSeg[j] == sSeg[tid]; ++j) sum += sdG[j];
         a.dg[((long)b * a.T + t0 + tid) * a.H + h] = sum;
     }
 }

@@ -60,11 +60,23 @@ typedef struct {
     float *carry;    /* [B*H, K, V] fp32 state between the two halves of the forward state pass */
     float *dq_part, *dk_part; /* [B,T,H,K] fp32 dq, dk of each value head where group > 1
                                  (k_grad writes these, a group sum makes dq, dk); else NULL */
+    /* Documents (docs/design.md section 3.8): doc [B,T] int, doc[b,t] == t where row b starts
+     * a document at t (the CPU kernels' convention, model/cpu/doc.h); NULL: none. Per chunk
+     * the kernels work with seg[i] = the last start at or before row i of the chunk (-1: none,
+     * the row continues the entering state; padded rows repeat row L-1), and
+     *   Gam_ij  = exp(G_i - G_j)  only where j <= i and j >= seg[i] (same document),
+     *   gamma_i = exp(G_i)        only where seg[i] < 0 (i before the chunk's first start f),
+     *   r_j     = exp(G_63 - G_j) only where j >= seg[63] (the chunk's last document),
+     *   gamma_C = exp(G_63)       only where seg[63] < 0 (no start in the chunk),
+     * with G restarted at every start (chunk_log_decay). fl [B, NT] (k_intra writes it) holds
+     * (f, seg[63]) per chunk for the state passes: f = 64 and seg[63] = -1 without a start. */
+    const int *doc;
+    int2 *fl;
 } gdn_delta_args;
 
 /* Byte offsets of the workspace tensors (dq_part, dk_part only where qk heads are shared). */
 typedef struct {
-    size_t G, Tm, W, U, Vn, h, dVl, dVn, dh, Dm, dG1, carry, dq_part, dk_part, total;
+    size_t G, Tm, W, U, Vn, h, dVl, dVn, dh, Dm, dG1, carry, fl, dq_part, dk_part, total;
 } gdn_delta_ws;
 
 /* Value heads per q/k head of a shape (1 where qk_heads is 0 or H). */
@@ -95,6 +107,7 @@ static inline gdn_delta_ws gdn_delta_ws_layout(const gdn_delta_shape *s, size_t 
     GDN_WS_TAKE(Dm, rows * GDN_CHUNK * es);
     GDN_WS_TAKE(dG1, rows * 4);
     GDN_WS_TAKE(carry, BH * K * V * 4);
+    GDN_WS_TAKE(fl, (size_t)s->B * NT * 8);
     w.dq_part = w.dk_part = 0;
     if (gdn_delta_group(s) > 1) {
         const size_t ntok = (size_t)s->B * s->T * s->H;
@@ -360,25 +373,78 @@ __device__ __forceinline__ long row_off(const gdn_delta_args &a, int bh, int c, 
 }
 
 /* ---- the in-chunk cumulative log decay ------------------------------------------------------ */
+/* Documents: whether row t of batch row b starts a document (a.doc NULL: never). */
+__device__ __forceinline__ bool doc_start(const gdn_delta_args &a, int b, int t) {
+    return a.doc && a.doc[(long)b * a.T + t] == t;
+}
+
+/* sSeg[0..63] = seg[i] of the chunk at t0 with L rows (see gdn_delta_args.doc): a max-scan of
+ * (row i starts a document ? i : -1), rows past L flagged never (so they repeat seg[L-1]).
+ * Without documents every entry is -1. The whole block calls it (one barrier inside, none
+ * without documents); threads 0..63 write sSeg, and the caller syncs before reading it. */
+__device__ __forceinline__ void chunk_seg(const gdn_delta_args &a, int b, int t0, int L, int *sSeg) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    if (!a.doc) { /* uniform: no barrier needed, the caller's covers the writes */
+        if (tid < 64) sSeg[tid] = -1;
+        return;
+    }
+    int sv = -1;
+    if (tid < 64) {
+        sv = tid < L && doc_start(a, b, t0 + tid) ? tid : -1;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, sv, o);
+            if (lane >= o) sv = max(sv, y);
+        }
+    }
+    if (tid < 64) sSeg[tid] = sv;
+    __syncthreads();
+    if (tid >= 32 && tid < 64) sSeg[tid] = max(sv, sSeg[31]);
+}
+
 /* sG[0..63] = inclusive cumulative sum of g over the chunk's rows (rows past L have g = 0, so
  * G stays flat there; a mixer without decay has a.g NULL and G = 0 throughout, docs/design.md
- * section 2.6). The whole block calls it (one barrier inside); threads 0..63 write sG, and the
- * caller syncs before reading it. k_intra and the backward's dVl kernel both call this one
- * routine, so the G they compute agree to the bit. */
+ * section 2.6). With documents the sum restarts at every start: G_i = g_seg[i] + ... + g_i
+ * (a segmented scan: an element's partial sum takes the one left of it only while no start lies
+ * between; without documents the very same additions as the plain scan). The whole block calls
+ * it (one barrier inside); threads 0..63 write sG, and the caller syncs before reading it.
+ * k_intra and the backward's dVl kernel both call this one routine, so the G they compute
+ * agree to the bit. */
 __device__ __forceinline__ void chunk_log_decay(const gdn_delta_args &a, int b, int h, int t0, int L,
                                                 float *sG) {
     const int tid = threadIdx.x, lane = tid & 31;
+    bool cut = false; /* a start among the rows this partial sum covers */
     if (tid < 64) {
         float gv = tid < L && a.g ? a.g[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
+        if (a.doc) {
+            cut = tid < L && doc_start(a, b, t0 + tid);
 #pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const float y = __shfl_up_sync(0xffffffffu, gv, o);
-            if (lane >= o) gv += y;
+            for (int o = 1; o < 32; o <<= 1) {
+                const float y = __shfl_up_sync(0xffffffffu, gv, o);
+                const bool cy = __shfl_up_sync(0xffffffffu, (int)cut, o) != 0;
+                if (lane >= o) {
+                    if (!cut) gv += y;
+                    cut = cut || cy;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const float y = __shfl_up_sync(0xffffffffu, gv, o);
+                if (lane >= o) gv += y;
+            }
         }
         sG[tid] = gv;
     }
     __syncthreads();
-    if (tid >= 32 && tid < 64) sG[tid] += sG[31];
+    if (tid >= 32 && tid < 64 && !cut) sG[tid] += sG[31];
+}
+
+/* Masked decays of row i (docs/design.md section 3.8; seg of chunk_seg): gamma_i, and
+ * Gam_ij = exp(gi - gj) for j <= i. Without documents (seg -1) exactly the unmasked values. */
+__device__ __forceinline__ float gam_row(float gi, int segi) { return segi < 0 ? expf(gi) : 0.f; }
+__device__ __forceinline__ float gam_pair(float gi, float gj, int j, int segi) {
+    return j >= segi ? expf(gi - gj) : 0.f;
 }
 
 /* ---- host side: kernel launch helpers shared by the .cu files ------------------------------- */

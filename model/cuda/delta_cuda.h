@@ -67,6 +67,14 @@ typedef struct {
     const float *h0;  /* [B,H,K,V] entering state, or NULL (zero) */
     void *workspace;  /* gdn_cuda_delta_workspace_bytes(&shape, prec) bytes; unused by _host */
     void *stream;     /* cudaStream_t or NULL; unused by _host */
+    /* Documents packed into the rows (docs/design.md section 3.8): doc [B,T] int device array
+     * (a host array for the _host calls), doc[b,t] == t where row b starts a document at t, in
+     * the form of model/cpu/doc.h (gdn_doc_build); NULL: none, the kernels run exactly as
+     * without documents. The state is zero at every start whatever enters (h0 reaches only the
+     * rows before a row's first start), ht is the state of a row's last document, dh0 the
+     * gradient reaching the row's entry through the rows before its first start. shape.doc
+     * (the CPU kernels' host pointer) must be NULL: the CUDA calls read this one. */
+    const int *doc;
 } gdn_cuda_delta_in;
 
 typedef struct {
@@ -123,7 +131,8 @@ void gdn_cuda_delta_fwd_host(const gdn_cuda_delta_fwd_args *a);
 void gdn_cuda_delta_bwd_host(const gdn_cuda_delta_bwd_args *a);
 
 /* ---- timing ---------------------------------------------------------------------------------
- * Times forward and forward+backward at shape s on random inputs (with h0 and dht), with CUDA
+ * Times forward and forward+backward at shape s on random inputs (with h0 and dht; with s->doc,
+ * a HOST doc array [B,T] as gdn_cuda_delta_in.doc, timed with those documents), with CUDA
  * events: `warmup` untimed runs, then the median of `repeats` timed runs. Also times each
  * kernel phase on its own (median) so the slowest one can be found. The backward runs the
  * reverse state pass on a second stream beside the recomputed forward state pass and the D^T

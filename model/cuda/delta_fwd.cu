@@ -162,7 +162,7 @@ __device__ void tri_inverse64_tc(float *sA, float *sX) {
  * T diag(beta gamma) as E (the inverse's scratch lives in the first of those), 4 vectors. */
 template <typename E> static size_t intra_smem(int K, int V) {
     return tile_bytes<E>(64, K) + tile_bytes<E>(64, V) + 64 * 68 * 4 + 2 * tile_bytes<E>(64, 64) +
-           4 * 64 * 4;
+           5 * 64 * 4;
 }
 
 /* MINB: blocks per multiprocessor the register budget is cut for (3 where the tiles let three
@@ -184,6 +184,7 @@ __global__ void __launch_bounds__(256, MINB) k_intra(const gdn_delta_args a) {
     float *sX = reinterpret_cast<float *>(sTb); /* inverse scratch, dead before sTb is written */
     float *sG = reinterpret_cast<float *>(sTbg + 64 * LDT);
     float *sB = sG + 64, *sFb = sB + 64, *sFbg = sFb + 64;
+    int *sSeg = reinterpret_cast<int *>(sFbg + 64);
 
     const int c = a.c0 + blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hq = h / a.group;
     const int t0 = c * GDN_CHUNK, L = min(GDN_CHUNK, a.T - t0);
@@ -196,13 +197,24 @@ __global__ void __launch_bounds__(256, MINB) k_intra(const gdn_delta_args a) {
     /* G: inclusive cumsum of g inside the chunk (rows past the end have g = 0, beta = 0) */
     if (DELTA && tid < 64) sB[tid] = tid < L ? a.beta[((long)b * a.T + t0 + tid) * a.H + h] : 0.f;
     chunk_log_decay(a, b, h, t0, L, sG);
+    chunk_seg(a, b, t0, L, sSeg);
     __syncthreads();
     if (tid < 64) {
         a.G[((long)bh * a.NT + c) * GDN_CHUNK + tid] = sG[tid];
         if (DELTA) {
             sFb[tid] = sB[tid];
-            sFbg[tid] = sB[tid] * expf(sG[tid]);
+            /* beta gamma: gamma_i = 0 from the chunk's first start on (W rows there are 0, so
+             * v_new = U there whatever the entering state) */
+            sFbg[tid] = sB[tid] * gam_row(sG[tid], sSeg[tid]);
         }
+    }
+    /* the state passes' per-chunk view of the documents: (f, seg[63]), f = the first start
+     * (64: none). Head 0's block writes it for its batch row: every reader is a later launch. */
+    if (a.doc && h == 0 && tid == 0) {
+        int f = 64;
+        for (int i = 63; i >= 0; --i)
+            if (sSeg[i] == i) f = i;
+        a.fl[(long)b * a.NT + c] = make_int2(f, sSeg[63]);
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -216,7 +228,10 @@ __global__ void __launch_bounds__(256, MINB) k_intra(const gdn_delta_args a) {
         return;
     }
 
-    /* A = strictly_lower(diag(beta) K K^T o Gam); exp only of G_i - G_j with i > j */
+    /* A = strictly_lower(diag(beta) K K^T o Gam); exp only of G_i - G_j with i > j inside one
+     * document (j >= seg[i]): no entry across a start, so T = (I+A)^-1 is block diagonal (its
+     * entries across documents come out exact zeros: every product feeding them has a zero
+     * factor) */
     {
         float acc[1][4][4];
         acc_zero(acc);
@@ -229,7 +244,7 @@ __global__ void __launch_bounds__(256, MINB) k_intra(const gdn_delta_args a) {
             for (int e = 0; e < 4; ++e) {
                 const int i = i0 + (e >> 1) * 8, j = n0 + nt * 8 + frag_c(e);
                 const float gi = e < 2 ? gi0 : gi1, bi = e < 2 ? bi0 : bi1;
-                sA[i * LDA + j] = (i > j) ? bi * acc[0][nt][e] * expf(gi - sG[j]) : 0.f;
+                sA[i * LDA + j] = (i > j && j >= sSeg[i]) ? bi * acc[0][nt][e] * expf(gi - sG[j]) : 0.f;
             }
     }
     __syncthreads();
@@ -352,9 +367,16 @@ __global__ void __launch_bounds__(BV * 4) k_state_fwd(const gdn_delta_args a, in
     E *vng = Vng + row_off(a, bh, 0, 0, a.V) + v0;
     E *hgc = hg + (long)bh * NT * K * a.V + v0;
 
+    /* Documents: the last start of chunk c (seg[63], -1: none) from fl, loaded one chunk ahead
+     * so that the load is off the sequential path. */
+    const int2 *flb = a.doc ? a.fl + (long)b * NT : NULL;
+    int lst_next = flb ? flb[a.c0].y : -1;
+
     /* One tile per phase: before phase u, wait for tile u, then refill the slot that tile u-1
      * (consumed by every warp before this barrier) held with tile u-1+slots. */
     for (int c = a.c0; c < a.c1; ++c) {
+        const int lst = lst_next;
+        if (flb && c + 1 < a.c1) lst_next = flb[c + 1].y;
         cp_async_wait_dyn(slots - 2); /* W_c, U_c, G_c have landed */
         __syncthreads();
         if (c > a.c0) {
@@ -373,9 +395,12 @@ __global__ void __launch_bounds__(BV * 4) k_state_fwd(const gdn_delta_args a, in
         acc_zero(acc);
         warp_mma<1, NTV, OP_MK, OP_KN>(acc, sW + wm * 16 * LDT, LDT, sS + c0, LDU, K);
         const float Glast = gG[63]; /* padded rows have g = 0: G_63 = G of the last real row */
-        const float gammaC = expf(Glast);
+        /* documents: a start in the chunk drops the entering state (gamma_C = 0), and only the
+         * rows of the last document (i >= lst) write into the state leaving it */
+        const float gammaC = lst < 0 ? expf(Glast) : 0.f;
         const int i0 = wm * 16 + frag_r(0);
-        const float r0 = expf(Glast - gG[i0]), r1 = expf(Glast - gG[i0 + 8]);
+        const float r0 = i0 >= lst ? expf(Glast - gG[i0]) : 0.f;
+        const float r1 = i0 + 8 >= lst ? expf(Glast - gG[i0 + 8]) : 0.f;
         E *vnc = vng + (long)c * GDN_CHUNK * a.V;
 #pragma unroll
         for (int nt = 0; nt < NTV; ++nt)
@@ -426,7 +451,7 @@ __global__ void __launch_bounds__(BV * 4) k_state_fwd(const gdn_delta_args a, in
 template <typename E> static size_t output_smem(int K) {
     const size_t ks = tile_bytes<E>(64, K) > tile_bytes<E>(K, 64) ? tile_bytes<E>(64, K)
                                                                    : tile_bytes<E>(K, 64);
-    return tile_bytes<E>(64, K) + ks + 2 * tile_bytes<E>(64, 64) + 64 * 4;
+    return tile_bytes<E>(64, K) + ks + 2 * tile_bytes<E>(64, 64) + 2 * 64 * 4;
 }
 
 /* 8 warps: warp (wm, wn) computes rows wm*16.. and columns wn*32.. of each 64x64 product. */
@@ -441,11 +466,13 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_output(const g
     E *sP = reinterpret_cast<E *>(reinterpret_cast<unsigned char *>(sKS) + ks);
     E *sVn = sP + 64 * LDP;
     float *sG = reinterpret_cast<float *>(sVn + 64 * LDP);
+    int *sSeg = reinterpret_cast<int *>(sG + 64);
 
     const int c = a.c0 + blockIdx.x, bh = blockIdx.y, b = bh / a.H, h = bh % a.H, hq = h / a.group;
     const int t0 = c * GDN_CHUNK, L = min(GDN_CHUNK, a.T - t0);
     const int warp = threadIdx.x >> 5, wm = warp & 3, n0 = (warp >> 2) * 32;
     const int i0 = wm * 16 + frag_r(0);
+    chunk_seg(a, b, t0, L, sSeg);
 
     tile_load_async(sQ, LDK, (const E *)a.q + qk_off(a, b, t0, hq), qk_ld(a), 64, K, L);
     tile_load_async(sKS, LDK, (const E *)a.k + qk_off(a, b, t0, hq), qk_ld(a), 64, K, L);
@@ -454,8 +481,9 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_output(const g
     cp_async_wait<0>();
     __syncthreads();
 
-    /* P = lower_incl(Q K^T o Gam) */
+    /* P = lower_incl(Q K^T o Gam), Gam masked to one document (j >= seg[i]) */
     const float gi0 = sG[i0], gi1 = sG[i0 + 8];
+    const int sg0 = sSeg[i0], sg1 = sSeg[i0 + 8];
     {
         float acc[1][4][4];
         acc_zero(acc);
@@ -466,8 +494,9 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_output(const g
             for (int p = 0; p < 2; ++p) {
                 const int i = i0 + 8 * p, j = n0 + nt * 8 + frag_c(0);
                 const float gi = p ? gi1 : gi0;
-                const float p0 = (j <= i) ? acc[0][nt][2 * p] * expf(gi - sG[j]) : 0.f;
-                const float p1 = (j + 1 <= i) ? acc[0][nt][2 * p + 1] * expf(gi - sG[j + 1]) : 0.f;
+                const int sg = p ? sg1 : sg0;
+                const float p0 = (j <= i && j >= sg) ? acc[0][nt][2 * p] * expf(gi - sG[j]) : 0.f;
+                const float p1 = (j + 1 <= i && j + 1 >= sg) ? acc[0][nt][2 * p + 1] * expf(gi - sG[j + 1]) : 0.f;
                 store2(sP + i * LDP + j, p0, p1);
             }
     }
@@ -476,7 +505,8 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_output(const g
     const E *hg = (const E *)a.h + ((long)bh * a.NT + c) * K * V;
     const E *vng = (const E *)a.Vn + row_off(a, bh, c, 0, V);
     E *og = (E *)a.o + tok_off(a, b, t0, h, V);
-    const float gam0 = expf(gi0), gam1 = expf(gi1);
+    /* the entering state reaches only the rows before the chunk's first start */
+    const float gam0 = gam_row(gi0, sg0), gam1 = gam_row(gi1, sg1);
     for (int v0 = 0; v0 < V; v0 += 64) {
         tile_load_async(sKS, LDP, hg + v0, V, K, 64, K);
         tile_load_async(sVn, LDP, vng + v0, V, 64, 64, 64);

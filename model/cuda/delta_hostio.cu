@@ -40,6 +40,15 @@ void *gdn_delta_alloc_poisoned(size_t n, size_t es) {
     return d;
 }
 
+/* Device copy of the host doc [B,T] int array (NULL stays NULL). */
+static const int *upload_doc(const int *host, size_t n) {
+    if (!host) return NULL;
+    int *d = NULL;
+    GDN_CUDA_CHECK(cudaMalloc((void **)&d, n * sizeof(int)));
+    GDN_CUDA_CHECK(cudaMemcpy(d, host, n * sizeof(int), cudaMemcpyHostToDevice));
+    return d;
+}
+
 static void download(float *host, const void *dev, size_t n, gdn_cuda_precision p) {
     if (!host || !dev) return;
     if (p == GDN_CUDA_FP32) {
@@ -88,6 +97,7 @@ static gdn_cuda_delta_in upload_in(const gdn_cuda_delta_in *in, host_sizes *n) {
     d.g = (const float *)upload(in->g, n->ntok, GDN_CUDA_FP32);
     d.beta = (const float *)upload(in->beta, n->ntok, GDN_CUDA_FP32);
     d.h0 = (const float *)upload(in->h0, n->nst, GDN_CUDA_FP32);
+    d.doc = upload_doc(in->doc, (size_t)s->B * s->T);
     d.workspace = alloc_workspace(s, p);
     d.stream = NULL;
     return d;
@@ -107,7 +117,7 @@ void gdn_cuda_delta_fwd_host(const gdn_cuda_delta_fwd_args *fa) {
     download((float *)fa->o, d.o, ntok * s->V, p);
     download(fa->ht, d.ht, nst, GDN_CUDA_FP32);
     void *all[] = {(void *)d.in.q, (void *)d.in.k, (void *)d.in.v, (void *)d.in.g,
-                   (void *)d.in.beta, (void *)d.in.h0, d.o, d.ht, d.in.workspace};
+                   (void *)d.in.beta, (void *)d.in.h0, d.o, d.ht, d.in.workspace, (void *)d.in.doc};
     gdn_delta_free_all(all, (int)(sizeof(all) / sizeof(all[0])));
 }
 
@@ -137,6 +147,6 @@ void gdn_cuda_delta_bwd_host(const gdn_cuda_delta_bwd_args *ba) {
     download(ba->dh0, d.dh0, nst, GDN_CUDA_FP32);
     void *all[] = {(void *)d.in.q, (void *)d.in.k, (void *)d.in.v, (void *)d.in.g,
                    (void *)d.in.beta, (void *)d.in.h0, d.in.workspace, (void *)d.d_o,
-                   (void *)d.dht, d.dq, d.dk, d.dv, d.dg, d.dbeta, d.dh0};
+                   (void *)d.dht, d.dq, d.dk, d.dv, d.dg, d.dbeta, d.dh0, (void *)d.in.doc};
     gdn_delta_free_all(all, (int)(sizeof(all) / sizeof(all[0])));
 }

@@ -124,8 +124,8 @@ void gdn_cuda_delta_check_shape(const gdn_delta_shape *s) {
         GDN_CUDA_DIE("gated delta rule (cuda): mixer '%s' has beta without the delta term (or the "
                      "reverse), which the kernels do not implement", mx->name);
     if (s->doc)
-        GDN_CUDA_DIE("gated delta rule (cuda): documents (a doc array in the shape) are not supported by the "
-                     "CUDA kernels yet; run packed documents on the CPU backend");
+        GDN_CUDA_DIE("gated delta rule (cuda): shape.doc is set; the CUDA calls take the documents as a "
+                     "device array in gdn_cuda_delta_in.doc (shape.doc must be NULL)");
     if ((long)s->B * s->H > 65535)
         GDN_CUDA_DIE("gated delta rule (cuda): B*H=%ld exceeds the grid limit 65535; split the batch",
                      (long)s->B * s->H);
@@ -167,6 +167,7 @@ void gdn_delta_args_init(gdn_delta_args *a, const gdn_delta_shape *s, gdn_cuda_p
     a->Dm = base + w.Dm;
     a->dG1 = (float *)(base + w.dG1);
     a->carry = (float *)(base + w.carry);
+    a->fl = (int2 *)(base + w.fl);
     if (a->group > 1) {
         a->dq_part = (float *)(base + w.dq_part);
         a->dk_part = (float *)(base + w.dk_part);
@@ -217,6 +218,7 @@ static gdn_delta_args delta_args(const gdn_cuda_delta_in *in, const char *who) {
     a.g = mx->has_decay ? in->g : NULL;
     a.beta = mx->has_beta ? in->beta : NULL;
     a.h0 = in->h0;
+    a.doc = in->doc;
     return a;
 }
 

@@ -119,8 +119,12 @@ static double bench_median(bench_ctx *c, int what, int warmup, int repeats) {
     return med;
 }
 
-void gdn_cuda_delta_time(const gdn_delta_shape *s, gdn_cuda_precision p, int warmup, int repeats,
+void gdn_cuda_delta_time(const gdn_delta_shape *s_in, gdn_cuda_precision p, int warmup, int repeats,
                          gdn_cuda_delta_timing *out) {
+    /* s_in->doc: a host doc array, timed as documents (gdn_cuda_delta_in.doc) */
+    gdn_delta_shape s_dev = *s_in;
+    s_dev.doc = NULL;
+    const gdn_delta_shape *s = &s_dev;
     gdn_cuda_delta_check_shape(s);
     if (repeats < 1) repeats = 1;
     const size_t ntok = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
@@ -151,7 +155,14 @@ void gdn_cuda_delta_time(const gdn_delta_shape *s, gdn_cuda_precision p, int war
     a->dg = (float *)gdn_delta_alloc_poisoned(ntok, 4);
     a->dbeta = (float *)gdn_delta_alloc_poisoned(ntok, 4);
     a->dh0 = (float *)gdn_delta_alloc_poisoned(nst, 4);
-    const gdn_cuda_delta_in in = {*s, p, a->q, a->k, a->v, a->g, a->beta, scale, a->h0, ws, NULL};
+    int *doc = NULL;
+    if (s_in->doc) {
+        const size_t nd = (size_t)s->B * s->T * sizeof(int);
+        GDN_CUDA_CHECK(cudaMalloc((void **)&doc, nd));
+        GDN_CUDA_CHECK(cudaMemcpy(doc, s_in->doc, nd, cudaMemcpyHostToDevice));
+    }
+    a->doc = doc;
+    const gdn_cuda_delta_in in = {*s, p, a->q, a->k, a->v, a->g, a->beta, scale, a->h0, ws, NULL, doc};
     c.fwd = gdn_cuda_delta_fwd_args{in, NULL, a->o, a->ht};
     c.bwd = gdn_cuda_delta_bwd_args{in, a->d_o, a->dht, NULL, a->dq, a->dk, a->dv, a->dg, a->dbeta, a->dh0};
 
@@ -163,6 +174,6 @@ void gdn_cuda_delta_time(const gdn_delta_shape *s, gdn_cuda_precision p, int war
 
     void *all[] = {(void *)a->q, (void *)a->k, (void *)a->v, (void *)a->g, (void *)a->beta,
                    (void *)a->h0, (void *)a->d_o, (void *)a->dht, a->o, a->ht, a->dq, a->dk,
-                   a->dv, a->dg, a->dbeta, a->dh0, ws};
+                   a->dv, a->dg, a->dbeta, a->dh0, ws, doc};
     gdn_delta_free_all(all, (int)(sizeof(all) / sizeof(all[0])));
 }

@@ -145,6 +145,16 @@ void gdn_cuda_model_memory(const gdn_cuda_model *m, size_t *param_bytes, size_t 
  * written in stream order. */
 void gdn_cuda_model_set_seq_hooks(gdn_cuda_model *m, const gdn_seq_hooks *hooks);
 
+/* ---- documents (docs/design.md section 3.8) -------------------------------------------------
+ * Document starts for every later pass: starts [B,T] (host, copied to the device), 1 where a
+ * document begins; NULL: none (starts only at t = 0 run as none: nothing of a whole-sequence
+ * pass comes from before row 0, and attention keeps its fastest kernels). Every mixer resets at a start: the
+ * delta-rule state, the convolution taps, attention (a query sees its document's keys) and RoPE
+ * (positions counted from the document's start), as the CPU model does. Sequence parallelism
+ * with documents is not supported on CUDA: returns -1 with the reason printed (also when hooks
+ * are set later, the forward stops with the reason). Returns 0 otherwise. */
+int gdn_cuda_model_set_doc_starts(gdn_cuda_model *m, const unsigned char *starts);
+
 /* ---- training-step benchmark (for `gdn bench --backend cuda --what step`) -------------------- */
 typedef struct {
     double step_ms;          /* median of whole steps: zero grads, forward + loss, backward, AdamW */

@@ -61,6 +61,7 @@ static gdn_cuda_qk_prep prep_of(const gdn_cuda_model *m, int l) {
     s.norm = c->qk_norm != 0;
     s.eps = (float)c->norm_eps;
     s.rope = m->rope;
+    s.pos = m->rpos_d; /* documents: positions from each document's start */
     s.bq = c->qkv_bias ? P + off->q_bias : NULL;
     s.bk = c->qkv_bias ? P + off->k_bias : NULL;
     s.wq = c->qk_norm ? P + off->q_norm : NULL;
@@ -87,6 +88,7 @@ static gdn_cuda_attention_args attn_args(const gdn_cuda_model *m, int l, const v
     a.o = L->o;
     a.lse = L->lse;
     a.stream = m->stream;
+    a.key_lo = m->keylo_d; /* documents: block-diagonal causal */
     return a;
 }
 

@@ -39,7 +39,7 @@ static void delta_backward(gdn_cuda_model *m, const layer_acts *L, int l) {
     void *dS_out_ready = m->seq ? m->hooks.bwd_state_out(m->hooks.user, l, NULL, m->dS_out, m->n_state) : NULL;
     gdn_cuda_delta_bwd_args da = {};
     da.in = gdn_cuda_delta_in{layer_shape(m, l), m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL,
-                              m->delta_ws, m->stream};
+                              m->delta_ws, m->stream, m->doc_d};
     da.d_o = d_o;
     da.dht = m->seq ? m->dS_out : NULL;
     da.dht_ready = dS_out_ready;
@@ -124,12 +124,12 @@ void gdn_cuda_model_mixer_backward(gdn_cuda_model *m, int l) {
     const int sq = m->seq;
     PF(PR_NORM, gdn_cuda_l2norm_bwd(p, m->dq1, m->dqn, L->q, L->rq, N * H, K, s));
     PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, m->dqn, G + off->q_conv, sq ? L->dhalo[0] : NULL, m->dq1,
-                                  L->qp, P + off->q_conv, sq ? L->halo[0] : NULL, B, T, HK, W, ws, s));
+                                  L->qp, P + off->q_conv, sq ? L->halo[0] : NULL, m->doc_d, B, T, HK, W, ws, s));
     PF(PR_NORM, gdn_cuda_l2norm_bwd(p, m->dk1, m->dkn, L->k, L->rk, N * H, K, s));
     PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, m->dkn, G + off->k_conv, sq ? L->dhalo[1] : NULL, m->dk1,
-                                  L->kp, P + off->k_conv, sq ? L->halo[1] : NULL, B, T, HK, W, ws, s));
+                                  L->kp, P + off->k_conv, sq ? L->halo[1] : NULL, m->doc_d, B, T, HK, W, ws, s));
     PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, m->dvp, G + off->v_conv, sq ? L->dhalo[2] : NULL, m->dv,
-                                  L->vp, P + off->v_conv, sq ? L->halo[2] : NULL, B, T, HV, W, ws, s));
+                                  L->vp, P + off->v_conv, sq ? L->halo[2] : NULL, m->doc_d, B, T, HV, W, ws, s));
     if (sq) {
         void *const dx[3] = {m->dqn, m->dkn, m->dvp};
         seq_halo_backward(m, L, l, dx);

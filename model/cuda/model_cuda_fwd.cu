@@ -37,7 +37,7 @@ static void delta_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
     void *S_in_ready = m->seq ? m->hooks.fwd_state_in(m->hooks.user, l, NULL, L->S_in, m->n_state) : NULL;
     gdn_cuda_delta_fwd_args da = {};
     da.in = gdn_cuda_delta_in{layer_shape(m, l), m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL,
-                              m->delta_ws, m->stream};
+                              m->delta_ws, m->stream, m->doc_d};
     da.h0_ready = S_in_ready;
     da.o = o;
     da.ht = m->seq ? L->S_out : NULL;
@@ -95,11 +95,11 @@ static void delta_mixer_forward(gdn_cuda_model *m, int l) {
     if (m->seq) seq_halo_forward(m, L, l);
     const void *const *halo = m->seq ? (const void *const *)L->halo : NULL;
     void *tmp = m->dq1; /* backward scratch, free during the forward pass */
-    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->qp, P + off->q_conv, halo ? halo[0] : NULL, B, T, HK, W, s));
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->qp, P + off->q_conv, halo ? halo[0] : NULL, m->doc_d, B, T, HK, W, s));
     PF(PR_NORM, gdn_cuda_l2norm_fwd(p, L->q, L->rq, tmp, N * H, K, s));
-    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->kp, P + off->k_conv, halo ? halo[1] : NULL, B, T, HK, W, s));
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->kp, P + off->k_conv, halo ? halo[1] : NULL, m->doc_d, B, T, HK, W, s));
     PF(PR_NORM, gdn_cuda_l2norm_fwd(p, L->k, L->rk, tmp, N * H, K, s));
-    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, L->v, L->vp, P + off->v_conv, halo ? halo[2] : NULL, B, T, HV, W, s));
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, L->v, L->vp, P + off->v_conv, halo ? halo[2] : NULL, m->doc_d, B, T, HV, W, s));
     if (mx->has_decay || mx->has_beta)
         PF(PR_ACT, if (mx->has_decay) gdn_cuda_decay_gate_fwd(L->g, L->ap, P + off->A_log, P + off->dt_bias, N, H, s);
                    if (mx->has_beta) gdn_cuda_beta_fwd(L->beta, L->bp, beta_scale(c), (size_t)N * H, s));
@@ -138,6 +138,9 @@ static void forward_logits(gdn_cuda_model *m, const int *tokens, const int *targ
             GDN_CUDA_DIE("cross-entropy: target %d of row %d is outside the vocabulary [0, %d); check that the "
                          "data was tokenised with the model's vocab_size", targets[i], i, Vv);
     }
+    if (m->seq && (m->doc_d || (m->doc_row0 && m->hooks.pos0 > 0)))
+        GDN_CUDA_DIE("the cuda backend cannot combine documents with sequence parallelism yet; run documents "
+                     "without sequence parallelism, or on the cpu backend");
     m->has_grad = 0;
     m->has_logits = 0;
     m->has_fwd = 1; /* x is overwritten from here on: whatever follows, it is this pass's */

@@ -158,6 +158,12 @@ struct gdn_cuda_model {
     float *distill;          /* distillation scratch (first use): the teacher's logits [N,V] or a
                                 mixer's target [N,D] */
     size_t n_state, n_halo[3];
+    /* documents (gdn_cuda_model_set_doc_starts; docs/design.md section 3.8): device arrays
+     * [N], NULL without documents */
+    int *doc_d;              /* doc of model/cpu/doc.h: the delta rule and the convolutions */
+    int *keylo_d;            /* the first key each query sees, max(doc, 0): attention */
+    int *rpos_d;             /* each token's row of the RoPE table: its position in its document */
+    int doc_row0;            /* a start at t = 0 of some row (the arrays stay NULL if only there) */
 };
 
 /* ---- profiler (model_cuda_bench.cu) ------------------------------------------------------------------ */

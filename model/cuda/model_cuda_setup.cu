@@ -1,8 +1,11 @@
 /* The CUDA model's memory: the layout of its device allocations, create / free, the parameter
  * copies between host and device, and the sequence-parallel boundary buffers. */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "model/cpu/doc.h"
 
 #include "model/cuda/cuda_mixers.h"
 #include "model/cuda/model_cuda_internal.cuh"
@@ -308,6 +311,7 @@ extern "C" void gdn_cuda_model_free(gdn_cuda_model *m) {
     if (m->sbuf) GDN_CUDA_CHECK(cudaFree(m->sbuf));
     if (m->kvbuf) GDN_CUDA_CHECK(cudaFree(m->kvbuf));
     if (m->distill) GDN_CUDA_CHECK(cudaFree(m->distill));
+    if (m->doc_d) GDN_CUDA_CHECK(cudaFree(m->doc_d)); /* one allocation with keylo_d, rpos_d */
     if (m->prof_ev) {
         for (int i = 0; i < 2 * PROF_MAX; i++) GDN_CUDA_CHECK(cudaEventDestroy(m->prof_ev[i]));
         free(m->prof_ev);
@@ -405,6 +409,58 @@ static void seq_alloc(gdn_cuda_model *m) {
                          used / 1073741824.0, c->n_layers, m->n_state, halo_bytes);
         }
     }
+}
+
+extern "C" int gdn_cuda_model_set_doc_starts(gdn_cuda_model *m, const unsigned char *starts) {
+    const size_t N = (size_t)m->N;
+    /* Starts only at t = 0 change nothing in a whole-sequence pass (no state, tap or key comes
+     * from before row 0), so they keep the plain kernels (wgmma attention); under sequence
+     * parallelism they cut what a later segment receives, which is not supported yet. */
+    int any = 0;
+    m->doc_row0 = 0;
+    for (size_t i = 0; starts && i < N; i++)
+        if (starts[i]) {
+            if (i % (size_t)m->T) any = 1;
+            else m->doc_row0 = 1;
+        }
+    if (!any && m->seq && m->doc_row0 && m->hooks.pos0 > 0) {
+        fprintf(stderr, "gdn: the cuda backend cannot combine documents with sequence parallelism yet; "
+                        "run documents without --sp, or on the cpu backend\n");
+        return -1;
+    }
+    if (!any) {
+        if (m->doc_d) {
+            GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream)); /* no pass still reads them */
+            GDN_CUDA_CHECK(cudaFree(m->doc_d));
+        }
+        m->doc_d = m->keylo_d = m->rpos_d = NULL;
+        return 0;
+    }
+    if (m->seq) {
+        fprintf(stderr, "gdn: the cuda backend cannot combine documents with sequence parallelism yet; "
+                        "run documents without --sp, or on the cpu backend\n");
+        return -1;
+    }
+    int *h = (int *)malloc(3 * N * sizeof(int));
+    if (!h) GDN_CUDA_DIE("out of host memory");
+    int *doc = h, *keylo = h + N, *rpos = h + 2 * N;
+    gdn_doc_build(doc, starts, NULL, m->B, m->T);
+    for (int b = 0; b < m->B; b++)
+        for (int t = 0; t < m->T; t++) {
+            const size_t i = (size_t)b * m->T + t;
+            keylo[i] = doc[i] > 0 ? doc[i] : 0;
+            rpos[i] = gdn_doc_pos(doc, b, t, m->T, 0); /* in [0, T): the table's rows */
+        }
+    if (!m->doc_d) {
+        GDN_CUDA_CHECK(cudaMalloc((void **)&m->doc_d, 3 * N * sizeof(int)));
+        m->keylo_d = m->doc_d + N;
+        m->rpos_d = m->doc_d + 2 * N;
+    }
+    /* ordered before every later pass on the stream; synchronous, so h may go */
+    GDN_CUDA_CHECK(cudaMemcpyAsync(m->doc_d, h, 3 * N * sizeof(int), cudaMemcpyHostToDevice, m->stream));
+    GDN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    free(h);
+    return 0;
 }
 
 extern "C" void gdn_cuda_model_set_seq_hooks(gdn_cuda_model *m, const gdn_seq_hooks *hooks) {

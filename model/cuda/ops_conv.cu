@@ -9,8 +9,15 @@
  * block order, so dw is the same on every run. The halo gradient (W-1 rows per sequence) is a
  * separate small kernel.
  *
+ * Documents (docs/design.md section 3.8; doc [B,T] int device array as in model/cpu/doc.h, NULL:
+ * none): output row t reads input row p only where p >= doc[b,t] (halo rows included), the
+ * backward drops the same taps from dx, dw and dhalo. Calls with documents take the generic
+ * kernels (one channel per thread); without, the vectorised ones as before.
+ *
  * Aliasing: a block reads rows of dy, x and the halo that neighbouring blocks own, so dx must not
  * alias dy, x or halo, and dhalo must alias none of the inputs. */
+#include <limits.h>
+
 #include "model/cuda/ops_util.cuh"
 
 #define CONV_MAX_W 8
@@ -39,40 +46,48 @@ static __device__ __forceinline__ float conv_x(const T *x, const T *halo, int b,
     return ops_ld(halo, ((size_t)b * (W - 1) + (W - 1) + t) * C + c);
 }
 
-/* u[b,t,c] = sum_j w[c,j] x[b, t-(W-1)+j, c]  (0 <= t < T). */
+/* The first input row output row t of sequence b reads (doc NULL: any, the halo included). */
+static __device__ __forceinline__ int conv_first(const int *doc, int b, int t, int T_) {
+    return doc ? doc[(size_t)b * T_ + t] : INT_MIN;
+}
+
+/* u[b,t,c] = sum_j w[c,j] x[b, t-(W-1)+j, c] over the taps that read rows >= doc[b,t] (0 <= t < T). */
 template <typename T>
-static __device__ __forceinline__ float conv_u(const T *x, const T *halo, const float *w, int b, int t, int T_, int C,
-                                               int W, int c) {
+static __device__ __forceinline__ float conv_u(const T *x, const T *halo, const float *w, const int *doc, int b, int t,
+                                               int T_, int C, int W, int c) {
+    const int lo = conv_first(doc, b, t, T_);
     float a = 0.0f;
-    for (int j = 0; j < W; j++) a += w[(size_t)c * W + j] * conv_x(x, halo, b, t - (W - 1) + j, T_, C, W, c);
+    for (int j = 0; j < W; j++)
+        if (t - (W - 1) + j >= lo) a += w[(size_t)c * W + j] * conv_x(x, halo, b, t - (W - 1) + j, T_, C, W, c);
     return a;
 }
 
 /* du[b,t,c]: dy, times silu'(u) with SiLU (0 <= t < T). */
 template <typename T, bool SILU>
-static __device__ __forceinline__ float conv_du(const T *dy, const T *x, const T *halo, const float *w, int b, int t,
-                                                int T_, int C, int W, int c) {
+static __device__ __forceinline__ float conv_du(const T *dy, const T *x, const T *halo, const float *w, const int *doc,
+                                                int b, int t, int T_, int C, int W, int c) {
     const float g = ops_ld(dy, ((size_t)b * T_ + t) * C + c);
-    if constexpr (SILU) return g * ops_dsilu(conv_u(x, halo, w, b, t, T_, C, W, c));
+    if constexpr (SILU) return g * ops_dsilu(conv_u(x, halo, w, doc, b, t, T_, C, W, c));
     return g;
 }
 
 template <typename T, bool SILU>
-__global__ void k_conv_fwd(T *y, const T *x, const float *w, const T *halo, int T_, int C, int W, size_t n) {
+__global__ void k_conv_fwd(T *y, const T *x, const float *w, const T *halo, const int *doc, int T_, int C, int W,
+                           size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const int c = (int)(i % C);
         const size_t bt = i / C;
         const int t = (int)(bt % T_), b = (int)(bt / T_);
-        const float u = conv_u(x, halo, w, b, t, T_, C, W, c);
+        const float u = conv_u(x, halo, w, doc, b, t, T_, C, W, c);
         ops_st(y, i, SILU ? ops_silu(u) : u);
     }
 }
 
-/* dx[t] = sum_j w[j] du[t+(W-1)-j] (t+(W-1)-j < T);  dw[j] += sum_t du[t] x[t-(W-1)+j].
- * grid (row blocks, channel tiles) */
+/* dx[t] = sum_j w[j] du[t+(W-1)-j] (t+(W-1)-j < T, x[t] visible from that row: t >= its doc);
+ * dw[j] += sum_t du[t] x[t-(W-1)+j] (t-(W-1)+j >= doc[t]). grid (row blocks, channel tiles) */
 template <typename T, bool SILU>
-__global__ void k_conv_bwd(T *dx, float *part, const T *dy, const T *x, const float *w, const T *halo, int BT,
-                           int T_, int C, int W) {
+__global__ void k_conv_bwd(T *dx, float *part, const T *dy, const T *x, const float *w, const T *halo,
+                           const int *doc, int BT, int T_, int C, int W) {
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float acc[CONV_MAX_W];
@@ -86,16 +101,17 @@ __global__ void k_conv_bwd(T *dx, float *part, const T *dy, const T *x, const fl
         for (int j = 0; j < CONV_MAX_W; j++) {
             if (j >= W) break;
             const int to = t + (W - 1) - j; /* output time that reads x[t] through tap j */
-            if (to < T_) {
-                const float g = conv_du<T, SILU>(dy, x, halo, w, b, to, T_, C, W, c);
+            if (to < T_ && t >= conv_first(doc, b, to, T_)) {
+                const float g = conv_du<T, SILU>(dy, x, halo, w, doc, b, to, T_, C, W, c);
                 d += w[(size_t)c * W + j] * g;
                 if (j == W - 1) g0 = g;
             }
         }
+        const int lo = conv_first(doc, b, t, T_);
 #pragma unroll
         for (int j = 0; j < CONV_MAX_W; j++) {
             if (j >= W) break;
-            acc[j] += g0 * conv_x(x, halo, b, t - (W - 1) + j, T_, C, W, c);
+            if (t - (W - 1) + j >= lo) acc[j] += g0 * conv_x(x, halo, b, t - (W - 1) + j, T_, C, W, c);
         }
         ops_st(dx, (size_t)bt * C + c, d);
     }
@@ -105,17 +121,19 @@ __global__ void k_conv_bwd(T *dx, float *part, const T *dy, const T *x, const fl
         if (j < W) pb[(size_t)j * C + c] = acc[j];
 }
 
-/* dhalo[b,r,c] (input time r-(W-1)) = sum_j w[c,j] du[b, r-j, c] over 0 <= r-j < T. */
+/* dhalo[b,r,c] (input time r-(W-1)) = sum_j w[c,j] du[b, r-j, c] over 0 <= r-j < T where row
+ * r-j sees input time r-(W-1) (>= its doc). */
 template <typename T, bool SILU>
-__global__ void k_conv_dhalo(T *dhalo, const T *dy, const T *x, const float *w, const T *halo, int T_, int C, int W,
-                             size_t n) {
+__global__ void k_conv_dhalo(T *dhalo, const T *dy, const T *x, const float *w, const T *halo, const int *doc,
+                             int T_, int C, int W, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const int c = (int)(i % C);
         const size_t br = i / C;
         const int r = (int)(br % (W - 1)), b = (int)(br / (W - 1));
         float d = 0.0f;
         for (int j = 0; j <= r; j++)
-            if (r - j < T_) d += w[(size_t)c * W + j] * conv_du<T, SILU>(dy, x, halo, w, b, r - j, T_, C, W, c);
+            if (r - j < T_ && r - (W - 1) >= conv_first(doc, b, r - j, T_))
+                d += w[(size_t)c * W + j] * conv_du<T, SILU>(dy, x, halo, w, doc, b, r - j, T_, C, W, c);
         ops_st(dhalo, i, d);
     }
 }
@@ -432,32 +450,32 @@ static int conv_threads(int groups) {
 }
 
 template <typename E, bool SILU>
-static void conv_fwd_launch(void *y, const void *x, const float *w, const void *halo, int B, int T, int C, int W,
-                            cudaStream_t s) {
+static void conv_fwd_launch(void *y, const void *x, const float *w, const void *halo, const int *doc, int B, int T,
+                            int C, int W, cudaStream_t s) {
     const size_t n = (size_t)B * T * C;
-    if (W == 4 && ops_vec8((size_t)C, y, x, w, halo)) {
+    if (W == 4 && !doc && ops_vec8((size_t)C, y, x, w, halo)) {
         const int BT = B * T, groups = C / 8, threads = conv_threads(groups);
         dim3 grid((unsigned)((BT + CONV_FWD_ROWS - 1) / CONV_FWD_ROWS), (unsigned)((groups + threads - 1) / threads));
         k_conv4_fwd8<E, SILU><<<grid, threads, 0, s>>>((E *)y, (const E *)x, w, (const E *)halo, BT, T, C);
     } else {
-        k_conv_fwd<E, SILU><<<ops_grid(n, 256), 256, 0, s>>>((E *)y, (const E *)x, w, (const E *)halo, T, C, W, n);
+        k_conv_fwd<E, SILU><<<ops_grid(n, 256), 256, 0, s>>>((E *)y, (const E *)x, w, (const E *)halo, doc, T, C, W, n);
     }
     GDN_CUDA_CHECK_LAUNCH();
 }
 
 template <typename E, bool SILU>
 static void conv_bwd_launch(void *dx, float *dw, void *dhalo, const void *dy, const void *x, const float *w,
-                            const void *halo, int B, int T, int C, int W, float *part, cudaStream_t s) {
+                            const void *halo, const int *doc, int B, int T, int C, int W, float *part, cudaStream_t s) {
     const size_t nh = (size_t)B * (W - 1) * C;
     if (dhalo && nh) { /* also for T = 0: zeros */
         k_conv_dhalo<E, SILU><<<ops_grid(nh, 256), 256, 0, s>>>((E *)dhalo, (const E *)dy, (const E *)x, w,
-                                                                (const E *)halo, T, C, W, nh);
+                                                                (const E *)halo, doc, T, C, W, nh);
         GDN_CUDA_CHECK_LAUNCH();
     }
     const int BT = B * T;
     if (BT <= 0 || C <= 0) return;
     const int nblk = (BT + CONV_ROWS - 1) / CONV_ROWS;
-    if (W == 4 && conv_vec(4, (size_t)C, dx, dy, x, w, part, halo)) {
+    if (W == 4 && !doc && conv_vec(4, (size_t)C, dx, dy, x, w, part, halo)) {
         const int groups = C / 4, threads = conv_threads(groups);
         dim3 grid((unsigned)nblk, (unsigned)((groups + threads - 1) / threads));
         k_conv4_bwdv<E, SILU><<<grid, threads, 0, s>>>((E *)dx, part, (const E *)dy, (const E *)x, w,
@@ -465,7 +483,7 @@ static void conv_bwd_launch(void *dx, float *dw, void *dhalo, const void *dy, co
     } else {
         dim3 grid((unsigned)nblk, (unsigned)((C + CONV_THREADS - 1) / CONV_THREADS));
         k_conv_bwd<E, SILU><<<grid, CONV_THREADS, 0, s>>>((E *)dx, part, (const E *)dy, (const E *)x, w,
-                                                          (const E *)halo, BT, T, C, W);
+                                                          (const E *)halo, doc, BT, T, C, W);
     }
     GDN_CUDA_CHECK_LAUNCH();
     k_conv_reduce<<<(C * W + 255) / 256, 256, 0, s>>>(dw, part, nblk, C, W);
@@ -473,22 +491,25 @@ static void conv_bwd_launch(void *dx, float *dw, void *dhalo, const void *dy, co
 }
 
 extern "C" void gdn_cuda_conv_fwd(gdn_cuda_precision p, gdn_cuda_conv_act act, void *y, const void *x,
-                                  const float *w, const void *halo, int B, int T, int C, int W, void *stream) {
+                                  const float *w, const void *halo, const int *doc, int B, int T, int C, int W,
+                                  void *stream) {
     conv_check(act, W);
     if ((size_t)B * T * C == 0) return;
     const bool silu = act == GDN_CUDA_CONV_SILU;
     OPS_DISPATCH(p, E,
-                 if (silu) conv_fwd_launch<E, true>(y, x, w, halo, B, T, C, W, OPS_STREAM(stream));
-                 else conv_fwd_launch<E, false>(y, x, w, halo, B, T, C, W, OPS_STREAM(stream)));
+                 if (silu) conv_fwd_launch<E, true>(y, x, w, halo, doc, B, T, C, W, OPS_STREAM(stream));
+                 else conv_fwd_launch<E, false>(y, x, w, halo, doc, B, T, C, W, OPS_STREAM(stream)));
 }
 
 extern "C" void gdn_cuda_conv_bwd(gdn_cuda_precision p, gdn_cuda_conv_act act, void *dx, float *dw, void *dhalo,
-                                  const void *dy, const void *x, const float *w, const void *halo, int B, int T,
-                                  int C, int W, void *ws, void *stream) {
+                                  const void *dy, const void *x, const float *w, const void *halo, const int *doc,
+                                  int B, int T, int C, int W, void *ws, void *stream) {
     conv_check(act, W);
     const bool silu = act == GDN_CUDA_CONV_SILU;
     float *part = (float *)ws;
     OPS_DISPATCH(p, E,
-                 if (silu) conv_bwd_launch<E, true>(dx, dw, dhalo, dy, x, w, halo, B, T, C, W, part, OPS_STREAM(stream));
-                 else conv_bwd_launch<E, false>(dx, dw, dhalo, dy, x, w, halo, B, T, C, W, part, OPS_STREAM(stream)));
+                 if (silu) conv_bwd_launch<E, true>(dx, dw, dhalo, dy, x, w, halo, doc, B, T, C, W, part,
+                                                    OPS_STREAM(stream));
+                 else conv_bwd_launch<E, false>(dx, dw, dhalo, dy, x, w, halo, doc, B, T, C, W, part,
+                                                OPS_STREAM(stream)));
 }

@@ -159,7 +159,10 @@ void gdn_cuda_gated_rmsnorm_bwd(gdn_cuda_precision p,
  * Rows before t = 0 of each sequence come from halo [B,W-1,C] (act; the previous segment's last
  * W-1 rows, oldest first: sequence parallelism) or are zero when halo is NULL.
  * The backward takes dy = dL/dy and recomputes conv(x) where SiLU needs it, so the forward
- * saves nothing but x (and the halo). */
+ * saves nothing but x (and the halo).
+ * Documents (docs/design.md section 3.8): doc [B,T] int device array (model/cpu/doc.h) or NULL;
+ * output row t reads only input rows >= doc[b,t] (halo rows are at -(W-1) .. -1), and the
+ * backward drops the same taps from dx, dw and dhalo. */
 typedef enum { GDN_CUDA_CONV_LINEAR = 0, GDN_CUDA_CONV_SILU = 1 } gdn_cuda_conv_act;
 size_t gdn_cuda_conv_workspace(int B, int T, int C, int W);
 void gdn_cuda_conv_fwd(gdn_cuda_precision p, gdn_cuda_conv_act act,
@@ -167,6 +170,7 @@ void gdn_cuda_conv_fwd(gdn_cuda_precision p, gdn_cuda_conv_act act,
                        const void *x,     /* [B,T,C] act */
                        const float *w,    /* [C,W] */
                        const void *halo,  /* [B,W-1,C] act or NULL */
+                       const int *doc,    /* [B,T] or NULL */
                        int B, int T, int C, int W, void *stream);
 /* dx overwritten, dw += , dhalo overwritten (NULL: not wanted). */
 void gdn_cuda_conv_bwd(gdn_cuda_precision p, gdn_cuda_conv_act act,
@@ -177,6 +181,7 @@ void gdn_cuda_conv_bwd(gdn_cuda_precision p, gdn_cuda_conv_act act,
                        const void *x,     /* [B,T,C] act */
                        const float *w,    /* [C,W] */
                        const void *halo,  /* [B,W-1,C] act or NULL (as in the forward) */
+                       const int *doc,    /* [B,T] or NULL (as in the forward) */
                        int B, int T, int C, int W, void *ws, void *stream);
 
 /* ---- elementwise ----------------------------------------------------------------------------- */
@@ -235,6 +240,8 @@ typedef struct {
     int norm;              /* 1: per-head RMSNorm with weights wq, wk (Qwen3); 0: none */
     float eps;
     const float *rope;     /* [2,T,D/2] device table */
+    const int *pos;        /* [B*T] row of the table for each token (documents: its position in its
+                              document), or NULL: row t for token t */
     const float *bq, *bk;  /* [H*D], [Hkv*D] biases, or NULL */
     const float *wq, *wk;  /* [D] norm weights (read only with norm) */
 } gdn_cuda_qk_prep;

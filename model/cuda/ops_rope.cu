@@ -39,7 +39,8 @@ static __device__ __forceinline__ qk_row qk_locate(const gdn_cuda_qk_prep &s, si
     q.r = q.isk ? row - NQ : row;
     const int heads = q.isk ? s.Hkv : s.H;
     q.hd = (int)(q.r % (size_t)heads);
-    q.t = (int)((q.r / (size_t)heads) % (size_t)s.T);
+    const size_t bt = q.r / (size_t)heads; /* token b*T + t */
+    q.t = s.pos ? s.pos[bt] : (int)(bt % (size_t)s.T);
     return q;
 }
 

@@ -3,7 +3,8 @@
 # emulator of tests/gpu/emu (each CUDA thread a coroutine, real barriers and warp shuffles, bf16
 # rounding, the attention kernels' tensor-core fragments):
 #   ops:   test_gpu_ops.c's attention_layer_ops (the q/k bias + norm + RoPE prep and the bias ops
-#          against the fp64 CPU ops) in both precisions;
+#          against the fp64 CPU ops) and the short convolution's generic kernels (with and
+#          without documents) in both precisions;
 #   model: test_gpu_model.c's attention_cases with every layer an attention layer (the delta-rule
 #          kernels are not emulated): loss, logits and every gradient of the CUDA model (its
 #          host code, ops and attention kernels as they are; the GEMMs on the host in place of
@@ -33,7 +34,7 @@ python3 "$emu/gen.py" "$root" "$work/gen" # the attention kernels (and mma_commo
 for f in attention_fwd attention_bwd attention_host; do
   sed -i '1i #include "tests/gpu/emu_shim.h"' "$work/gen/model/cuda/$f.cpp"
 done
-cuda=(ops_rope ops_bias ops_mem ops_norm ops_act ops_embed ops_loss model_cuda_setup model_cuda_fwd model_cuda_bwd
+cuda=(ops_rope ops_bias ops_mem ops_norm ops_act ops_conv ops_embed ops_loss model_cuda_setup model_cuda_fwd model_cuda_bwd
       model_cuda_attn model_cuda_bench)
 python3 "$root/tests/gpu/emu_gen.py" "$root" "$work/gen" "${cuda[@]/%/.cu}"
 objs=()
@@ -60,13 +61,12 @@ prog() {
     echo '#include <stdlib.h>'
     # what the model's setup asks of the delta rule and the optimizer: sizes and shape checks
     echo 'size_t gdn_cuda_delta_workspace_bytes(void) { return 0; }'
-    echo 'size_t gdn_cuda_conv_workspace(void) { return 0; }'
     echo 'size_t gdn_cuda_grad_norm_workspace(void) { return 0; }'
     echo 'void gdn_cuda_delta_check_shape(void) {}'
     echo 'void *gdn_backend_cuda(void) { return NULL; }'
     nm -u "$work/$name.o" "${objs[@]}" | awk 'NF == 2 { print $2 }' | grep -E '^(gdn_|cuda)' | sort -u |
       comm -23 - <(echo "$defined") |
-      grep -vxE 'gdn_cuda_(delta_workspace_bytes|conv_workspace|grad_norm_workspace|delta_check_shape)|gdn_backend_cuda' |
+      grep -vxE 'gdn_cuda_(delta_workspace_bytes|grad_norm_workspace|delta_check_shape)|gdn_backend_cuda' |
       while read -r s; do echo "void $s(void) { fprintf(stderr, \"emu_attn: $s is not emulated\\n\"); abort(); }"; done
   } > "$work/stubs_$name.c"
   gcc -std=gnu11 -w -c "$work/stubs_$name.c" -o "$work/stubs_$name.o"

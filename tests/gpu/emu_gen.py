@@ -13,12 +13,13 @@ repo, out, files = sys.argv[1], sys.argv[2], sys.argv[3:]
 
 
 def split_top(args):
-    """Split at commas outside (), <> and []."""
+    """Split at commas outside () and [] (a launch configuration's template arguments sit in
+    parentheses' arguments, and its < and > may be comparisons or ->)."""
     parts, depth, cur = [], 0, ''
     for ch in args:
-        if ch in '(<[':
+        if ch in '([':
             depth += 1
-        elif ch in ')>]':
+        elif ch in ')]':
             depth -= 1
         if ch == ',' and depth == 0:
             parts.append(cur.strip())
@@ -44,11 +45,12 @@ def rewrite_launches(s):
                     depth -= 1
                     if depth == 0:
                         break
-        while s[j - 1].isalnum() or s[j - 1] == '_':
+        while s[j - 1].isalnum() or s[j - 1] in '_.[]':  # a name, or a member such as v[i].kernel
             j -= 1
         name = s[j:i]
         k = s.index('>>>', i)
         cfg = split_top(s[i + 3:k])
+        cfg += ['0'] * (4 - len(cfg))  # <<<grid, block>>>: no dynamic shared memory, stream 0
         assert len(cfg) == 4, cfg
         assert s[k + 3] == '('
         depth, e = 0, k + 3
@@ -73,7 +75,7 @@ for f in files:
     s = s.replace('#define ACT_LAUNCH(n) ' + act, '')
     s = s.replace(' ACT_LAUNCH((n) / 8)', act.replace('(n)', '(n) / 8'))
     s = s.replace(' ACT_LAUNCH(n)', act)
-    s = re.sub(r'extern __shared__ (?:__align__\(\d+\) )?(\w+) (\w+)\[\];', r'\1 *\2 = (\1 *)emu_smem();', s)
+    s = re.sub(r'extern __shared__ (?:__align__\(\d+\) )?(\w+(?: \w+)?) (\w+)\[\];', r'\1 *\2 = (\1 *)emu_smem();', s)
     s = s.replace('__shared__ ', 'static ')
     s = rewrite_launches(s)
     assert '<<<' not in s, f

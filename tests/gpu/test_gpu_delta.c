@@ -30,9 +30,15 @@
  * as NaN). The CUDA shape check refuses an unknown variant, and the launchers a NULL input that
  * the variant reads.
  *
+ * Documents (docs/design.md section 3.8): rows packed with documents (gdn_cuda_delta_in.doc)
+ * against the fp64 CPU op with the same doc, same limits, for starts at chunk edges, inside
+ * chunks, at 0 and 1, documents of length 1, random packings up to 64 documents in T = 4096, with
+ * h0 and dht; and a packed row against its documents run one by one on the GPU (equal as floats
+ * where the documents fall on the same chunks either way).
+ *
  * Plain C (the GPU machine has no CMocka). Exit 0: pass, 1: fail, 77: no CUDA device (skip).
  * `--small` runs small cases per precision and variant (for compute-sanitizer); `--repeat` runs
- * only the repeatability checks. */
+ * only the repeatability checks, `--docs` only the documents. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +50,7 @@
 
 #include <cuda_runtime.h>
 
+#include "model/cpu/doc.h"
 #include "model/cpu/ops_cpu.h"
 #include "model/mixer.h"
 #include "model/cuda/delta_cuda.h"
@@ -269,7 +276,7 @@ static void gpu_device_path(const gdn_delta_shape *s, gdn_cuda_precision p, cons
                             const float *k, const float *v, const float *g, const float *beta,
                             float scale, const float *h0, const float *d_o, const float *dht,
                             float *o, float *ht, float *dq, float *dk, float *dv, float *dg,
-                            float *db, float *dh0) {
+                            float *db, float *dh0, const int *doc) {
     const int bf = p == GDN_CUDA_BF16;
     const size_t es = bf ? 2 : 4;
     const size_t ntok = (size_t)s->B * s->T * s->H, nst = (size_t)s->B * s->H * s->K * s->V;
@@ -281,13 +288,17 @@ static void gpu_device_path(const gdn_delta_shape *s, gdn_cuda_precision p, cons
     void *o_d = dev_poisoned(nv, es), *ht_d = dev_poisoned(nst, 4);
     void *dq_d = dev_poisoned(nqk, es), *dk_d = dev_poisoned(nqk, es), *dv_d = dev_poisoned(nv, es);
     void *dg_d = dev_poisoned(ntok, 4), *db_d = dev_poisoned(ntok, 4), *dh0_d = dev_poisoned(nst, 4);
-    void *ws = NULL;
+    void *ws = NULL, *doc_d = NULL;
     CK(cudaMalloc(&ws, gdn_cuda_delta_workspace_bytes(s, p)));
+    if (doc) {
+        CK(cudaMalloc(&doc_d, (size_t)s->B * s->T * sizeof(int)));
+        CK(cudaMemcpy(doc_d, doc, (size_t)s->B * s->T * sizeof(int), cudaMemcpyHostToDevice));
+    }
     cudaStream_t st;
     CK(cudaStreamCreate(&st));
     const gdn_cuda_delta_in in = {.shape = *s, .prec = p, .q = q_d, .k = k_d, .v = v_d, .g = g_d,
                                   .beta = b_d, .scale = scale, .h0 = h0_d, .workspace = ws,
-                                  .stream = st};
+                                  .stream = st, .doc = doc_d};
     gdn_cuda_delta_fwd(&(gdn_cuda_delta_fwd_args){.in = in, .o = o_d, .ht = ht_d});
     gdn_cuda_delta_bwd_saved(&(gdn_cuda_delta_bwd_args){.in = in, .d_o = do_d, .dht = dht_d,
                                                         .dq = dq_d, .dk = dk_d, .dv = dv_d,
@@ -302,7 +313,7 @@ static void gpu_device_path(const gdn_delta_shape *s, gdn_cuda_precision p, cons
     dev_download(dg, dg_d, ntok, 0);
     dev_download(db, db_d, ntok, 0);
     dev_download(dh0, dh0_d, nst, 0);
-    void *all[] = {q_d, k_d, v_d, g_d, b_d, h0_d, do_d, dht_d, o_d, ht_d, dq_d, dk_d, dv_d, dg_d, db_d, dh0_d, ws};
+    void *all[] = {q_d, k_d, v_d, g_d, b_d, h0_d, do_d, dht_d, o_d, ht_d, dq_d, dk_d, dv_d, dg_d, db_d, dh0_d, ws, doc_d};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (all[i]) CK(cudaFree(all[i]));
 }
@@ -312,9 +323,9 @@ static void gpu_host_path(const gdn_delta_shape *s, gdn_cuda_precision p, const 
                           const float *k, const float *v, const float *g, const float *beta,
                           float scale, const float *h0, const float *d_o, const float *dht,
                           float *o, float *ht, float *dq, float *dk, float *dv, float *dg,
-                          float *db, float *dh0) {
+                          float *db, float *dh0, const int *doc) {
     const gdn_cuda_delta_in in = {.shape = *s, .prec = p, .q = q, .k = k, .v = v, .g = g,
-                                  .beta = beta, .scale = scale, .h0 = h0};
+                                  .beta = beta, .scale = scale, .h0 = h0, .doc = doc};
     gdn_cuda_delta_fwd_host(&(gdn_cuda_delta_fwd_args){.in = in, .o = o, .ht = ht});
     gdn_cuda_delta_bwd_host(&(gdn_cuda_delta_bwd_args){.in = in, .d_o = d_o, .dht = dht, .dq = dq,
                                                        .dk = dk, .dv = dv, .dg = dg, .dbeta = db,
@@ -337,13 +348,14 @@ static void print_case(const gpu_case *c, int variant, int bf, int device_path, 
 /* Runs one case of one variant in one precision (device_path: device launchers with the
  * saved-intermediates backward, every input present, instead of the host wrappers with NULL for
  * the ignored inputs); returns the number of failed comparisons. */
-static int run_case(const gpu_case *c, int variant, gdn_cuda_precision p, unsigned long long seed,
-                    int device_path) {
+static int run_case_doc(const gpu_case *c, int variant, gdn_cuda_precision p, unsigned long long seed,
+                        int device_path, const int *doc) {
     const int bf = p == GDN_CUDA_BF16;
     const double tol = bf ? 1e-2 : 1e-4;
     gdn_delta_shape s = {c->B, c->T, c->H, c->K, c->V, 64, c->qk_heads, variant, NULL};
     gdn_delta_shape sx = s; /* the CPU op: q, k expanded to one head per value head */
     sx.qk_heads = c->H;     /* (the CPU accepts qk_heads == H) */
+    sx.doc = doc;           /* documents: the CPU reads them from the shape, the GPU from in.doc */
     const int Hq = case_qk_heads(c), grp = c->H / Hq;
     const size_t nbt = (size_t)c->B * c->T, ntok = nbt * c->H, nv = ntok * c->V;
     const size_t nqk = nbt * Hq * c->K, nqkx = ntok * c->K; /* q/k as given, expanded */
@@ -372,10 +384,10 @@ static int run_case(const gpu_case *c, int variant, gdn_cuda_precision p, unsign
     float *db_g = nan_f32(ntok), *dh0_g = nan_f32(nst);
     if (device_path)
         gpu_device_path(&s, p, qf, kf, vf, gf, bef, (float)scale, h0f, dof, dhtf, o_g, ht_g, dq_g,
-                        dk_g, dv_g, dg_g, db_g, dh0_g);
+                        dk_g, dv_g, dg_g, db_g, dh0_g, doc);
     else
         gpu_host_path(&s, p, qf, kf, vf, gate_or_null(gf, variant, 0), gate_or_null(bef, variant, 1),
-                      (float)scale, h0f, dof, dhtf, o_g, ht_g, dq_g, dk_g, dv_g, dg_g, db_g, dh0_g);
+                      (float)scale, h0f, dof, dhtf, o_g, ht_g, dq_g, dk_g, dv_g, dg_g, db_g, dh0_g, doc);
 
     struct { const char *name; const float *x; const double *ref; size_t n; } cmp[] = {
         {"o", o_g, o, nv},     {"ht", ht_g, ht, nst},   {"dq", dq_g, dq, nqk},
@@ -401,6 +413,11 @@ static int run_case(const gpu_case *c, int variant, gdn_cuda_precision p, unsign
     free(o); free(ht); free(dq); free(dk); free(dv); free(dg); free(db); free(dh0);
     free(o_g); free(ht_g); free(dq_g); free(dk_g); free(dv_g); free(dg_g); free(db_g); free(dh0_g);
     return fails;
+}
+
+static int run_case(const gpu_case *c, int variant, gdn_cuda_precision p, unsigned long long seed,
+                    int device_path) {
+    return run_case_doc(c, variant, p, seed, device_path, NULL);
 }
 
 /* Prints " name =" when x and y [n] hold the same bits and no NaN, else what differs; returns 0
@@ -447,10 +464,10 @@ static int repeat_case(const gpu_case *c, int variant, gdn_cuda_precision p, uns
         float **x = out[r];
         if (device_path)
             gpu_device_path(&s, p, qf, kf, vf, gf, bef, scale, h0f, dof, dhtf, x[0], x[1], x[2], x[3],
-                            x[4], x[5], x[6], x[7]);
+                            x[4], x[5], x[6], x[7], NULL);
         else
             gpu_host_path(&s, p, qf, kf, vf, gate_or_null(gf, variant, 0), gate_or_null(bef, variant, 1),
-                          scale, h0f, dof, dhtf, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]);
+                          scale, h0f, dof, dhtf, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], NULL);
     }
     print_case(c, variant, bf, device_path, "twice: bitwise equal?");
     int fails = 0;
@@ -495,7 +512,7 @@ static int equiv_case(const gpu_case *c, int variant, gdn_cuda_precision p, unsi
         const float *q = r ? qx : in.qf, *k = r ? kx : in.kf;
         gpu_host_path(sr, p, q, k, in.vf, gate_or_null(in.gf, variant, 0),
                       gate_or_null(in.bef, variant, 1), scale, in.h0f, in.dof, in.dhtf, x[0], x[1],
-                      x[2], x[3], x[4], x[5], x[6], x[7]);
+                      x[2], x[3], x[4], x[5], x[6], x[7], NULL);
     }
     const int sums_exact = !bf || grp == 1;
     float *dq_sum = sum_groups_f(out[1][2], nbt, Hq, grp, c->K);
@@ -518,6 +535,166 @@ static int equiv_case(const gpu_case *c, int variant, gdn_cuda_precision p, unsi
     free(qx);
     free(kx);
     free_inputs(&in);
+    return fails;
+}
+
+
+/* ---- documents (docs/design.md section 3.8) ----------------------------------------------------
+ * Rows holding several documents: the CUDA op with gdn_cuda_delta_in.doc against the fp64 CPU op
+ * with the same doc (shape.doc), every output and gradient, same limits as above; then packed
+ * against one by one on the GPU itself. */
+typedef struct {
+    gpu_case c;
+    const int *starts; /* starts of every row (ascending, -1 ends; 0 need not be one); NULL: random */
+    int ndocs;         /* with starts NULL: random starts per row (row 0 gets 0 among them, the
+                          others may not, so h0 enters their first rows) */
+} doc_case;
+
+static const int st_edges[] = {0, 64, 128, -1};                /* at chunk edges */
+static const int st_inside[] = {0, 5, 37, 100, 101, 150, -1};  /* inside chunks */
+static const int st_one[] = {1, -1};                           /* at 1, h0 enters row 0 only */
+static const int st_len1[] = {0, 1, 2, 3, 63, 64, 70, 71, 199, -1}; /* documents of length 1 */
+static const int st_late[] = {130, -1};                        /* one start inside chunk 2 */
+static const int st_mixed[] = {63, 65, 127, 128, 129, -1};     /* around chunk edges */
+
+static const doc_case doc_cases[] = {
+    {{1, 200, 2, 64, 64, 1, 1, -0.2, "docs at chunk edges", 0}, st_edges, 0},
+    {{2, 200, 2, 128, 128, 1, 1, -0.2, "docs inside chunks", 0}, st_inside, 0},
+    {{1, 100, 2, 64, 128, 1, 1, -0.2, "doc start at 1 (h0 enters row 0)", 0}, st_one, 0},
+    {{1, 200, 1, 128, 64, 1, 1, -0.2, "docs of length 1", 0}, st_len1, 0},
+    {{1, 150, 2, 256, 256, 1, 1, -0.2, "one start inside a chunk", 0}, st_late, 0},
+    {{2, 180, 2, 64, 64, 1, 1, -20.0, "around chunk edges, strong decay", 0}, st_mixed, 0},
+    {{3, 333, 2, 64, 64, 1, 1, -0.2, "random docs", 0}, NULL, 9},
+    {{2, 300, 4, 64, 64, 1, 1, -0.2, "random docs, GVA 2 per q/k head", 2}, NULL, 7},
+    {{2, 4096, 4, 128, 128, 1, 1, -0.2, "64 docs per row, T=4096", 0}, NULL, 64},
+};
+static const doc_case doc_device_cases[] = {
+    {{2, 200, 2, 128, 128, 1, 1, -0.2, "device path, docs inside chunks", 0}, st_inside, 0},
+    {{2, 1000, 2, 64, 64, 1, 1, -0.2, "device path, random docs", 0}, NULL, 20},
+};
+static const doc_case doc_small_case = {{1, 140, 1, 64, 64, 1, 1, -0.2, "sanitizer case, docs", 0}, st_len1, 0};
+
+/* doc [B,T] of a case (model/cpu/doc.h), from its starts or random ones. */
+static int *make_doc(const doc_case *dc, unsigned long long seed) {
+    const int B = dc->c.B, T = dc->c.T;
+    unsigned char *st = calloc((size_t)B * T, 1);
+    int *doc = malloc((size_t)B * T * sizeof(int));
+    double *u = alloc_d((size_t)dc->ndocs + 1);
+    if (!st || !doc) { fprintf(stderr, "out of memory\n"); exit(1); }
+    for (int b = 0; b < B; b++) {
+        unsigned char *row = st + (size_t)b * T;
+        if (dc->starts) {
+            for (const int *x = dc->starts; *x >= 0; x++)
+                if (*x < T) row[*x] = 1;
+            continue;
+        }
+        fd_fill_uniform(u, (size_t)dc->ndocs, 0, 1, seed + 31 * (unsigned long long)b);
+        if (b == 0) row[0] = 1;
+        for (int i = 0; i < dc->ndocs; i++) row[(int)(u[i] * T) % T] = 1;
+    }
+    gdn_doc_build(doc, st, NULL, B, T);
+    free(st);
+    free(u);
+    return doc;
+}
+
+static int doc_run(const doc_case *dc, int variant, gdn_cuda_precision p, unsigned long long seed,
+                   int device_path) {
+    int *doc = make_doc(dc, seed);
+    const int f = run_case_doc(&dc->c, variant, p, seed, device_path, doc);
+    free(doc);
+    return f;
+}
+
+/* tol 0: x and y must be equal as floats (+0 == -0; a NaN differs); else their relative L2
+ * error ||x - y|| / ||y|| must stay under tol. Prints the outcome; returns 0 or 1. */
+static int packed_cmp(const char *name, const float *x, const float *y, size_t n, double tol) {
+    if (tol == 0) {
+        size_t nd = 0;
+        for (size_t i = 0; i < n; i++) nd += !(x[i] == y[i]);
+        if (nd) printf(" %s DIFF(%zu of %zu)", name, nd, n);
+        else printf(" %s =", name);
+        return nd != 0;
+    }
+    double *yd = alloc_d(n);
+    for (size_t i = 0; i < n; i++) yd[i] = y[i];
+    const double e = fd_rel_err_f32(x, yd, n);
+    free(yd);
+    printf(" %s %.1e%s", name, e, e < tol ? "" : "(FAIL)");
+    return !(e < tol);
+}
+
+/* One row (B = 1) of documents of the given lengths (0 ends) packed, against each document run
+ * alone (h0 entering the first, dht leaving the last), both on the GPU through the host
+ * wrappers. With every length but the last a multiple of 64 the documents fall on the same
+ * chunks either way, every product sees the same operands (the masked terms are exact zeros in
+ * the packed run, products with a zero state alone) and the results must be equal as floats
+ * (tol 0); otherwise within tol. Returns the number of outputs that differ. */
+static int packed_case(const int *lens, int H, int K, int V, int variant, gdn_cuda_precision p,
+                       double tol, unsigned long long seed) {
+    int T = 0, nd = 0;
+    while (lens[nd]) T += lens[nd++];
+    const gpu_case c = {1, T, H, K, V, 1, 1, -0.2, "packed", 0};
+    const int bf = p == GDN_CUDA_BF16;
+    const size_t ntok = (size_t)T * H, nv = ntok * V, nqk = ntok * K, nst = (size_t)H * K * V;
+    const float scale = (float)(1.0 / sqrt((double)K));
+    case_inputs in = make_inputs(&c, bf, seed);
+    unsigned char *st = calloc((size_t)T, 1);
+    int *doc = malloc((size_t)T * sizeof(int));
+    if (!st || !doc) { fprintf(stderr, "out of memory\n"); exit(1); }
+    /* the later documents start; the first continues h0 (a start at 0 would drop it) */
+    for (int d = 0, t = 0; d < nd; t += lens[d++]) st[t] = d > 0;
+    gdn_doc_build(doc, st, NULL, 1, T);
+    const size_t n[8] = {nv, nst, nqk, nqk, nv, ntok, ntok, nst};
+    const char *name[8] = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
+    float *pk[8], *one[8];
+    for (int i = 0; i < 8; i++) {
+        pk[i] = nan_f32(n[i]);
+        one[i] = nan_f32(n[i]);
+    }
+    const gdn_delta_shape s = {1, T, H, K, V, 64, 0, variant, NULL};
+    const float *gf = gate_or_null(in.gf, variant, 0), *bef = gate_or_null(in.bef, variant, 1);
+    gpu_host_path(&s, p, in.qf, in.kf, in.vf, gf, bef, scale, in.h0f, in.dof, in.dhtf, pk[0], pk[1],
+                  pk[2], pk[3], pk[4], pk[5], pk[6], pk[7], doc);
+    float *ht1 = nan_f32(nst), *dh01 = nan_f32(nst);
+    for (int d = 0, t0 = 0; d < nd; t0 += lens[d++]) {
+        /* B = 1: the document's rows are one contiguous slice of every [1,T,H,D] tensor */
+        const gdn_delta_shape sd = {1, lens[d], H, K, V, 64, 0, variant, NULL};
+        const size_t r = (size_t)t0 * H;
+        gpu_host_path(&sd, p, in.qf + r * K, in.kf + r * K, in.vf + r * V, gf ? gf + r : NULL,
+                      bef ? bef + r : NULL, scale, d == 0 ? in.h0f : NULL, in.dof + r * V,
+                      d == nd - 1 ? in.dhtf : NULL, one[0] + r * V, ht1, one[2] + r * K,
+                      one[3] + r * K, one[4] + r * V, one[5] + r, one[6] + r, dh01, NULL);
+        if (d == 0) memcpy(one[7], dh01, nst * sizeof(float));
+        if (d == nd - 1) memcpy(one[1], ht1, nst * sizeof(float));
+    }
+    printf("%c %-4s  T%-4d H%d K%-3d V%-3d %2d docs packed vs one by one %-9s",
+           gdn_mixer_get(variant)->kind, bf ? "bf16" : "fp32", T, H, K, V, nd,
+           tol == 0 ? "(equal)" : "(within)");
+    int fails = 0;
+    for (int i = 0; i < 8; i++) fails += packed_cmp(name[i], pk[i], one[i], n[i], tol);
+    printf("  %s\n", fails ? "FAIL" : "ok");
+    for (int i = 0; i < 8; i++) {
+        free(pk[i]);
+        free(one[i]);
+    }
+    free(ht1); free(dh01); free(st); free(doc);
+    free_inputs(&in);
+    return fails;
+}
+
+static const int packed_aligned[] = {128, 64, 192, 64, 70, 0};
+static const int packed_free[] = {5, 1, 60, 3, 64, 1, 100, 37, 0};
+
+static int doc_tests(int variant, gdn_cuda_precision p) {
+    int fails = 0;
+    for (size_t i = 0; i < sizeof(doc_cases) / sizeof(doc_cases[0]); i++)
+        fails += doc_run(&doc_cases[i], variant, p, 11000 + 100 * i, 0);
+    for (size_t i = 0; i < sizeof(doc_device_cases) / sizeof(doc_device_cases[0]); i++)
+        fails += doc_run(&doc_device_cases[i], variant, p, 12000 + 100 * i, 1);
+    fails += packed_case(packed_aligned, 2, 128, 128, variant, p, 0, 13000);
+    fails += packed_case(packed_aligned, 1, 64, 256, variant, p, 0, 13100);
+    if (p == GDN_CUDA_FP32) fails += packed_case(packed_free, 2, 64, 64, variant, p, 1e-4, 13200);
     return fails;
 }
 
@@ -612,6 +789,11 @@ static int shape_checks(void) {
     f += child_outcome("cpu fwd: H=2 qk_heads=1 rejected", cpu_fwd_call, &cpu, "qk_heads=1");
     f += child_outcome("cpu bwd: H=2 qk_heads=1 rejected", cpu_bwd_call, &cpu, "qk_heads=1");
     f += child_outcome("cpu fwd: H=2 qk_heads=2 accepted", cpu_fwd_call, &cpu_h, NULL);
+    /* the CUDA calls take documents in gdn_cuda_delta_in.doc, never through the shape */
+    static const int doc0[64] = {0};
+    gdn_delta_shape with_doc = zero;
+    with_doc.doc = doc0;
+    f += child_outcome("cuda: shape.doc set rejected", cuda_check_call, &with_doc, "gdn_cuda_delta_in.doc");
     /* mixer variants (model/mixer.h): every one accepted, anything else refused by number */
     gdn_delta_shape var = zero;
     for (int v = 0; v < GDN_MIXER_DELTA_COUNT; v++) {
@@ -640,6 +822,7 @@ static int shape_checks(void) {
 int main(int argc, char **argv) {
     const int small = argc > 1 && strcmp(argv[1], "--small") == 0;
     const int repeat_only = argc > 1 && strcmp(argv[1], "--repeat") == 0;
+    const int docs_only = argc > 1 && strcmp(argv[1], "--docs") == 0;
     int fails = 0;
     if (!small && !repeat_only) fails += shape_checks(); /* before any CUDA call (fork) */
     if (gdn_cuda_device_count() == 0) {
@@ -655,12 +838,16 @@ int main(int argc, char **argv) {
                 fails += run_case(&small_case, v, p, 1000, 0);
                 fails += run_case(&small_case, v, p, 1001, 1);
                 fails += run_case(&small_gva_case, v, p, 1004, 0);
+                fails += doc_run(&doc_small_case, v, p, 1006, 0);
+                fails += doc_run(&doc_small_case, v, p, 1007, 1);
                 if (v != GDN_MIXER_G) continue;
                 fails += repeat_case(&small_case, v, p, 1002, 0);
                 fails += repeat_case(&small_case, v, p, 1003, 1);
                 fails += run_case(&small_gva_case, v, p, 1005, 1);
                 continue;
             }
+            if (!repeat_only) fails += doc_tests(v, p);
+            if (docs_only) continue;
             for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) && !repeat_only; i++)
                 fails += run_case(&cases[i], v, p, 100 * (i + 1), 0);
             for (size_t i = 0; i < sizeof(gva_cases) / sizeof(gva_cases[0]) && !repeat_only; i++) {

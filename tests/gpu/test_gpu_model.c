@@ -25,6 +25,10 @@
  *    The curves go to $OUT/loss_curves.csv (OUT unset: the current directory).
  * 3. `--bench [D,L,H,K,EV,F,VOCAB,B,T]`: training-step benchmark (default: the 512M model of
  *    docs/design.md section 9 at B16 x T2048, bf16).
+ * 1e. Documents packed into the rows (set_doc_starts; docs/design.md section 3.8): part 1's
+ *    comparison with the same starts on both sides, for every mixer kind (G, D, M, L, the
+ *    hybrids with A and a softmax-only model): starts at 0 and 1, inside the 64-row tiles and at
+ *    their edge, documents of one token and shorter than the convolution, a row without any.
  * `--grads` runs part 1 only (small and quick: for compute-sanitizer). `--cpu-curve-out FILE`
  * trains the CPU run of part 2 only and writes its curve (no GPU needed); `--cpu-curve-in FILE`
  * reads it instead of training on the CPU (the CPU path is bitwise thread-count independent).
@@ -68,11 +72,13 @@ static float *init_params(const gdn_param_table *t, uint64_t seed) {
 /* ---- 1. gradients ------------------------------------------------------------------------------ */
 static int delta_repeatable[2]; /* measured in main, per precision, to explain a failed repeat */
 
-/* The fp64 CPU model: logits [N,vocab] (targets NULL), then loss and gradients [total]. */
+/* The fp64 CPU model: logits [N,vocab] (targets NULL), then loss and gradients [total]; starts:
+ * document starts [B,T] or NULL. */
 static double cpu_reference(const gdn_param_table *t, const double *p64, int B, int T, const int *tok, const int *tgt,
-                            double *logits, double *g64, int *nv) {
+                            double *logits, double *g64, int *nv, const unsigned char *starts) {
     const int N = B * T;
     gdn_cpu_acts_f64 *a = gdn_cpu_acts_create_f64(t, B, T);
+    gdn_cpu_acts_set_doc_starts_f64(a, starts);
     gdn_cpu_forward_f64(a, t, p64, tok, NULL, 0.0, nv, NULL, NULL);
     memcpy(logits, gdn_cpu_logits_f64(a), (size_t)N * t->cfg.vocab_size * sizeof(double));
     memset(g64, 0, t->total * sizeof(double));
@@ -175,7 +181,9 @@ static void print_slices(const float *g, const double *ref, size_t n) {
     printf("\n");
 }
 
-static int grad_check(const grad_case *gc) {
+/* starts: documents packed into the rows ([B,T], model/backend.h set_doc_starts), the same for
+ * the CPU reference and the GPU model; NULL: none. */
+static int grad_check_docs(const grad_case *gc, const unsigned char *starts) {
     gdn_param_table t;
     gdn_param_table_build(&t, &gc->c);
     const int B = gc->B, T = gc->T, N = B * T, Vv = gc->c.vocab_size;
@@ -199,9 +207,13 @@ static int grad_check(const grad_case *gc) {
         const double tol = pi ? 2e-2 : 1e-4;
         reference_params(&t, p32, p64, pi);
         int nv_ref = 0;
-        const double loss_ref = cpu_reference(&t, p64, B, T, tok, tgt, logits_ref, g64, &nv_ref);
+        const double loss_ref = cpu_reference(&t, p64, B, T, tok, tgt, logits_ref, g64, &nv_ref, starts);
         gdn_cuda_model *m = gdn_cuda_model_create(&t, B, T, p);
         gdn_cuda_model_upload(m, p32, NULL, NULL);
+        if (gdn_cuda_model_set_doc_starts(m, starts) != 0) {
+            printf("FAIL %s: set_doc_starts refused the documents\n", gc->what);
+            fails++;
+        }
         gdn_cuda_model_forward(m, tok, NULL, 0.0f, NULL);
         gdn_cuda_model_download_logits(m, logits);
         const double e_logits = fd_rel_err_f32(logits, logits_ref, (size_t)N * Vv);
@@ -253,14 +265,43 @@ static int grad_check(const grad_case *gc) {
         free(err);
         free(dense);
         const int ok = !bad && e_loss < tol && e_logits < tol && nv == nv_ref && same;
-        printf("%-4s %-44s loss %.1e logits %.1e grads: %d tensors, median %.1e, worst %.1e (%s)%s %s\n",
-               pi ? "bf16" : "fp32", gc->what, e_loss, e_logits, t.n, median, worst, worst_name,
+        printf("%-4s %s%-44s loss %.1e logits %.1e grads: %d tensors, median %.1e, worst %.1e (%s)%s %s\n",
+               pi ? "bf16" : "fp32", starts ? "docs, " : "", gc->what, e_loss, e_logits, t.n, median, worst, worst_name,
                same ? ", bitwise repeatable" : ", NOT REPEATABLE", ok ? "ok" : "FAIL");
         fails += !ok;
     }
     free(p32); free(p64); free(g64); free(tok); free(tgt); free(u); free(logits_ref); free(g); free(g2); free(logits);
     gdn_param_table_free(&t);
     return fails;
+}
+
+static int grad_check(const grad_case *gc) { return grad_check_docs(gc, NULL); }
+
+/* Document starts for B rows of T tokens (part 1e): row 0 starts at 0, row 1 at 1 (its first
+ * token continues no document of the call), documents of one token (T-2 and T-1), a start at
+ * the delta rule's and the attention kernels' 64-row boundary, and more where (13t + 7b) % 17 is
+ * 0 (documents shorter than the convolution among them); row 2 has none. */
+static unsigned char *doc_starts(int B, int T) {
+    unsigned char *s = calloc((size_t)B * T, 1);
+    if (!s) { fprintf(stderr, "out of memory\n"); exit(1); }
+    for (int b = 0; b < B; b++) {
+        unsigned char *r = s + (size_t)b * T;
+        if (b == 2) continue;
+        r[b == 1 ? 1 : 0] = 1;
+        if (T > 2) r[T - 2] = r[T - 1] = 1;
+        if (T > 64) r[64] = 1;
+        for (int t = 2; t < T; t++)
+            if ((13 * t + 7 * b) % 17 == 0) r[t] = 1;
+    }
+    return s;
+}
+
+/* Part 1e: grad_check with documents. */
+static int docs_check(const grad_case *gc) {
+    unsigned char *s = doc_starts(gc->B, gc->T);
+    const int f = grad_check_docs(gc, s);
+    free(s);
+    return f;
 }
 
 /* ---- 1b. segments (sequence parallelism) ----------------------------------------------------------- */
@@ -518,7 +559,7 @@ static int segment_check(const char *what, const gdn_config *cfg, int B, int T, 
         if (pi) {
             int nv64 = 0;
             reference_params(&t, p32, p64, 1);
-            loss64 = cpu_reference(&t, p64, B, T, tok, tgt, logits64, g64, &nv64);
+            loss64 = cpu_reference(&t, p64, B, T, tok, tgt, logits64, g64, &nv64, NULL);
         }
         const double e_loss = pi ? fabs(loss - loss64) / fabs(loss64) : fabs(loss - loss_ref) / fabs(loss_ref);
         double worst = 0.0, worst_full = 0.0;
@@ -1110,6 +1151,18 @@ int main(int argc, char **argv) {
     printf("distillation entries of the backend table (forward_kl, mixer_mse, mid capture) vs the CPU backend\n");
     fails += distill_check(att[1].what, &att[1].c, 2, 70);
     fails += distill_check(mix[1].what, &mix[1].c, 2, 70);
+    /* documents: every mixer kind, a hybrid with attention, softmax only */
+    printf("documents packed into the rows: gradients (as above) with the same starts on both sides\n");
+    const grad_case doc_cases[] = {
+        {"K32 V64 (heads padded), G, B3 T45", cases[0].c, 3, 45},
+        {"GDML, K32 V64 (heads padded), B2 T45", mix[0].c, 2, 45},
+        {"MLLG, K64 V128 (direct), B2 T150", mix[1].c, 2, 150},
+        {"LD, K64 V512 (value heads split), B2 T70", mix[2].c, 2, 70},
+        {"GA, Da64 GQA 2:1, qk_norm, qkv_bias, B3 T45", att[0].c, 3, 45},
+        {"GDAM, Da128 GQA 2:1, qk_norm, tied, B2 T150", att[1].c, 2, 150},
+        {"A only, Da64 GQA 4:1, qkv_bias, B2 T130", att[2].c, 2, 130},
+    };
+    for (size_t i = 0; i < sizeof doc_cases / sizeof doc_cases[0]; i++) fails += docs_check(&doc_cases[i]);
     if (!(argc > 1 && !strcmp(argv[1], "--grads"))) fails += train_curves(cpu_in, NULL);
     printf("%s: %d failures\n", fails ? "FAIL" : "PASS", fails);
     return fails ? 1 : 0;

@@ -15,6 +15,7 @@
 
 #include <cuda_runtime.h>
 
+#include "model/cpu/doc.h"
 #include "model/cpu/ops_cpu.h"
 #include "model/cuda/ops_cuda.h"
 #include "model/params.h"
@@ -351,41 +352,71 @@ static void test_gated(int N, int D) {
 /* y = act(conv(x)) against the fp64 conv then SiLU; the backward against SiLU's backward at
  * u = conv(x) then the conv's. The first backward also writes dhalo (checked with or without a
  * halo: NULL stands for zero rows that still get a gradient); the second passes dhalo NULL and
- * must give the same dw bit for bit. */
-static void test_conv(int B, int T, int C, int W, gdn_cuda_conv_act act, int with_halo) {
-    char op[64];
+ * must give the same dw bit for bit.
+ * docs: rows packed with documents (docs/design.md section 3.8), the same doc for both: starts
+ * where (7t + b) % 5 == 0 (documents of 1 to 4 rows, shorter than the window, some at t = 0 and
+ * 1, none in some rows) and, before row 0, a document that began at -1, -2 or before the halo
+ * (rows of the halo before it are cut). */
+static int *conv_doc(int B, int T) {
+    unsigned char *st = xmalloc((size_t)B * T);
+    int *doc = xmalloc((size_t)B * T * sizeof(int)), *prev = xmalloc((size_t)B * sizeof(int));
+    for (int b = 0; b < B; b++) {
+        prev[b] = b % 3 == 0 ? GDN_DOC_BEFORE : -(b % 3);
+        for (int t = 0; t < T; t++) st[(size_t)b * T + t] = b % 4 != 3 && (7 * t + b) % 5 == 0;
+    }
+    gdn_doc_build(doc, st, prev, B, T);
+    free(st);
+    free(prev);
+    return doc;
+}
+
+static void test_conv_doc(int B, int T, int C, int W, gdn_cuda_conv_act act, int with_halo, int docs) {
+    char op[80];
     const int silu = act == GDN_CUDA_CONV_SILU;
-    snprintf(op, sizeof op, "conv%s%s B%d T%d C%d W%d", silu ? " silu" : "", with_halo ? " halo" : "", B, T, C, W);
+    snprintf(op, sizeof op, "conv%s%s%s B%d T%d C%d W%d", silu ? " silu" : "", with_halo ? " halo" : "",
+             docs ? " docs" : "", B, T, C, W);
     const size_t n = (size_t)B * T * C, nw = (size_t)C * W, nh = (size_t)B * (W - 1) * C;
+    int *doc = docs ? conv_doc(B, T) : NULL;
+    int *docd = NULL;
+    if (doc) {
+        docd = dmalloc((size_t)B * T * sizeof(int));
+        CK(cudaMemcpy(docd, doc, (size_t)B * T * sizeof(int), cudaMemcpyHostToDevice));
+    }
     double *x = rnd(n, -1, 1), *w = rnd(nw, -0.5, 0.5), *dy = rnd(n, -1, 1), *dw0 = rnd(nw, -1, 1);
     double *halo = with_halo ? rnd(nh, -1, 1) : NULL;
     void *xd = up_act(x, n), *dyd = up_act(dy, n), *halod = halo ? up_act(halo, nh) : NULL;
     float *wd = up_f32(w, nw), *dwd = up_f32(dw0, nw);
     double *u = zeros(n), *y = zeros(n), *du = copy_d(dy, n), *dx = zeros(n), *dw = copy_d(dw0, nw), *dh = zeros(nh);
-    gdn_conv_fwd_f64(u, x, w, halo, NULL, B, T, C, W);
+    gdn_conv_fwd_f64(u, x, w, halo, doc, B, T, C, W);
     memcpy(y, u, n * sizeof *y);
     if (silu) {
         gdn_silu_fwd_f64(y, u, n);
         gdn_silu_bwd_f64(du, dy, u, n);
     }
-    gdn_conv_bwd_f64(dx, dw, dh, du, x, w, halo, NULL, B, T, C, W);
+    gdn_conv_bwd_f64(dx, dw, dh, du, x, w, halo, doc, B, T, C, W);
     void *yd = nan_act(n), *dxd = nan_act(n), *dhd = nan_act(nh), *ws = dmalloc(gdn_cuda_conv_workspace(B, T, C, W));
-    gdn_cuda_conv_fwd(P, act, yd, xd, wd, halod, B, T, C, W, NULL);
+    gdn_cuda_conv_fwd(P, act, yd, xd, wd, halod, docd, B, T, C, W, NULL);
     cmp(op, "y", down_act(yd, n), y, n);
     float *dw2 = dcopy_f32(dwd, nw);
-    gdn_cuda_conv_bwd(P, act, dxd, dwd, dhd, dyd, xd, wd, halod, B, T, C, W, ws, NULL);
-    gdn_cuda_conv_bwd(P, act, dxd, dw2, NULL, dyd, xd, wd, halod, B, T, C, W, ws, NULL);
+    gdn_cuda_conv_bwd(P, act, dxd, dwd, dhd, dyd, xd, wd, halod, docd, B, T, C, W, ws, NULL);
+    gdn_cuda_conv_bwd(P, act, dxd, dw2, NULL, dyd, xd, wd, halod, docd, B, T, C, W, ws, NULL);
     same_bits(op, "dw", dwd, dw2, nw);
     cmp(op, "dx", down_act(dxd, n), dx, n);
     cmp(op, "dw+=", down_f32(dwd, nw), dw, nw);
     cmp(op, "dhalo", down_act(dhd, nh), dh, nh);
     free(x); free(w); free(dy); free(dw0); free(halo); free(u); free(y); free(du); free(dx); free(dw); free(dh);
+    free(doc);
     dfree_all();
 }
 /* Both activations, with and without a halo (W >= 2). */
 static void test_conv_all(int B, int T, int C, int W) {
     for (int a = 0; a < 2; a++)
-        for (int h = 0; h < 2; h++) test_conv(B, T, C, W, a ? GDN_CUDA_CONV_SILU : GDN_CUDA_CONV_LINEAR, h);
+        for (int h = 0; h < 2; h++) test_conv_doc(B, T, C, W, a ? GDN_CUDA_CONV_SILU : GDN_CUDA_CONV_LINEAR, h, 0);
+}
+/* The same with documents. */
+static void test_conv_docs(int B, int T, int C, int W) {
+    for (int a = 0; a < 2; a++)
+        for (int h = 0; h < 2; h++) test_conv_doc(B, T, C, W, a ? GDN_CUDA_CONV_SILU : GDN_CUDA_CONV_LINEAR, h, 1);
 }
 
 /* ---- elementwise --------------------------------------------------------------------------------------- */
@@ -770,6 +801,11 @@ int main(void) {
         test_conv_all(2, 150, 1536, 4); /* the model's q and k widths (row blocks cross t = 150) */
         test_conv_all(2, 150, 3072, 4); /* its v width */
         test_conv_all(2, 150, 1538, 4); /* C % 4 == 2: the generic forward and backward */
+        test_conv_docs(6, 40, 13, 3);   /* documents: generic widths and channels */
+        test_conv_docs(5, 150, 64, 4);  /* W 4, C % 8 == 0 (the vector paths without documents) */
+        test_conv_docs(8, 7, 16, 4);    /* rows shorter than the window */
+        test_conv_docs(3, 70, 1536, 4); /* the model's q and k width */
+        test_conv_docs(2, 30, 13, 8);   /* widest */
         test_swiglu(1001);
         test_swiglu(4096); /* 8-wide path */
         test_gates(300, 3, 1.0);

@@ -47,6 +47,9 @@ struct uint4 { unsigned x, y, z, w; };
 static inline float2 __bfloat1622float2(__nv_bfloat162 h) { return make_float2(__bfloat162float(h.x), __bfloat162float(h.y)); }
 void __syncthreads();
 float __shfl_xor_sync(unsigned mask, float x, int o);
+float __shfl_up_sync(unsigned mask, float x, int o);
+int __shfl_up_sync(unsigned mask, int x, int o);
+static inline int __ffs(int x) { return __builtin_ffs(x); }
 void emu_ldsm(unsigned (&r)[4], const void *p, bool trans);
 void emu_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
 void emu_cp16(void *s, const void *g, bool valid);

@@ -80,6 +80,21 @@ float __shfl_xor_sync(unsigned, float x, int o) {
     float r = wf[w][l ^ o]; warp_sync();
     return r;
 }
+/* lane l reads lane l - o (its own value where l < o) */
+float __shfl_up_sync(unsigned, float x, int o) {
+    int w = emu_cur->tid.x / 32, l = emu_cur->tid.x % 32;
+    wf[w][l] = x; warp_sync();
+    float r = wf[w][l >= o ? l - o : l]; warp_sync();
+    return r;
+}
+int __shfl_up_sync(unsigned m, int x, int o) {
+    float f;
+    memcpy(&f, &x, 4);
+    f = __shfl_up_sync(m, f, o);
+    int r;
+    memcpy(&r, &f, 4);
+    return r;
+}
 static uint16_t ld16(const void *p, int i) { uint16_t v; memcpy(&v, (const char *)p + 2 * i, 2); return v; }
 static size_t smem_lo, smem_hi;
 static void check_smem(const void *p, int bytes) {
