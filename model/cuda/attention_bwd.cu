@@ -419,10 +419,8 @@ extern "C" void gdn_cuda_attention_bwd(const gdn_cuda_attention_args *a) {
     if (a->bwd_algo < 0 || a->bwd_algo > 2)
         GDN_CUDA_DIE("attention: bwd_algo=%d: use 0 (fastest repeatable), 1 (mma.sync) or 2 (wgmma, atomic dQ)",
                      a->bwd_algo);
-    if (a->bwd_algo == 2 && attn::has_prefix(a))
-        GDN_CUDA_DIE("attention: bwd_algo=2 (wgmma) runs no queries after a prefix (Tk > T) and no key_lo; use 0 or 1");
     bool sm90a = false;
-    if (a->precision == GDN_CUDA_BF16 && a->bwd_algo != 1 && !attn::has_prefix(a)) {
+    if (a->precision == GDN_CUDA_BF16 && a->bwd_algo != 1) {
         sm90a = gdn_cuda_attention_sm90a_available();
         if (!sm90a && a->bwd_algo == 2)
             GDN_CUDA_DIE("attention: bwd_algo=2 (wgmma) needs a compute capability 9.0 GPU and a build for "

@@ -41,8 +41,6 @@ struct Params {
 
 Params make_params(const gdn_cuda_attention_args *a);
 
-/* Queries after a prefix or with documents: the mma.sync kernels run them (see attention_cuda.h). */
-inline bool has_prefix(const gdn_cuda_attention_args *a) { return (a->Tk && a->Tk != a->T) || a->key_lo; }
 
 /* Floats of the backward's workspace before the dQ accumulator: Delta (B*H*T), rounded up to
  * 16 bytes. */

@@ -18,8 +18,7 @@
  * at position Tk - T + t, so it sees keys s <= Tk - T + t. key_lo [B,T] (int, device, or NULL for
  * 0) raises the first key a query sees: query t sees keys key_lo[b,t] <= s <= Tk - T + t (the
  * start of its document). key_lo must be non-decreasing along t with key_lo[b,t] <= Tk - T + t
- * (every query sees at least its own key); the kernels rely on it and do not check it. These
- * calls run the mma.sync kernels (wgmma only for Tk = T without key_lo).
+ * (every query sees at least its own key); the kernels rely on it and do not check it.
  *
  * Precisions (the type of q, k, v, o, d_o, dq, dk, dv; lse and the workspace are always float):
  *   GDN_CUDA_BF16: __nv_bfloat16 storage, bf16 tensor-core products (wgmma or mma.sync) with

@@ -207,9 +207,7 @@ extern "C" void gdn_cuda_attention_fwd(const gdn_cuda_attention_args *a) {
     cudaStream_t st = (cudaStream_t)a->stream;
     if (a->fwd_algo < 0 || a->fwd_algo > 2)
         GDN_CUDA_DIE("attention: fwd_algo=%d: use 0 (fastest available), 1 (mma.sync) or 2 (wgmma)", a->fwd_algo);
-    if (a->fwd_algo == 2 && attn::has_prefix(a))
-        GDN_CUDA_DIE("attention: fwd_algo=2 (wgmma) runs no queries after a prefix (Tk > T) and no key_lo; use 0 or 1");
-    if (a->precision == GDN_CUDA_BF16 && a->fwd_algo != 1 && !attn::has_prefix(a)) {
+    if (a->precision == GDN_CUDA_BF16 && a->fwd_algo != 1) {
         if (gdn_cuda_attention_sm90a_available()) {
             attn::sm90a_fwd(p, a->D, a->stream);
             return;

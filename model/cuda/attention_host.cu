@@ -52,7 +52,7 @@ extern "C" void gdn_cuda_attention_check(const gdn_cuda_attention_args *a, int b
 }
 
 extern "C" size_t gdn_cuda_attention_workspace_bytes(const gdn_cuda_attention_args *a) {
-    const size_t dq_acc = a->bwd_algo == 2 && !attn::has_prefix(a) ? (size_t)a->B * a->T * a->H * a->D : 0; /* atomic dQ sums */
+    const size_t dq_acc = a->bwd_algo == 2 ? (size_t)a->B * a->T * a->H * a->D : 0; /* atomic dQ sums */
     return (attn::dq_acc_offset(a) + dq_acc) * sizeof(float);
 }
 

@@ -22,8 +22,7 @@
  * Sequence parallelism (hooks set): RoPE runs at the segment's positions pos0.., and the
  * attention reads the keys and values of positions 0 .. pos0+T-1, which attn_kv_fwd gathers into
  * k_all, v_all (kept per layer for the backward); the backward's gradients of all of them go to
- * attn_kv_bwd, which returns this segment's own rows summed over the segments that read them.
- * Segments after the first run the mma.sync kernels (queries after a prefix). */
+ * attn_kv_bwd, which returns this segment's own rows summed over the segments that read them. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

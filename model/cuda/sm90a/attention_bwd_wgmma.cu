@@ -46,14 +46,28 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
     int kt, pair;
     order.map(blockIdx.x, kt, pair); /* earlier key tiles see more queries */
     const int hk = pair % p.Hkv, b = pair / p.Hkv;
-    const int T = p.T, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int T = p.T, Tk = p.Tk, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
     const int k0 = kt * KB;
     const long ldq = (long)p.H * D, ldk = (long)p.Hkv * D;
-    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, T, p.Hkv, D);
-    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, T, p.Hkv, D);
-    /* query tiles i0 .. nq-1 hold the queries >= k0; iteration it = (head it / ni, tile i0 + it % ni) */
-    const int i0 = k0 / QB, nq = (T + QB - 1) / QB, ni = nq - i0, n_it = p.G * ni;
+    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, Tk, p.Hkv, D);
+    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, Tk, p.Hkv, D);
+    /* query tiles i0 .. i0+ni-1 hold the queries that see a key of this tile: rows >= k0 - qp, up
+     * to the last row whose document starts at or before the tile's last key (key_lo rises along
+     * the rows: a binary search); iteration it = (head it / ni, tile i0 + it % ni) */
+    int r_end = T - 1;
+    if (p.key_lo) {
+        const int *lo_b = p.key_lo + (long)b * T, k_last = k0 + KB - 1;
+        int lo_r = -1, hi_r = T - 1; /* the last row with key_lo <= k_last lies in (lo_r, hi_r], or is -1 */
+        if (__ldg(lo_b + hi_r) <= k_last) lo_r = hi_r;
+        while (hi_r - lo_r > 1) {
+            const int mid = (lo_r + hi_r) / 2;
+            if (__ldg(lo_b + mid) <= k_last) lo_r = mid; else hi_r = mid;
+        }
+        r_end = lo_r;
+    }
+    const int r_first = max(0, k0 - p.qp), i0 = r_first / QB;
+    const int ni = r_end >= r_first ? r_end / QB - i0 + 1 : 0, n_it = p.G * ni;
 
     auto load_q = [&](int it, int buf) {
         const int h = hk * p.G + it / ni, q0 = (i0 + it % ni) * QB;
@@ -67,9 +81,9 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
         }
     };
 
-    load_sw<KB, D, BWD_NTH>(sK, gk, ldk, k0, T);
-    load_sw<KB, D, BWD_NTH>(sV, gv, ldk, k0, T);
-    load_q(0, 0);
+    load_sw<KB, D, BWD_NTH>(sK, gk, ldk, k0, Tk);
+    load_sw<KB, D, BWD_NTH>(sV, gv, ldk, k0, Tk);
+    if (n_it) load_q(0, 0);
     cp_async_commit();
 
     float dk[D / 2], dv[D / 2];
@@ -111,8 +125,9 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
         wgmma_wait<1>();
         fence_regs(st);
 
-        /* P^T: keys as rows, queries as columns; masked: queries before the key or past the end */
-        const bool need_mask = q0 < key_base + 15 || q0 + QB > T;
+        /* P^T: keys as rows, queries as columns; masked: queries before the key, past the end or
+         * in a later document */
+        const bool need_mask = p.qp + q0 < key_base + 15 || q0 + QB > T || key_lo_at(p, b, q0 + QB - 1) > key_base;
 #pragma unroll
         for (int n = 0; n < NQ; ++n)
 #pragma unroll
@@ -121,7 +136,7 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
                 float x = ex2(fmaf(st[4 * n + e], p.scale_log2, -tL[c] * ATTN_LOG2E));
                 if (need_mask) {
                     const int q = q0 + c, key = key_base + g + 8 * (e >> 1);
-                    if (q < key || q >= T) x = 0.0f;
+                    if (!key_visible(p, q, key, key_lo_at(p, b, q))) x = 0.0f;
                 }
                 st[4 * n + e] = x;
             }
@@ -215,11 +230,12 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
         }
     }
 
-    bf16 *gdk = (bf16 *)p.dk + tok_off(b, 0, hk, T, p.Hkv, D), *gdv = (bf16 *)p.dv + tok_off(b, 0, hk, T, p.Hkv, D);
+    cp_async_wait<0>(); /* no query tile (keys no query sees): the first loads are still pending */
+    bf16 *gdk = (bf16 *)p.dk + tok_off(b, 0, hk, Tk, p.Hkv, D), *gdv = (bf16 *)p.dv + tok_off(b, 0, hk, Tk, p.Hkv, D);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int key = key_base + g + 8 * r;
-        if (key >= T) continue;
+        if (key >= Tk) continue;
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
             const long o = (long)key * ldk + 8 * n + 2 * t4;
@@ -247,10 +263,10 @@ template <int D, bool DQ> static void bwd_launch(const Params &p, float *dq_acc,
     constexpr size_t smem = bwd_smem_bytes<D>();
     static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
     GDN_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<D, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const int tiles = (p.T + KB - 1) / KB;
-    if ((double)tiles * p.B * p.Hkv > 2147483647.0) GDN_CUDA_DIE("attention: B*Hkv*T/%d blocks over the grid limit", KB);
+    const int tiles = (p.Tk + KB - 1) / KB;
+    if ((double)tiles * p.B * p.Hkv > 2147483647.0) GDN_CUDA_DIE("attention: B*Hkv*Tk/%d blocks over the grid limit", KB);
     /* per kv head: its keys and values, and the queries and output gradients of its group */
-    const BlockOrder order = block_order(tiles, p.B * p.Hkv, (size_t)p.T * D * (2 + 2 * p.G) * sizeof(bf16));
+    const BlockOrder order = block_order(tiles, p.B * p.Hkv, ((size_t)p.Tk * 2 + (size_t)p.T * 2 * p.G) * D * sizeof(bf16));
     bwd_kernel<D, DQ><<<(unsigned)(tiles * p.B * p.Hkv), BWD_NTH, smem, st>>>(p, dq_acc, order);
     GDN_CUDA_CHECK_LAUNCH();
 }
@@ -281,19 +297,20 @@ __global__ void __launch_bounds__(BWD_NTH, 1) dq_kernel(const Params p, const Bl
     int rank, pair;
     order.map(blockIdx.x, rank, pair);
     const int qt = order.tiles - 1 - rank, h = pair % p.H, b = pair / p.H; /* later tiles are longer */
-    const int hk = h / p.G, T = p.T;
+    const int hk = h / p.G, T = p.T, Tk = p.Tk;
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
     const int q0 = qt * DQ_BM;
     const long ldq = (long)p.H * D, ldk = (long)p.Hkv * D;
-    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, T, p.Hkv, D);
-    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, T, p.Hkv, D);
-    const int n_kv = (min(T, q0 + DQ_BM) + DQ_BN - 1) / DQ_BN;
+    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, Tk, p.Hkv, D);
+    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, Tk, p.Hkv, D);
+    /* key tiles j0 .. j0+nt-1, as in the forward; tile j0+j in buffer j % 3 */
+    const int j0 = key_lo_at(p, b, q0) / DQ_BN, nt = (p.qp + min(T, q0 + DQ_BM) + DQ_BN - 1) / DQ_BN - j0;
 
     load_sw<DQ_BM, D, BWD_NTH>(sQ, (const bf16 *)p.q + tok_off(b, 0, h, T, p.H, D), ldq, q0, T);
     load_sw<DQ_BM, D, BWD_NTH>(sdO, (const bf16 *)p.d_o + tok_off(b, 0, h, T, p.H, D), ldq, q0, T);
-    load_sw<DQ_BN, D, BWD_NTH>(sK, gk, ldk, 0, T);
-    load_sw<DQ_BN, D, BWD_NTH>(sV, gv, ldk, 0, T);
+    load_sw<DQ_BN, D, BWD_NTH>(sK, gk, ldk, j0 * DQ_BN, Tk);
+    load_sw<DQ_BN, D, BWD_NTH>(sV, gv, ldk, j0 * DQ_BN, Tk);
     cp_async_commit();
 
     const int row_base = q0 + wg * 64 + warp * 16; /* the warp's first query row */
@@ -304,16 +321,18 @@ __global__ void __launch_bounds__(BWD_NTH, 1) dq_kernel(const Params p, const Bl
         lse2[r] = row < T ? p.lse[((long)b * p.H + h) * T + row] * ATTN_LOG2E : 0.0f;
         dlt[r] = row < T ? p.delta[((long)b * p.H + h) * T + row] : 0.0f;
     }
+    const int lo[2] = {key_lo_at(p, b, row_base + g), key_lo_at(p, b, row_base + g + 8)};
+    const int lo_max = key_lo_at(p, b, row_base + 15);
     float dq[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dq[i] = 0.0f;
     const bf16 *qw = sQ + wg * 64 * 64, *ow = sdO + wg * 64 * 64; /* the warpgroup's rows */
 
-    for (int j = 0; j < n_kv; ++j) {
+    for (int j = 0; j < nt; ++j) {
         /* tile j+1 overwrites tile j-2, whose readers finished before the barrier of iteration j-1 */
-        if (j + 1 < n_kv) {
-            load_sw<DQ_BN, D, BWD_NTH>(sK + ((j + 1) % 3) * DQ_BN * D, gk, ldk, (j + 1) * DQ_BN, T);
-            load_sw<DQ_BN, D, BWD_NTH>(sV + ((j + 1) % 3) * DQ_BN * D, gv, ldk, (j + 1) * DQ_BN, T);
+        if (j + 1 < nt) {
+            load_sw<DQ_BN, D, BWD_NTH>(sK + ((j + 1) % 3) * DQ_BN * D, gk, ldk, (j0 + j + 1) * DQ_BN, Tk);
+            load_sw<DQ_BN, D, BWD_NTH>(sV + ((j + 1) % 3) * DQ_BN * D, gv, ldk, (j0 + j + 1) * DQ_BN, Tk);
         }
         cp_async_commit();
         cp_async_wait<1>();
@@ -337,8 +356,8 @@ __global__ void __launch_bounds__(BWD_NTH, 1) dq_kernel(const Params p, const Bl
         fence_regs(s);
         fence_regs(dp);
 
-        const int k0 = j * DQ_BN;
-        const bool need_mask = k0 + DQ_BN - 1 > row_base || k0 + DQ_BN > T || row_base + 16 > T;
+        const int k0 = (j0 + j) * DQ_BN;
+        const bool need_mask = k0 + DQ_BN - 1 > p.qp + row_base || k0 + DQ_BN > Tk || row_base + 16 > T || k0 < lo_max;
 #pragma unroll
         for (int n = 0; n < NS; ++n)
 #pragma unroll
@@ -346,7 +365,7 @@ __global__ void __launch_bounds__(BWD_NTH, 1) dq_kernel(const Params p, const Bl
                 float x = ex2(fmaf(s[4 * n + e], p.scale_log2, -lse2[e >> 1]));
                 if (need_mask) {
                     const int col = k0 + 8 * n + 2 * t4 + (e & 1), row = row_base + g + 8 * (e >> 1);
-                    if (col > row || col >= T || row >= T) x = 0.0f;
+                    if (!key_visible(p, row, col, lo[e >> 1])) x = 0.0f;
                 }
                 dp[4 * n + e] = x * (dp[4 * n + e] - dlt[e >> 1]);
             }
@@ -386,7 +405,7 @@ template <int D> static void dq_launch(const Params &p, cudaStream_t st) {
     GDN_CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int tiles = (p.T + DQ_BM - 1) / DQ_BM;
     if ((double)tiles * p.B * p.H > 2147483647.0) GDN_CUDA_DIE("attention: B*H*T/%d blocks over the grid limit", DQ_BM);
-    const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.T * D * 2 * sizeof(bf16));
+    const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.Tk * D * 2 * sizeof(bf16));
     dq_kernel<D><<<(unsigned)(tiles * p.B * p.H), BWD_NTH, smem, st>>>(p, order);
     GDN_CUDA_CHECK_LAUNCH();
 }

@@ -54,16 +54,19 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const unsigned (&pf)
 /* Online softmax of one score tile (keys k0..k0+BN-1) in place: masks, updates the running max
  * m and sum l (this lane's partial), turns s into probabilities relative to the new max, and
  * returns in alpha the factor that rescales the output accumulated so far. */
+/* lo: the first key of this lane's two rows (row_base + g, + 8), lo_max that of the warp's last
+ * row (key_lo rises along the rows). */
 __device__ __forceinline__ void softmax_tile(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                             int k0, int row_base, int T, float scale_log2) {
+                                             int k0, int row_base, const Params &p, const int (&lo)[2], int lo_max) {
     const int g = (threadIdx.x & 31) >> 2, t4 = threadIdx.x & 3;
-    if (k0 + BN - 1 > row_base || k0 + BN > T) {
+    const float scale_log2 = p.scale_log2;
+    if (k0 + BN - 1 > p.qp + row_base || k0 + BN > p.Tk || k0 < lo_max) {
 #pragma unroll
         for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int col = k0 + 8 * n + 2 * t4 + (e & 1), row = row_base + g + 8 * (e >> 1);
-                if (col > row || col >= T) s[4 * n + e] = -INFINITY;
+                if (!key_visible(p, row, col, lo[e >> 1])) s[4 * n + e] = -INFINITY;
             }
     }
 #pragma unroll
@@ -111,20 +114,22 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p, const Block
     int rank, pair;
     order.map(blockIdx.x, rank, pair);
     const int qt = order.tiles - 1 - rank, h = pair % p.H, b = pair / p.H; /* later query tiles are longer */
-    const int hk = h / p.G, T = p.T;
+    const int hk = h / p.G, T = p.T, Tk = p.Tk;
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int q0 = qt * BM;
     const long ldq = (long)p.H * D, ldk = (long)p.Hkv * D;
     const bf16 *gq = (const bf16 *)p.q + tok_off(b, 0, h, T, p.H, D);
-    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, T, p.Hkv, D);
-    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, T, p.Hkv, D);
-    const int n_kv = (min(T, q0 + BM) + BN - 1) / BN;
+    const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, Tk, p.Hkv, D);
+    const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, Tk, p.Hkv, D);
+    /* key tiles j0 .. j0+nt-1 cover keys key_lo(q0) .. qp + min(T, q0 + BM) - 1; tile j0+i sits in
+     * buffer i % 3 */
+    const int j0 = key_lo_at(p, b, q0) / BN, nt = (p.qp + min(T, q0 + BM) + BN - 1) / BN - j0;
 
     load_sw<BM, D, NTH>(sQ, gq, ldq, q0, T);
-    load_sw<BN, D, NTH>(sK, gk, ldk, 0, T);
+    load_sw<BN, D, NTH>(sK, gk, ldk, j0 * BN, Tk);
     cp_async_commit();
-    if (n_kv > 1) load_sw<BN, D, NTH>(sK + BN * D, gk, ldk, BN, T);
-    load_sw<BN, D, NTH>(sV, gv, ldk, 0, T);
+    if (nt > 1) load_sw<BN, D, NTH>(sK + BN * D, gk, ldk, (j0 + 1) * BN, Tk);
+    load_sw<BN, D, NTH>(sV, gv, ldk, j0 * BN, Tk);
     cp_async_commit();
 
     float o[D / 2];
@@ -133,6 +138,8 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p, const Block
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
     const int row_base = q0 + wg * 64 + warp * 16; /* the warp's first query row */
     const int g = lane >> 2, t4 = lane & 3;
+    const int lo[2] = {key_lo_at(p, b, row_base + g), key_lo_at(p, b, row_base + g + 8)};
+    const int lo_max = key_lo_at(p, b, row_base + 15);
     const bf16 *qw = sQ + wg * 64 * 64; /* this warpgroup's 64 rows of every column block */
 
     /* tile 0's scores and probabilities */
@@ -146,14 +153,14 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p, const Block
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s);
-    softmax_tile(s, m, l, alpha, 0, row_base, T, p.scale_log2);
+    softmax_tile(s, m, l, alpha, j0 * BN, row_base, p, lo, lo_max);
     pack_p(pf, s);
 
-    for (int j = 0; j + 1 < n_kv; ++j) {
+    for (int j = 0; j + 1 < nt; ++j) { /* j: this block's tile count, key tile j0 + j */
         /* three buffers: K_{j+2} and V_{j+1} overwrite K_{j-1} and V_{j-2}, whose readers
          * finished before the barrier of iteration j-1, so one barrier per iteration suffices */
-        if (j + 2 < n_kv) load_sw<BN, D, NTH>(sK + ((j + 2) % 3) * BN * D, gk, ldk, (j + 2) * BN, T);
-        load_sw<BN, D, NTH>(sV + ((j + 1) % 3) * BN * D, gv, ldk, (j + 1) * BN, T);
+        if (j + 2 < nt) load_sw<BN, D, NTH>(sK + ((j + 2) % 3) * BN * D, gk, ldk, (j0 + j + 2) * BN, Tk);
+        load_sw<BN, D, NTH>(sV + ((j + 1) % 3) * BN * D, gv, ldk, (j0 + j + 1) * BN, Tk);
         cp_async_commit();
         cp_async_wait<1>();
         fence_proxy_async();
@@ -166,7 +173,7 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p, const Block
         wgmma_commit();
         wgmma_wait<1>(); /* S_{j+1}; P_j V_j may still run */
         fence_regs(s);
-        softmax_tile(s, m, l, alpha, (j + 1) * BN, row_base, T, p.scale_log2);
+        softmax_tile(s, m, l, alpha, (j0 + j + 1) * BN, row_base, p, lo, lo_max);
         wgmma_wait<0>();
         fence_regs(o);
         fence_regs_u(pf); /* P_j was read by the tensor cores until here */
@@ -184,7 +191,7 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p, const Block
     fence_proxy_async();
     __syncthreads();
     wgmma_fence();
-    issue_pv<D>(o, pf, sV + ((n_kv - 1) % 3) * BN * D);
+    issue_pv<D>(o, pf, sV + ((nt - 1) % 3) * BN * D);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(o);
@@ -227,7 +234,7 @@ template <int D> static void fwd_launch(const Params &p, cudaStream_t st) {
     GDN_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int tiles = (p.T + BM - 1) / BM;
     if ((double)tiles * p.B * p.H > 2147483647.0) GDN_CUDA_DIE("attention: B*H*T/%d blocks over the grid limit", BM);
-    const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.T * D * 2 * sizeof(bf16));
+    const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.Tk * D * 2 * sizeof(bf16));
     fwd_kernel<D><<<(unsigned)(tiles * p.B * p.H), NTH, smem, st>>>(p, order);
     GDN_CUDA_CHECK_LAUNCH();
 }
