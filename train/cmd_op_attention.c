@@ -90,9 +90,15 @@ static void run_cpu(attn_arrays *a, int fp64, int want_grad) {
 /* The CUDA kernels on the host arrays (copied in, rounded to bf16 in bf16 mode; copied out). */
 static void run_cuda(attn_arrays *a, gdn_cuda_precision p, int want_grad) {
     const gdn_attn_shape *s = &a->s;
-    /* documents: a query's first key is its document's start (doc >= 0: cu_seqlens begins at 0) */
+    /* documents: a query's first key is its document's start; the first document of a row begins
+     * at 0 (in doc it reads as begun before the call, a negative value) */
+    int *key_lo = NULL;
+    if (a->doc) {
+        key_lo = GDN_MALLOC((size_t)s->B * s->T * sizeof *key_lo);
+        for (size_t i = 0; i < (size_t)s->B * s->T; i++) key_lo[i] = a->doc[i] < 0 ? 0 : a->doc[i];
+    }
     const gdn_cuda_attention_args args = {.B = s->B, .T = s->T, .H = s->H, .Hkv = s->Hkv, .D = s->D,
-                                          .key_lo = a->doc, .scale = (float)a->scale, .precision = p};
+                                          .key_lo = key_lo, .scale = (float)a->scale, .precision = p};
     float *q = op_to_f32(a->q, a->nq), *k = op_to_f32(a->k, a->nkv), *v = op_to_f32(a->v, a->nkv);
     a->o = attn_alloc_f32(a->nq);
     a->lse = attn_alloc_f32(a->nl);
@@ -109,6 +115,7 @@ static void run_cuda(attn_arrays *a, gdn_cuda_precision p, int want_grad) {
     free(q);
     free(k);
     free(v);
+    free(key_lo);
 }
 #endif
 

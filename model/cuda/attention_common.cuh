@@ -56,6 +56,16 @@ __device__ __forceinline__ int key_lo_at(const Params &p, int b, int row) {
     return p.key_lo ? __ldg(p.key_lo + (long)b * p.T + min(row, p.T - 1)) : 0;
 }
 
+/* p as plain causal self-attention (Tk = T, no prefix, no key_lo). The kernels take a template
+ * flag GEN and read `GEN ? p : causal_params(p)`: with these fields compile-time constants the
+ * plain instantiation keeps the masks and tile ranges of a kernel that never had them. */
+__device__ __forceinline__ Params causal_params(Params p) {
+    p.Tk = p.T;
+    p.qp = 0;
+    p.key_lo = nullptr;
+    return p;
+}
+
 /* Whether query row `row` sees key `col` (both inside their sequences). */
 __device__ __forceinline__ bool key_visible(const Params &p, int row, int col, int lo) {
     return row < p.T && col < p.Tk && col <= p.qp + row && col >= lo;

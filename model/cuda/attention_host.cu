@@ -147,7 +147,20 @@ void download(float *dst, const void *src, size_t n, gdn_cuda_precision p) {
     for (size_t i = 0; i < n; i++) dst[i] = __bfloat162float(h[i]);
 }
 
-/* key_lo of the host wrappers: a host array [B,T] copied to dst (key_lo_bytes(a) bytes) */
+/* key_lo of the host wrappers, a host array [B,T]: checked before any CUDA call (the kernels
+ * trust it for their tile ranges), then copied to dst (key_lo_bytes(a) bytes) */
+void check_key_lo_host(const gdn_cuda_attention_args *a) {
+    if (!a->key_lo) return;
+    const int Tk = a->Tk > 0 ? a->Tk : a->T;
+    for (int b = 0; b < a->B; b++)
+        for (int t = 0; t < a->T; t++) {
+            const int lo = a->key_lo[(size_t)b * a->T + t], prev = t ? a->key_lo[(size_t)b * a->T + t - 1] : 0;
+            if (lo < 0 || lo > Tk - a->T + t || lo < prev)
+                ATTN_DIE("key_lo[%d,%d] = %d; it must be non-decreasing along t and within 0 .. "
+                         "Tk - T + t = %d (the first key query t sees)", b, t, lo, Tk - a->T + t);
+        }
+}
+
 size_t key_lo_bytes(const gdn_cuda_attention_args *a) { return a->key_lo ? (size_t)a->B * a->T * sizeof(int) : 0; }
 const int *upload_key_lo(void *dst, const gdn_cuda_attention_args *a) {
     if (!a->key_lo) return NULL;
@@ -162,6 +175,7 @@ void poison(void *p, size_t bytes) { GDN_CUDA_CHECK(cudaMemset(p, 0xFF, bytes));
 
 extern "C" void gdn_cuda_attention_fwd_host(const gdn_cuda_attention_args *a, const float *q,
                                             const float *k, const float *v, float *o, float *lse) {
+    check_key_lo_host(a);
     gdn_cuda_attention_args d = *a;
     const Sizes n(a);
     const size_t es = n.es, nq = n.nq, nk = n.nk, nl = n.nl;
@@ -187,6 +201,7 @@ extern "C" void gdn_cuda_attention_fwd_host(const gdn_cuda_attention_args *a, co
 extern "C" void gdn_cuda_attention_bwd_host(const gdn_cuda_attention_args *a, const float *q,
                                             const float *k, const float *v, const float *d_o,
                                             float *o, float *lse, float *dq, float *dk, float *dv) {
+    check_key_lo_host(a);
     gdn_cuda_attention_args d = *a;
     const Buffers b(a);
     const size_t es = b.es, nq = b.nq, nk = b.nk, nl = b.nl;

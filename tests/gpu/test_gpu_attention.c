@@ -380,8 +380,8 @@ static void check_host_wrappers(const att_case *c, gdn_cuda_precision p) {
 }
 
 /* The launcher must refuse a bad argument block with a message naming the problem, not run.
- * Runs before any CUDA call (fork). */
-static void check_refusal(const char *what, int D, int H, int Hkv, int null_q, const char *want) {
+ * Runs before any CUDA call (fork). bad: 1 q NULL, 2 a negative key_lo given to the host wrapper. */
+static void check_refusal(const char *what, int D, int H, int Hkv, int bad, const char *want) {
     int fd[2];
     fflush(stdout);
     if (pipe(fd)) { perror("pipe"); exit(1); }
@@ -393,9 +393,15 @@ static void check_refusal(const char *what, int D, int H, int Hkv, int null_q, c
         dup2(fd[1], 2);
         const att_case c = {1, 8, H, Hkv, D, 0, 0, 0};
         gdn_cuda_attention_args a = att_args(&c, GDN_CUDA_BF16, 0);
-        a.q = null_q ? NULL : buf;
+        a.q = bad == 1 ? NULL : buf;
         a.k = a.v = a.o = buf;
         a.lse = (float *)buf;
+        if (bad == 2) { /* the host wrapper checks key_lo before any CUDA call */
+            static const int lo[8] = {0, 0, 0, -5, 0, 0, 0, 0};
+            static float host[8 * 2 * 64];
+            a.key_lo = lo;
+            gdn_cuda_attention_fwd_host(&a, host, host, host, host, host);
+        }
         gdn_cuda_attention_check(&a, 0);
         _exit(0); /* accepted: wrong */
     }
@@ -421,6 +427,7 @@ int main(int argc, char **argv) {
         check_refusal("D=96", 96, 2, 2, 0, "D=96");
         check_refusal("H=3 with Hkv=2", 64, 3, 2, 0, "Hkv=2");
         check_refusal("q NULL", 64, 2, 2, 1, "q is NULL");
+        check_refusal("key_lo < 0 (host wrapper)", 64, 2, 2, 2, "key_lo[0,3] = -5");
     }
     if (gdn_cuda_device_count() == 0) {
         printf("SKIP: no CUDA device%s\n", failures ? " (but an argument check FAILED)" : "");

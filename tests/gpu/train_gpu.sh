@@ -16,8 +16,12 @@
 #    GDN student (gdn distill init), both stages (stage 1 teacher-forced MSE, stage 2 KL): each
 #    stage's first loss within 3% of the CPU's on the same start, the MSE and the KL falling, and
 #    a run resumed from stage 2's step-10 checkpoint ending with the parameters of the straight
-#    run, bitwise.
-# Usage: [ONLY=distill] train_gpu.sh GDN OUT_DIR (ONLY=distill: the distillation checks alone).
+#    run, bitwise;
+#  - packed documents (gdn data --doc_sep, gdn train --documents, several documents of every
+#    length per window) in a model with every mixer kind (GDMA): --backend cuda tracks the CPU run
+#    (final val_loss within 3%, the loss falling by more than 1 nat); 10 + resume 10 == 20
+#    straight, bitwise.
+# Usage: [ONLY=distill|docs] train_gpu.sh GDN OUT_DIR (ONLY=...: those checks alone).
 # Prints "result:" lines for the summary table.
 set -uo pipefail
 GDN=$1
@@ -63,6 +67,51 @@ assert len(g1) == 20 and len(g2) == 20
 assert e1 < 0.03 and e2 < 0.03 and g1[-1]["loss"] < g1[0]["loss"] and g2[-1]["kl"] < g2[0]["kl"] and resumed
 PY
 }
+docs_checks() {
+  $PY - "$dir/docs.txt" <<'PY'
+import random, sys
+random.seed(7)
+words = "the of and to in a is that for it as was with be by on not he this are or his".split()
+docs = []
+for i in range(3000):
+    n = random.choice([1, 2, 5, 9, 17, 40, 63, 64, 65, 100, 200, 300])
+    s = ""
+    while len(s) < n: s += random.choice(words) + " "
+    docs.append(s[:n - 1] + "\n")
+open(sys.argv[1], "w").write("---\n".join(docs))
+PY
+  "$GDN" data --in "$dir/docs.txt" --out "$dir/docs" --doc_sep --- --val-tokens 0 > "$out/docs_data.log" 2>&1 || status=1
+  drun=(--data "$dir/docs_train_*.bin" --vocab_size 257 --documents --eod_token 256 --seq_len 256 --batch_size 8
+        --d_model 128 --n_layers 4 --mixers GDMA --n_heads 2 --head_dim 64 --n_kv_heads 1 --attn_head_dim 64
+        --d_ff 256 --val_tokens 20000 --eval_every 0 --eval_batches 8 --lr 3e-3 --warmup_steps 10 --seed 4)
+  for be in cuda cpu; do
+    "$GDN" train "${drun[@]}" --steps 150 --backend $be --out "$dir/docs_$be" > "$out/train_docs_$be.log" 2>&1 || status=1
+  done
+  "$GDN" train "${drun[@]}" --decay_steps 20 --steps 20 --backend cuda --out "$dir/docs_a" > /dev/null 2>&1 &&
+    "$GDN" train "${drun[@]}" --decay_steps 20 --steps 10 --backend cuda --out "$dir/docs_b" > /dev/null 2>&1 &&
+    "$GDN" train "${drun[@]}" --decay_steps 20 --steps 20 --resume auto --backend cuda --out "$dir/docs_b" \
+      > /dev/null 2>&1 || status=1
+  $PY - "$dir" <<'PY' || status=1
+import json, sys
+d = sys.argv[1]
+def m(r): return [json.loads(l) for l in open(f"{d}/{r}/metrics.jsonl")]
+g, c = m("docs_cuda"), m("docs_cpu")
+loss = [x["loss"] for x in g if "loss" in x]
+first, last = sum(loss[:5]) / 5, sum(loss[-5:]) / 5
+vg, vc = g[-1]["val_loss"], c[-1]["val_loss"]
+rel = abs(vg - vc) / vc
+a, b = ([x["loss"] for x in m(r) if "loss" in x] for r in ("docs_a", "docs_b"))
+print(f"result: documents GDMA 150 steps: gpu loss {first:.3f} -> {last:.3f}, val_loss gpu {vg:.4f} cpu {vc:.4f} "
+      f"(rel {rel:.2%}); gpu 10+resume 10 == 20 straight: {a == b}")
+assert len(loss) == 150 and last < first - 1.0, "documents on the GPU: the loss did not fall"
+assert rel < 0.03, "documents: the GPU loss does not track the CPU loss"
+assert len(a) == 20 and a == b, "documents on the GPU: resume is not bitwise"
+PY
+}
+if [ "${ONLY:-}" = docs ]; then
+  docs_checks
+  exit $status
+fi
 if [ "${ONLY:-}" = distill ]; then # the distillation checks alone (kernel iteration)
   distill_checks
   exit $status
@@ -169,4 +218,5 @@ assert resumed and worst < 0.03
 PY
 
 distill_checks
+docs_checks
 exit $status

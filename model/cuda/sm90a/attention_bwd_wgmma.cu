@@ -30,8 +30,9 @@ template <int D> constexpr size_t bwd_smem_bytes() {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-template <int D, bool DQ>
-__global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *dq_acc, const BlockOrder order) {
+template <int D, bool DQ, bool GEN>
+__global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params pin, float *dq_acc, const BlockOrder order) {
+    const Params p = GEN ? pin : causal_params(pin); /* GEN: a prefix or key_lo (see causal_params) */
     constexpr int NQ = QB / 8;                   /* 8-column blocks of S^T (queries) */
     constexpr int NDQ = D == 128 ? 64 : 64;      /* dQ columns per warpgroup (see above) */
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -246,7 +247,7 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params p, float *
     }
 }
 #else
-template <int D, bool DQ> __global__ void bwd_kernel(const Params, float *, const BlockOrder) {} /* not built for sm_90a: never launched */
+template <int D, bool DQ, bool GEN> __global__ void bwd_kernel(const Params, float *, const BlockOrder) {} /* not built for sm_90a: never launched */
 #endif
 
 /* dq = bf16(scale * dq_acc), 8 elements per thread (n is a multiple of 8: D is). */
@@ -259,15 +260,15 @@ __global__ void dq_round_kernel(const float *dq_acc, bf16 *dq, long n, float sca
     *reinterpret_cast<uint4 *>(dq + i) = *reinterpret_cast<const uint4 *>(r);
 }
 
-template <int D, bool DQ> static void bwd_launch(const Params &p, float *dq_acc, cudaStream_t st) {
+template <int D, bool DQ, bool GEN> static void bwd_launch(const Params &p, float *dq_acc, cudaStream_t st) {
     constexpr size_t smem = bwd_smem_bytes<D>();
     static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
-    GDN_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<D, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    GDN_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<D, DQ, GEN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int tiles = (p.Tk + KB - 1) / KB;
     if ((double)tiles * p.B * p.Hkv > 2147483647.0) GDN_CUDA_DIE("attention: B*Hkv*Tk/%d blocks over the grid limit", KB);
     /* per kv head: its keys and values, and the queries and output gradients of its group */
     const BlockOrder order = block_order(tiles, p.B * p.Hkv, ((size_t)p.Tk * 2 + (size_t)p.T * 2 * p.G) * D * sizeof(bf16));
-    bwd_kernel<D, DQ><<<(unsigned)(tiles * p.B * p.Hkv), BWD_NTH, smem, st>>>(p, dq_acc, order);
+    bwd_kernel<D, DQ, GEN><<<(unsigned)(tiles * p.B * p.Hkv), BWD_NTH, smem, st>>>(p, dq_acc, order);
     GDN_CUDA_CHECK_LAUNCH();
 }
 
@@ -285,8 +286,9 @@ template <int D> constexpr size_t dq_smem_bytes() {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-template <int D>
-__global__ void __launch_bounds__(BWD_NTH, 1) dq_kernel(const Params p, const BlockOrder order) {
+template <int D, bool GEN>
+__global__ void __launch_bounds__(BWD_NTH, 1) dq_kernel(const Params pin, const BlockOrder order) {
+    const Params p = GEN ? pin : causal_params(pin); /* GEN: a prefix or key_lo (see causal_params) */
     constexpr int NS = DQ_BN / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][DQ_BM][64] */
@@ -396,17 +398,17 @@ __global__ void __launch_bounds__(BWD_NTH, 1) dq_kernel(const Params p, const Bl
     }
 }
 #else
-template <int D> __global__ void dq_kernel(const Params, const BlockOrder) {} /* not built for sm_90a: never launched */
+template <int D, bool GEN> __global__ void dq_kernel(const Params, const BlockOrder) {} /* not built for sm_90a: never launched */
 #endif
 
-template <int D> static void dq_launch(const Params &p, cudaStream_t st) {
+template <int D, bool GEN> static void dq_launch(const Params &p, cudaStream_t st) {
     constexpr size_t smem = dq_smem_bytes<D>();
     static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
-    GDN_CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    GDN_CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<D, GEN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int tiles = (p.T + DQ_BM - 1) / DQ_BM;
     if ((double)tiles * p.B * p.H > 2147483647.0) GDN_CUDA_DIE("attention: B*H*T/%d blocks over the grid limit", DQ_BM);
     const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.Tk * D * 2 * sizeof(bf16));
-    dq_kernel<D><<<(unsigned)(tiles * p.B * p.H), BWD_NTH, smem, st>>>(p, order);
+    dq_kernel<D, GEN><<<(unsigned)(tiles * p.B * p.H), BWD_NTH, smem, st>>>(p, order);
     GDN_CUDA_CHECK_LAUNCH();
 }
 
@@ -415,20 +417,20 @@ template <int D> static void dq_launch(const Params &p, cudaStream_t st) {
 
 void attn::sm90a_bwd(const attn::Params &p, int D, float *dq_acc, void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
+    const bool gen = p.key_lo || p.qp; /* a prefix or documents: the general instantiation */
     if (!dq_acc) { /* deterministic: dK, dV per key tile, then dQ per query tile */
-        if (D == 64) {
-            attn::sm90a::bwd_launch<64, false>(p, NULL, st);
-            attn::sm90a::dq_launch<64>(p, st);
-        } else {
-            attn::sm90a::bwd_launch<128, false>(p, NULL, st);
-            attn::sm90a::dq_launch<128>(p, st);
-        }
+        auto run = [&](auto d, auto g) {
+            attn::sm90a::bwd_launch<decltype(d)::value, false, decltype(g)::value>(p, NULL, st);
+            attn::sm90a::dq_launch<decltype(d)::value, decltype(g)::value>(p, st);
+        };
+        dispatch(D, gen, run);
         return;
     }
     const long n = (long)p.B * p.T * p.H * D;
     GDN_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, (size_t)n * sizeof(float), st));
-    if (D == 64) attn::sm90a::bwd_launch<64, true>(p, dq_acc, st);
-    else attn::sm90a::bwd_launch<128, true>(p, dq_acc, st);
+    dispatch(D, gen, [&](auto d, auto g) {
+        attn::sm90a::bwd_launch<decltype(d)::value, true, decltype(g)::value>(p, dq_acc, st);
+    });
     const long threads = n / 8;
     attn::sm90a::dq_round_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, st>>>(dq_acc, (attn::bf16 *)p.dq, n, p.scale);
     GDN_CUDA_CHECK_LAUNCH();

@@ -103,8 +103,9 @@ __device__ __forceinline__ void pack_p(unsigned (&pf)[BN / 16][4], const float (
  * softmax of tile j+1, whose scores S_{j+1} = Q K_{j+1}^T were issued just before. Loads run
  * two key tiles / one value tile ahead: iteration j fills K_{j+2} and V_{j+1} (cp.async group
  * j) and waits for group j-1 (K_{j+1}, V_j). */
-template <int D>
-__global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p, const BlockOrder order) {
+template <int D, bool GEN>
+__global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params pin, const BlockOrder order) {
+    const Params p = GEN ? pin : causal_params(pin); /* GEN: a prefix or key_lo (see causal_params) */
     constexpr int NO = D / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][BM][64] */
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params p, const Block
     }
 }
 #else
-template <int D> __global__ void fwd_kernel(const Params, const BlockOrder) {} /* not built for sm_90a: never launched */
+template <int D, bool GEN> __global__ void fwd_kernel(const Params, const BlockOrder) {} /* not built for sm_90a: never launched */
 #endif
 
 /* 1 when this binary holds the sm_90a kernels for the current device's architecture. */
@@ -228,14 +229,14 @@ __global__ void probe_kernel(int *out) {
 #endif
 }
 
-template <int D> static void fwd_launch(const Params &p, cudaStream_t st) {
+template <int D, bool GEN> static void fwd_launch(const Params &p, cudaStream_t st) {
     constexpr size_t smem = fwd_smem_bytes<D>();
     static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
-    GDN_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    GDN_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<D, GEN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int tiles = (p.T + BM - 1) / BM;
     if ((double)tiles * p.B * p.H > 2147483647.0) GDN_CUDA_DIE("attention: B*H*T/%d blocks over the grid limit", BM);
     const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.Tk * D * 2 * sizeof(bf16));
-    fwd_kernel<D><<<(unsigned)(tiles * p.B * p.H), NTH, smem, st>>>(p, order);
+    fwd_kernel<D, GEN><<<(unsigned)(tiles * p.B * p.H), NTH, smem, st>>>(p, order);
     GDN_CUDA_CHECK_LAUNCH();
 }
 
@@ -278,6 +279,7 @@ extern "C" int gdn_cuda_attention_sm90a_available(void) {
 
 void attn::sm90a_fwd(const attn::Params &p, int D, void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
-    if (D == 64) attn::sm90a::fwd_launch<64>(p, st);
-    else attn::sm90a::fwd_launch<128>(p, st);
+    dispatch(D, p.key_lo || p.qp, [&](auto d, auto gen) { /* a prefix or documents: the general kernel */
+        attn::sm90a::fwd_launch<decltype(d)::value, decltype(gen)::value>(p, st);
+    });
 }

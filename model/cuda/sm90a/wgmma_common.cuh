@@ -17,6 +17,7 @@
 #ifndef GDN_WGMMA_COMMON_CUH
 #define GDN_WGMMA_COMMON_CUH
 
+#include <type_traits>
 #include "model/cuda/attention_common.cuh"
 
 namespace attn {
@@ -132,6 +133,20 @@ __device__ __forceinline__ unsigned char *smem_1024(unsigned char *raw) {
 }
 
 } // namespace sm90a
+
+/* f(D, GEN) with head dim d (64 or 128) and gen as compile-time constants
+ * (std::integral_constant), for the launchers of the kernel instantiations. */
+template <class F> inline void dispatch(int d, bool gen, F &&f) {
+    using std::integral_constant;
+    if (d == 64) {
+        if (gen) f(integral_constant<int, 64>{}, integral_constant<bool, true>{});
+        else f(integral_constant<int, 64>{}, integral_constant<bool, false>{});
+    } else {
+        if (gen) f(integral_constant<int, 128>{}, integral_constant<bool, true>{});
+        else f(integral_constant<int, 128>{}, integral_constant<bool, false>{});
+    }
+}
+
 } // namespace attn
 
 #endif
