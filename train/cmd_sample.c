@@ -250,7 +250,8 @@ int gdn_cmd_sample(int argc, char **argv) {
     gdn_cpu_carry_f32 carry[2] = {{0}, {0}};
     /* attention layers: one KV cache of the whole text, shared by the two carries (the forward
      * pass appends this segment's rows and reads the earlier ones) */
-    const size_t n_attn = (size_t)gdn_config_count_mixer(c, GDN_MIXER_A);
+    /* linearized layers (S) keep a KV cache too: their state is rebuilt from it */
+    const size_t n_attn = (size_t)(gdn_config_count_mixer(c, GDN_MIXER_A) + gdn_config_count_mixer(c, GDN_MIXER_S));
     float *kv = NULL;
     if (n_attn) {
         const int64_t len = (int64_t)strlen(prompt) + n_bytes + (eod >= 0);
