@@ -6,7 +6,8 @@ factors (attn.log_lambda = ln lambda) and every other tensor the teacher's bit f
 of the student on the same windows gives the printed loss of those layers replaced (fp32 against
 fp64); --keep-softmax keeps layers; the student opens in inspect and sample, trains with gdn
 train and with both stages of gdn distill train (its balance factors move, the teacher's tensors
-outside the converted mixers stay with --train mixers); the CUDA backend, sequence parallelism and
+outside the converted mixers stay with --train mixers); gdn train runs layer patterns with S
+from scratch (with documents too); the CUDA backend, sequence parallelism and
 export refuse it with a message naming the linearized layer; bad input is refused.
 
     python3 tests/e2e/linearize_student.py BUILD/gdn
@@ -15,6 +16,7 @@ import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -125,6 +127,17 @@ def main():
             for n2, v in ts.items():  # --train mixers: only the converted layers' attn.* move
                 if not any(n2.startswith(f"model.layers.{l}.attn.") for l, _, _ in chosen):
                     check(np.array_equal(final[n2], v), f"{n2} moved with --train mixers")
+        # layer patterns with S from scratch (lambda starts at 1: the form as derived), with documents too
+        for pat, extra in (("GGSA", []), ("SSSS", ["--documents", "true", "--eod_token", "10"])):
+            rd = os.path.join(tmp, "scratch_" + pat)
+            r = run("train", "--data", KJV, "--out", rd, "--steps", "3", "--d_model", "32", "--n_heads", "4",
+                    "--head_dim", "8", "--n_kv_heads", "2", "--d_ff", "64", "--n_layers", "4", "--mixers", pat,
+                    "--lr", "3e-3", *S, *extra)
+            if ok(r, f"train --mixers {pat} {extra}"):
+                m = [json.loads(x) for x in open(os.path.join(rd, "metrics.jsonl")) if '"step"' in x]
+                check(len(m) == 3 and all(math.isfinite(x["loss"]) for x in m), f"{pat}: {m}")
+                b = subprocess.run([GDN, "sample", "--run", rd, "--bytes", "20"], capture_output=True)  # any bytes
+                check(b.returncode == 0 and len(b.stdout) >= 20, f"sample of {pat}: {b.stderr[-500:]!r}")
         # what refuses the linearized kind
         refused(["train", "--data", KJV, "--out", os.path.join(tmp, "cu"), "--steps", "1", "--mixers", "GS",
                  "--backend", "cuda"], ["layer 1 is S (linearized)", "CUDA", "--backend cpu"])
