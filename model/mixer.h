@@ -8,6 +8,10 @@
  * and one that is not of the family:
  *   A attention causal softmax attention with RoPE (docs/design.md section 2.7): no state,
  *               convolution or gates; its layers carry keys and values instead
+ *   S linearized the training-free linearisation of softmax attention (docs/distillation.md,
+ *               "The linearized mixer"): attention's tensors plus a balance factor per head,
+ *               computed as a gated delta rule with centred keys and gates fixed by the position
+ *               (model/cpu/linearized.c; CPU backend only)
  * The delta-rule kinds come first (0 .. GDN_MIXER_DELTA_COUNT - 1): they are the variants of the
  * delta-rule op (gdn_delta_shape.variant). The values are stable (0 = G, so a zero-initialised
  * shape is the gated delta rule); a new kind is one enum value and one table row. */
@@ -22,6 +26,7 @@ typedef enum {
     GDN_MIXER_M,
     GDN_MIXER_L,
     GDN_MIXER_A,
+    GDN_MIXER_S,
     GDN_MIXER_COUNT
 } gdn_mixer;
 
@@ -34,7 +39,8 @@ typedef struct {
     int has_decay;    /* reads g (log-decay per token and head); else g = 0 */
     int has_beta;     /* reads beta (write strength); else the write is k v^T */
     int has_delta;    /* subtracts the state's prediction (I - beta k k^T); else adds k v^T */
-    int is_delta;     /* of the delta-rule family (state, convolutions, output gate); 0: attention */
+    int is_delta;     /* of the delta-rule family (state, convolutions, output gate); 0: attention's
+                       * tensors and layout (A and S) */
 } gdn_mixer_info;
 
 /* The row of mixer v, or NULL when v is not a mixer. */
@@ -45,6 +51,7 @@ static inline const gdn_mixer_info *gdn_mixer_get(int v) {
         [GDN_MIXER_M] = {'M', "gla", 1, 0, 0, 1},
         [GDN_MIXER_L] = {'L', "linear", 0, 0, 0, 1},
         [GDN_MIXER_A] = {'A', "attention", 0, 0, 0, 0},
+        [GDN_MIXER_S] = {'S', "linearized", 0, 0, 0, 0},
     };
     return v >= 0 && v < GDN_MIXER_COUNT ? &table[v] : NULL;
 }

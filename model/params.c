@@ -66,7 +66,7 @@ static size_t add_tensor(table_builder *b, const char *name, int ndim, size_t d0
 /* The sizes a block's shapes are written in (GDN_LAYER_TENSORS). */
 enum { DIM_D, DIM_H, DIM_HK, DIM_HV, DIM_V, DIM_F, DIM_W, DIM_ONE, DIM_QW, DIM_KW, DIM_VW, DIM_OW,
        DIM_DA, N_DIMS };
-enum { NEEDS_ALL, NEEDS_DELTA, NEEDS_DECAY, NEEDS_BETA, NEEDS_ATTN, NEEDS_BIAS, NEEDS_QKNORM };
+enum { NEEDS_ALL, NEEDS_DELTA, NEEDS_DECAY, NEEDS_BETA, NEEDS_ATTN, NEEDS_BIAS, NEEDS_QKNORM, NEEDS_LIN };
 
 typedef struct {
     const char *name;
@@ -90,13 +90,15 @@ static int mixer_has(const gdn_mixer_info *mx, const gdn_config *c, int needs) {
     case NEEDS_ATTN: return !mx->is_delta;
     case NEEDS_BIAS: return !mx->is_delta && c->qkv_bias;
     case NEEDS_QKNORM: return !mx->is_delta && c->qk_norm;
+    case NEEDS_LIN: return mx == gdn_mixer_get(GDN_MIXER_S);
     default: return 0;
     }
 }
 
-/* The attention layers' shape: n_heads a multiple of the kv heads, an even head dimension. */
+/* The attention layers' shape (A, and S which has their tensors): n_heads a multiple of the kv
+ * heads, an even head dimension. */
 static int check_attention(const gdn_config *c, char *err, int err_len) {
-    if (gdn_config_count_mixer(c, GDN_MIXER_A) == 0) return 0;
+    if (gdn_config_count_mixer(c, GDN_MIXER_A) + gdn_config_count_mixer(c, GDN_MIXER_S) == 0) return 0;
     const int hkv = gdn_config_kv_heads(c), da = gdn_config_attn_dim(c);
     if (c->n_kv_heads < 0 || c->attn_head_dim < 0) {
         snprintf(err, (size_t)err_len, "n_kv_heads and attn_head_dim must be >= 0 (0: n_heads, head_dim)");

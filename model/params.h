@@ -48,11 +48,12 @@ typedef enum {
  *             its kind: QW (queries), KW (keys), VW (values), OW (into o_proj) are HK, HK, HV, HV
  *             for the delta-rule kinds and H x Da, Hkv x Da, Hkv x Da, H x Da for attention
  *             (Hkv n_kv_heads, Da attn_head_dim, model/config.h); DA is Da
- *   no_decay  1: AdamW applies no weight decay (norms, biases, A_log, dt_bias)
+ *   no_decay  1: AdamW applies no weight decay (norms, biases, A_log, dt_bias, log_lambda)
  *   needs     ALL: every mixer has it; DELTA: the delta-rule kinds (is_delta, model/mixer.h);
  *             DECAY: mixers with a decay (has_decay); BETA: mixers with a write strength
- *             (has_beta); ATTN: attention; BIAS: attention with qkv_bias; QKNORM: attention
- *             with qk_norm. A layer whose mixer lacks it has offset GDN_NO_TENSOR and no entry
+ *             (has_beta); ATTN: attention's layout (A and S); BIAS: those with qkv_bias;
+ *             QKNORM: those with qk_norm; LIN: the linearized mixer (S) only. A layer
+ *             whose mixer lacks it has offset GDN_NO_TENSOR and no entry
  *             in the table, so adding a row another kind lacks leaves that kind's table as it was.
  *   init      how gdn_params_init fills it: GDN_INIT_<init> (gdn_param_init above) */
 /* clang-format off */
@@ -66,6 +67,7 @@ typedef enum {
     X(v_bias,    "attn.v_proj.bias",     1, VW, ONE, ONE, 1, BIAS, ZEROS)     \
     X(q_norm,    "attn.q_norm.weight",   1, DA, ONE, ONE, 1, QKNORM, ONES)    \
     X(k_norm,    "attn.k_norm.weight",   1, DA, ONE, ONE, 1, QKNORM, ONES)    \
+    X(log_lambda,"attn.log_lambda",      1, H,  ONE, ONE, 1, LIN, ZEROS)      \
     X(a_proj,    "attn.a_proj.weight",   2, H,  D,   ONE, 0, DECAY, NORMAL)   \
     X(b_proj,    "attn.b_proj.weight",   2, H,  D,   ONE, 0, BETA, NORMAL)    \
     X(g_proj,    "attn.g_proj.weight",   2, HV, D,   ONE, 0, DELTA, NORMAL)   \

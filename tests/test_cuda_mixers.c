@@ -49,6 +49,18 @@ static void test_other_kind_named(void **state) {
     assert_int_equal(gdn_cuda_unsupported_layer(&c, NULL, 0), 2);
 }
 
+/* The linearized mixer (S) runs on the CPU only: a pattern with it is refused naming the layer,
+ * whatever its head dims. */
+static void test_linearized_refused(void **state) {
+    (void)state;
+    gdn_config c = config("GS", 4);
+    c.head_dim = 64;
+    char err[256];
+    assert_int_equal(gdn_cuda_unsupported_layer(&c, err, sizeof err), 1);
+    assert_non_null(strstr(err, "mixers GS: layer 1 is S (linearized)"));
+    assert_non_null(strstr(err, "does not implement"));
+}
+
 /* Attention layers run with the head dims of the CUDA attention kernels only (64, 128); another
  * one is named (head_dim, or attn_head_dim when set) before any GPU memory is touched. */
 static void test_attention_head_dim(void **state) {
@@ -82,6 +94,7 @@ int main(void) {
         cmocka_unit_test(test_family_runs),
         cmocka_unit_test(test_other_kind_named),
         cmocka_unit_test(test_attention_head_dim),
+        cmocka_unit_test(test_linearized_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -70,7 +70,7 @@ static void test_mixer_table(void **state) {
         int decay, beta, delta;
     } want[GDN_MIXER_COUNT] = {
         {'G', "gdn", 1, 1, 1}, {'D', "deltanet", 0, 1, 1}, {'M', "gla", 1, 0, 0}, {'L', "linear", 0, 0, 0},
-        {'A', "attention", 0, 0, 0}};
+        {'A', "attention", 0, 0, 0}, {'S', "linearized", 0, 0, 0}};
     assert_int_equal(GDN_MIXER_G, 0); /* zero-initialised shapes are the gated delta rule */
     for (int v = 0; v < GDN_MIXER_COUNT; v++) {
         const gdn_mixer_info *mx = gdn_mixer_get(v);
@@ -80,7 +80,7 @@ static void test_mixer_table(void **state) {
         assert_int_equal(mx->has_decay, want[v].decay);
         assert_int_equal(mx->has_beta, want[v].beta);
         assert_int_equal(mx->has_delta, want[v].delta);
-        assert_int_equal(mx->is_delta, v < GDN_MIXER_DELTA_COUNT); /* attention is not a variant */
+        assert_int_equal(mx->is_delta, v < GDN_MIXER_DELTA_COUNT); /* attention (A, S) is not a variant */
         assert_int_equal(gdn_mixer_from_kind(mx->kind), v);
         assert_int_equal(gdn_mixer_from_name(mx->name), v);
     }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "io/json.h"
 #include "io/parse_num.h"
@@ -18,13 +19,16 @@
 #include "model/cpu/model_cpu.h"
 #include "model/mixer.h"
 #include "train/commands.h"
+#include "train/linearize_student.h"
 #include "train/model_load.h"
+#include "train/op_io.h"
 #include "train/run_config.h"
 
 static void lin_usage(FILE *f) {
     fprintf(f,
             "usage: gdn linearize --teacher MODEL.h5 --data SPEC [--layers L,L,...] [--windows N]\n"
-            "                     [--seq_len T] [--val_tokens N] [--json]\n\n"
+            "                     [--seq_len T] [--val_tokens N] [--json]\n"
+            "                     [--out STUDENT.h5 [--keep-softmax L,L,...]]\n\n"
             "Measures the training-free linearisations of the teacher's softmax attention layers\n"
             "(mixer A) on held-out windows, in fp64 on the CPU (docs/distillation.md):\n"
             "  gdn       the gated-delta-rule form as derived: centred keys k - kbar_t, decay 1 - 1/t,\n"
@@ -44,12 +48,17 @@ static void lin_usage(FILE *f) {
             "  --val_tokens N     take the windows from the last N tokens of SPEC, the part gdn train\n"
             "                     --val_tokens N holds out; 0 (default): from all of SPEC\n"
             "  --json             one JSON object instead of the tables\n"
-            "Writing a student initialised from the best approximation (--out) is not part of this\n"
-            "command yet; gdn distill builds students.\n");
+            "  --out FILE.h5      also write a student: the teacher with every measured layer whose best\n"
+            "                     approximation (lowest loss with that layer alone replaced) is the\n"
+            "                     gated-delta-rule form (balanced, or as derived) turned into a linearized\n"
+            "                     layer (mixer S) with the measured balance factors; the other layers stay\n"
+            "                     softmax. Its loss with those layers replaced is printed: gdn eval of the\n"
+            "                     student on the same windows gives it. CPU backend only.\n"
+            "  --keep-softmax L,L keep these softmax layers in the student whatever was measured\n");
 }
 
 typedef struct {
-    const char *teacher, *data, *layers;
+    const char *teacher, *data, *layers, *out, *keep;
     int seq_len, windows, json;
     int64_t val_tokens;
 } lin_opts;
@@ -66,11 +75,6 @@ static int parse_args(int argc, char **argv, lin_opts *o) {
             o->json = 1;
             continue;
         }
-        if (!strcmp(a, "--out")) {
-            fprintf(stderr, "gdn linearize: --out (a student from the linearised form) is not implemented "
-                            "yet: gdn linearize only measures; gdn distill builds students\n");
-            return 2;
-        }
         if (i + 1 >= argc) {
             fprintf(stderr, "gdn linearize: option '%s' needs a value (see gdn linearize --help)\n", a);
             return 2;
@@ -80,6 +84,8 @@ static int parse_args(int argc, char **argv, lin_opts *o) {
         if (!strcmp(a, "--teacher")) o->teacher = v;
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--layers")) o->layers = v;
+        else if (!strcmp(a, "--out")) o->out = v;
+        else if (!strcmp(a, "--keep-softmax")) o->keep = v;
         else if (!strcmp(a, "--seq_len")) bad = io_parse_int(a, v, 1, 1 << 20, &o->seq_len, err, sizeof err);
         else if (!strcmp(a, "--windows")) bad = io_parse_int(a, v, 1, 1 << 20, &o->windows, err, sizeof err);
         else if (!strcmp(a, "--val_tokens")) bad = io_parse_i64(a, v, 0, INT64_MAX, &o->val_tokens, err, sizeof err);
@@ -95,6 +101,14 @@ static int parse_args(int argc, char **argv, lin_opts *o) {
     }
     if (!o->teacher || !o->data) {
         fprintf(stderr, "gdn linearize: --teacher and --data are required (see gdn linearize --help)\n");
+        return 2;
+    }
+    if (o->keep && !o->out) {
+        fprintf(stderr, "gdn linearize: --keep-softmax chooses the layers of the student: give --out too\n");
+        return 2;
+    }
+    if (o->out && op_same_file(o->teacher, o->out)) {
+        fprintf(stderr, "gdn linearize: --out %s is the teacher; writing it would destroy it\n", o->out);
         return 2;
     }
     return 0;
@@ -152,6 +166,13 @@ typedef struct {
     double loss_all[GDN_LIN_COUNT];
     int diverged[GDN_LIN_COUNT]; /* (head, window) pairs whose output was not finite */
     uint64_t tokens;
+    /* --out: the student's layers made S, the form each starts from (-1: stays as it is), the
+     * balance factors they get [n_layers*H] (1 for the form as derived) and the loss with
+     * those layers replaced */
+    unsigned char *to_s;
+    int *from;
+    double *lambda_s;
+    double loss_student;
 } lin_result;
 
 static double rel_err(const lin_result *r, int l, int m, int h) {
@@ -242,6 +263,44 @@ static void measure(lin_run *w, lin_result *r) {
     free(one);
 }
 
+/* The student's layers: each measured layer not kept whose lowest one-layer loss is a form the
+ * linearized mixer holds (the balanced form, or the form as derived: lambda = 1); then its loss
+ * with those layers replaced. Returns the number of such layers. */
+static int choose_student(lin_run *w, lin_result *r, const unsigned char *kept) {
+    const int H = r->H;
+    int n = 0;
+    for (int l = 0; l < r->n_layers; l++) {
+        r->from[l] = -1;
+        for (int h = 0; h < H; h++) r->lambda_s[(size_t)l * H + h] = 1.0;
+        if (!r->sel[l] || kept[l]) continue;
+        int best = -1;
+        for (int m = 0; m < GDN_LIN_COUNT; m++) {
+            const double x = r->loss_one[(size_t)l * GDN_LIN_COUNT + m];
+            if (isfinite(x) && (best < 0 || x < r->loss_one[(size_t)l * GDN_LIN_COUNT + best])) best = m;
+        }
+        if (best != GDN_LIN_BALANCED && best != GDN_LIN_GDN) continue; /* nothing the kind holds helps most */
+        r->from[l] = best;
+        r->to_s[l] = 1;
+        n++;
+        if (best == GDN_LIN_BALANCED)
+            for (int h = 0; h < H; h++) r->lambda_s[(size_t)l * H + h] = r->lambda[(size_t)l * H + h];
+    }
+    /* the balanced form with lambda 1 is the form as derived: one pass covers both */
+    r->loss_student = n ? replaced_loss(w, r->to_s, GDN_LIN_BALANCED, r->lambda_s, NULL) : NAN;
+    return n;
+}
+
+static void print_student_text(const lin_opts *o, const lin_result *r, const char *mixers) {
+    printf("\nstudent %s (mixers \"%s\"):\n", o->out, mixers);
+    for (int l = 0; l < r->n_layers; l++) {
+        if (!r->sel[l] && !r->to_s[l]) continue;
+        if (r->to_s[l]) printf("  layer %d: A -> S from the %s form\n", l, gdn_lin_method_name(r->from[l]));
+        else printf("  layer %d: stays A\n", l);
+    }
+    printf("held-out loss with those layers replaced (gdn eval of the student on these windows): %.6f\n",
+           r->loss_student);
+}
+
 /* A number of the tables: "diverged" when it is not finite. */
 static void put(double x, const char *fmt) {
     if (isfinite(x)) printf(fmt, x);
@@ -302,7 +361,7 @@ static double loss_one(const lin_result *r, int l, int m) { return r->loss_one[(
 static double loss_all(const lin_result *r, int l, int m) { (void)l; return r->loss_all[m]; }
 static double mean_all(const lin_result *r, int l, int m) { (void)l; return overall_mean(r, m); }
 
-static void print_json(const lin_opts *o, const lin_result *r) {
+static void print_json(const lin_opts *o, const lin_result *r, const char *mixers) {
     io_jw w;
     io_jw_init(&w, 0);
     io_jw_begin_object(&w);
@@ -347,6 +406,28 @@ static void print_json(const lin_opts *o, const lin_result *r) {
     io_jw_begin_object(&w);
     for (int m = 0; m < GDN_LIN_COUNT; m++) io_jw_kv_int(&w, gdn_lin_method_name(m), r->diverged[m]);
     io_jw_end_object(&w);
+    if (o->out) { /* the student: its mixers, the layers made S (and the form each starts from) */
+        io_jw_key(&w, "student");
+        io_jw_begin_object(&w);
+        io_jw_kv_string(&w, "out", o->out);
+        io_jw_kv_string(&w, "mixers", mixers);
+        io_jw_key(&w, "layers");
+        io_jw_begin_array(&w);
+        for (int l = 0; l < r->n_layers; l++) {
+            if (!r->to_s[l]) continue;
+            io_jw_begin_object(&w);
+            io_jw_kv_int(&w, "layer", l);
+            io_jw_kv_string(&w, "from", gdn_lin_method_name(r->from[l]));
+            io_jw_key(&w, "lambda");
+            io_jw_begin_array(&w);
+            for (int h = 0; h < r->H; h++) io_jw_number(&w, r->lambda_s[(size_t)l * r->H + h]);
+            io_jw_end_array(&w);
+            io_jw_end_object(&w);
+        }
+        io_jw_end_array(&w);
+        io_jw_kv_number(&w, "loss", r->loss_student);
+        io_jw_end_object(&w);
+    }
     io_jw_end_object(&w);
     printf("%s\n", io_jw_text(&w));
     io_jw_free(&w);
@@ -362,6 +443,44 @@ static void run_defaults(const char *config_json, lin_opts *o) {
     if (!o->seq_len) o->seq_len = rc.seq_len;
 }
 
+/* The teacher's run configuration with the student's model (defaults when it has none). */
+static char *student_config_json(const char *teacher_json, const gdn_config *model) {
+    gdn_run_config rc;
+    char err[512];
+    if (!teacher_json || gdn_run_config_from_json_text(&rc, teacher_json, err, sizeof err))
+        if (gdn_run_config_from_json_text(&rc, "{}", err, sizeof err)) GDN_DIE("default run config: %s", err);
+    rc.model = *model;
+    io_jw jw;
+    io_jw_init(&jw, 1);
+    gdn_run_config_to_json(&rc, &jw);
+    char *s = strdup(io_jw_text(&jw));
+    io_jw_free(&jw);
+    if (!s) GDN_DIE("out of memory");
+    return s;
+}
+
+/* Writes the student of r to o->out (step 0, weights only). Returns 0, or 1 with a message. */
+static int write_student(const lin_opts *o, const gdn_param_table *tt, const float *tp, const gdn_config *sc,
+                         const lin_result *r, const char *teacher_json) {
+    gdn_param_table st;
+    gdn_param_table_build(&st, sc);
+    float *sp = GDN_MALLOC(sizeof *sp * st.total);
+    lin_student_params(tt, tp, &st, sp, r->lambda_s);
+    char *config_json = student_config_json(teacher_json, sc);
+    ckpt_contents c = {.step = 0, .tokens_seen = 0, .config_json = config_json, .model = sc, .table = &st,
+                       .params = sp};
+    char err[1024];
+    int status = 0;
+    if (ckpt_save_atomic(o->out, &c, err, sizeof err)) {
+        fprintf(stderr, "gdn linearize: --out: %s\n", err);
+        status = 1;
+    }
+    free(config_json);
+    free(sp);
+    gdn_param_table_free(&st);
+    return status;
+}
+
 int gdn_cmd_linearize(int argc, char **argv) {
     lin_opts o = {.windows = 8};
     int r = parse_args(argc, argv, &o);
@@ -375,7 +494,6 @@ int gdn_cmd_linearize(int argc, char **argv) {
         return 1;
     }
     run_defaults(info.config_json, &o);
-    ckpt_info_free(&info);
     const gdn_config *c = &t.cfg;
     int status = 1, have_ds = 0, have_tok = 0;
     io_tokens tok;
@@ -383,13 +501,18 @@ int gdn_cmd_linearize(int argc, char **argv) {
     double *params = NULL;
     lin_result res = {.n_layers = c->n_layers, .H = c->n_heads};
     lin_run run = {0};
-    res.sel = GDN_CALLOC((size_t)c->n_layers, 1);
+    gdn_config sc;
+    res.sel = GDN_CALLOC(3 * (size_t)c->n_layers, 1);
+    res.to_s = res.sel + c->n_layers;
+    unsigned char *kept = res.to_s + c->n_layers;
+    res.from = GDN_CALLOC((size_t)c->n_layers, sizeof(int));
     if (gdn_config_count_mixer(c, GDN_MIXER_A) == 0) {
         fprintf(stderr, "gdn linearize: %s has no softmax attention layer (mixers %s): there is nothing to "
                 "linearise\n", o.teacher, gdn_config_mixers(c));
         goto done;
     }
-    if (parse_layers(o.layers, &t, res.sel, err, sizeof err)) {
+    if (parse_layers(o.layers, &t, res.sel, err, sizeof err) ||
+        (o.keep && lin_student_keep(c, o.keep, kept, err, sizeof err))) {
         fprintf(stderr, "gdn linearize: %s\n", err);
         status = 2;
         goto done;
@@ -417,11 +540,12 @@ int gdn_cmd_linearize(int argc, char **argv) {
     params = GDN_MALLOC(sizeof(double) * t.total);
     for (size_t i = 0; i < t.total; i++) params[i] = p32[i];
     const size_t LH = (size_t)c->n_layers * c->n_heads;
-    res.sq = GDN_CALLOC(LH * (4 + GDN_LIN_COUNT) + (size_t)c->n_layers * GDN_LIN_COUNT, sizeof(double));
+    res.sq = GDN_CALLOC(LH * (5 + GDN_LIN_COUNT) + (size_t)c->n_layers * GDN_LIN_COUNT, sizeof(double));
     res.sk = res.sq + LH;
     res.lambda = res.sk + LH;
     res.ref2 = res.lambda + LH;
-    res.err2 = res.ref2 + LH;
+    res.lambda_s = res.ref2 + LH;
+    res.err2 = res.lambda_s + LH;
     res.loss_one = res.err2 + LH * GDN_LIN_COUNT;
     run = (lin_run){&ds, &t, params, gdn_cpu_acts_create_f64(&t, 1, o.seq_len), o.seq_len, o.windows,
                     GDN_MALLOC(sizeof(int) * (3 * (size_t)o.seq_len + 1)), NULL, NULL};
@@ -433,18 +557,36 @@ int gdn_cmd_linearize(int argc, char **argv) {
                 "diverged or are damaged\n", o.teacher, res.loss_exact);
         goto done;
     }
-    if (o.json) print_json(&o, &res);
-    else print_text(&o, &res);
+    if (o.out) {
+        if (!choose_student(&run, &res, kept)) {
+            fprintf(stderr, "gdn linearize: --out %s: no measured layer%s has the gated-delta-rule form (balanced or "
+                    "as derived) as its best approximation, so the student would be the teacher; nothing "
+                    "written\n", o.out, o.keep ? " outside --keep-softmax" : "");
+            goto done;
+        }
+        if (lin_student_config(c, res.to_s, &sc, err, sizeof err)) {
+            fprintf(stderr, "gdn linearize: --out %s: %s\n", o.out, err);
+            goto done;
+        }
+    }
+    if (o.json) print_json(&o, &res, o.out ? sc.mixers : "");
+    else {
+        print_text(&o, &res);
+        if (o.out) print_student_text(&o, &res, sc.mixers);
+    }
+    if (o.out && write_student(&o, &t, p32, &sc, &res, info.config_json)) goto done;
     status = fflush(stdout) ? 1 : 0;
 done:
     if (run.a) gdn_cpu_acts_free_f64(run.a);
     free(run.row);
     free(res.sq);
     free(res.sel);
+    free(res.from);
     free(params);
     if (have_ds) io_dataset_close(&ds);
     if (have_tok) io_tokens_close(&tok);
     free(p32);
+    ckpt_info_free(&info);
     gdn_param_table_free(&t);
     return status;
 }

@@ -249,8 +249,9 @@ int gdn_cmd_sample(int argc, char **argv) {
     const size_t Vh = (size_t)gdn_config_head_v(c), W1 = (size_t)c->conv_width - 1;
     gdn_cpu_carry_f32 carry[2] = {{0}, {0}};
     /* attention layers: one KV cache of the whole text, shared by the two carries (the forward
-     * pass appends this segment's rows and reads the earlier ones) */
-    const size_t n_attn = (size_t)gdn_config_count_mixer(c, GDN_MIXER_A);
+     * pass appends this segment's rows and reads the earlier ones); linearized layers (S) keep
+     * one too and rebuild their state from it */
+    const size_t n_attn = (size_t)(gdn_config_count_mixer(c, GDN_MIXER_A) + gdn_config_count_mixer(c, GDN_MIXER_S));
     float *kv = NULL;
     if (n_attn) {
         const int64_t len = (int64_t)strlen(prompt) + n_bytes + (eod >= 0);

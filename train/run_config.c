@@ -537,6 +537,9 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
           "sp = %d with --backend cuda: sequence parallelism of attention layers (mixer A in mixers "
           "\"%.64s\") runs on the CPU backend only for now; use --backend cpu, or sp = 1 on the GPU",
           rc->sp, gdn_config_mixers(&rc->model));
+    CHECK(rc->sp == 1 || gdn_config_count_mixer(&rc->model, GDN_MIXER_S) == 0,
+          "sp = %d: the model has linearized layers (mixer S in mixers \"%.64s\"), which run on whole "
+          "sequences only: use sp = 1", rc->sp, gdn_config_mixers(&rc->model));
     CHECK(rc->val_tokens >= 0, "val_tokens must be >= 0");
     if (rc->tokenizer[0] && check_tokenizer(rc, err, err_len)) goto done;
     CHECK(rc->documents || (rc->eod_token < 0 && rc->mask_begin < 0 && rc->mask_end < 0 && !rc->doc_fill),

@@ -31,6 +31,15 @@ static inline double gdn_lin_balance_factor(double sq, double sk) {
     return sqrt(sqrt(sk / sq));
 }
 
+/* The linearized mixer's core (mixer S, model/cpu/linearized.c): queries [B,T,H,D] (after the
+ * q/k norm and RoPE, not yet scaled), keys and values [B,Tk,Hkv,D] of the query heads' groups
+ * (query head h reads key/value head h / (H / Hkv)); doc as model/cpu/doc.h (NULL: none). */
+typedef struct {
+    int B, T, H, Hkv, D;
+    int chunk;      /* chunk size of the delta-rule kernel (16, 32 or 64) */
+    const int *doc; /* [B,T] or NULL; only with p0 = 0 */
+} gdn_linz_shape;
+
 #define GDN_OPS_REAL float
 #define GDN_OPS_R(name) name##_f32
 #include "model/cpu/linearize_decl.h"

@@ -21,6 +21,24 @@ void R_(gdn_lin_vala)(int T, int D, int Dv, const real_ *q, const real_ *k, cons
 /* Adds sum_t |q_t|^2 to *sq and sum_t |k_t - kbar_t|^2 to *sk (for gdn_lin_balance_factor). */
 void R_(gdn_lin_norms)(int T, int D, const real_ *q, const real_ *k, double *sq, double *sk);
 
+/* ---- the linearized mixer (mixer S, model/cpu/linearized.c) -------------------------------- */
+/* Per query head h with lambda_h = exp(log_lambda[h]) and positions p = 1, 2, ... counted from
+ * the start of each document (of the sequence without documents):
+ *   o_t = S_t^T (lambda_h scale q_t) + vbar_t,
+ *   S_t = (1 - 1/p)(I - ktil_t ktil_t^T / (p - 1)) S_{t-1} + ktil_t ((1 - 1/p)(v_t - vbar_{t-1}))^T / (p - 1)
+ * with ktil_t = (k_t - kbar_t) / lambda_h, kbar_t, vbar_t the running means of the document's
+ * keys and values (state and write zero at p = 1), run on the chunked delta rule (gdn_delta_fwd).
+ * The first p0 rows of each sequence of k and v (of kv_len rows; kv_len >= p0 + T) are earlier
+ * positions whose queries are not asked (decoding from a KV cache); the last T rows belong to the
+ * queries q. p0 > 0 needs doc = NULL. Writes o [B,T,H,D]. */
+void R_(gdn_linz_fwd)(const gdn_linz_shape *s, int p0, int kv_len, const real_ *q, const real_ *k,
+                      const real_ *v, const real_ *log_lambda, real_ scale, real_ *o);
+/* Backward of gdn_linz_fwd at p0 = 0 (kv_len = T): from d_o [B,T,H,D] writes dq [B,T,H,D], dk,
+ * dv [B,T,Hkv,D] and ADDS the gradient of log_lambda into dlog_lambda [H]. */
+void R_(gdn_linz_bwd)(const gdn_linz_shape *s, const real_ *q, const real_ *k, const real_ *v,
+                      const real_ *log_lambda, real_ scale, const real_ *d_o, real_ *dq, real_ *dk, real_ *dv,
+                      real_ *dlog_lambda);
+
 /* ---- the CPU model (model/cpu/linearize_model.c) ------------------------------------------- */
 /* After a gdn_cpu_forward on a (no carry, no sequence parallelism), for attention layer l and
  * each query head h: adds the sums of gdn_lin_norms over every sequence of the batch into

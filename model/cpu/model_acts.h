@@ -37,7 +37,7 @@ typedef struct {
     real *m;       /* [N,F] silu(gp) * up */
     /* An attention layer uses qp, kp, vp (projections with bias; vp is v), q, k (after the
      * norms and RoPE), rq, rk (the norms' rstd), o [N,H*Da] and lse; none of the rest of the
-     * mixer's. */
+     * mixer's. A linearized layer (mixer S) uses the same, except lse. */
     real *lse;     /* [B,H,T] */
 } layer_acts;
 
@@ -73,7 +73,7 @@ struct R(gdn_cpu_acts) {
     int has_grad;
     int seq_parallel;  /* hooks set */
     int pos0;          /* position of the first token (a carried KV cache); the backward needs 0 */
-    int n_attn;        /* attention layers */
+    int n_attn;        /* layers with attention's layout and KV cache (A and S) */
     hooks_t hooks;
     /* documents: the starts set (NULL: none) and, per forward pass, the form the kernels read
      * (model/cpu/doc.h); doc_used is doc when any row has a document boundary, else NULL */

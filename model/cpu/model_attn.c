@@ -5,11 +5,15 @@
  * go through the carried KV cache (decoding); under sequence parallelism RoPE starts at the
  * segment's position and the earlier segments' keys and values come through the hooks
  * (model/seq_hooks.h). With documents (a->doc_used) a query reads only its document's keys and
- * RoPE counts positions from the document's start. */
+ * RoPE counts positions from the document's start. A linearized layer (mixer S) is the same
+ * mixer with the attention replaced by its linearisation (model/cpu/linearized.c): it shares the
+ * projections, norms, RoPE and KV cache (decoding recomputes its state from the cached keys and
+ * values), and runs on whole sequences only. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/check.h"
+#include "model/cpu/linearize.h"
 #include "model/cpu/model_acts.h"
 #include "model/mixer.h"
 
@@ -28,10 +32,10 @@ static void bias_grad(real *db, const real *dy, int N, int C) {
     }
 }
 
-/* Which of the attention layers l is (its slice of a carried KV cache). */
+/* Which of the layers with a KV cache (A and S) l is (its slice of a carried KV cache). */
 static int attn_index(const gdn_param_table *t, int l) {
     int i = 0;
-    for (int j = 0; j < l; j++) i += t->layer[j].mixer == GDN_MIXER_A;
+    for (int j = 0; j < l; j++) i += t->layer[j].mixer == GDN_MIXER_A || t->layer[j].mixer == GDN_MIXER_S;
     return i;
 }
 
@@ -87,6 +91,36 @@ static void sp_prefix(const acts_t *a, const gdn_param_table *t, int l, real *kv
     kv_all[1] = kv_all[0] + a->sp_kv_n;
 }
 
+/* The linearized layer's output L->o from its q, k, v: from position 0, or after the carried KV
+ * cache's positions, whose keys and values rebuild the state. */
+static void linz_forward(acts_t *a, const gdn_param_table *t, const real *P, int l, const carry_t *cin,
+                         carry_t *cout, real scale) {
+    const gdn_config *c = &a->cfg;
+    layer_acts *L = &a->L[l];
+    if (a->seq_parallel)
+        GDN_DIE("gdn_cpu_forward: layer %d is a linearized layer (mixer S), which runs on whole sequences "
+                "only, not under sequence parallelism: use sp = 1", l);
+    const gdn_linz_shape ls = {a->B, a->T, c->n_heads, gdn_config_kv_heads(c), gdn_config_attn_dim(c),
+                               c->chunk_size, a->doc_used};
+    const real *log_lambda = P + t->layer[l].log_lambda;
+    if (a->pos0 == 0) {
+        R(gdn_linz_fwd)(&ls, 0, a->T, L->q, L->k, L->vp, log_lambda, scale, L->o);
+        real *own_k = NULL, *own_v = NULL;
+        if (cout && cout->kv_k) {
+            kv_cache_fill(a, t, l, cin, cout, 0, &own_k);
+            kv_cache_fill(a, t, l, cin, cout, 1, &own_v);
+        }
+        return;
+    }
+    real *own_k, *own_v;
+    real *kc = kv_cache_fill(a, t, l, cin, cout, 0, &own_k);
+    real *vc = kv_cache_fill(a, t, l, cin, cout, 1, &own_v);
+    const int len = own_k ? a->pos0 + a->T : cout->kv_len;
+    R(gdn_linz_fwd)(&ls, a->pos0, len, L->q, kc, vc, log_lambda, scale, L->o);
+    free(own_k);
+    free(own_v);
+}
+
 void R(gdn_cpu_attn_forward)(acts_t *a, const gdn_param_table *t, const real *P, int l,
                              const carry_t *cin, carry_t *cout) {
     const gdn_config *c = &a->cfg;
@@ -123,7 +157,9 @@ void R(gdn_cpu_attn_forward)(acts_t *a, const gdn_param_table *t, const real *P,
     const real scale = (real)(1.0 / sqrt((double)Da));
     if (cout && !cout->kv_k != !cout->kv_v)
         GDN_DIE("gdn_cpu_forward: carry_out has only one of kv_k, kv_v; give both or neither");
-    if (a->seq_parallel) { /* the earlier segments' keys and values through the hooks */
+    if (off->mixer == GDN_MIXER_S) {
+        linz_forward(a, t, P, l, cin, cout, scale);
+    } else if (a->seq_parallel) { /* the earlier segments' keys and values through the hooks */
         real *kv_all[2];
         sp_prefix(a, t, l, kv_all);
         void *const all[2] = {kv_all[0], kv_all[1]};
@@ -166,7 +202,11 @@ void R(gdn_cpu_attn_backward)(acts_t *a, const gdn_param_table *t, const real *P
     gdn_attn_shape shape = {B, T, H, Hkv, Da, a->doc_used};
     const real scale = (real)(1.0 / sqrt((double)Da));
     const int p0 = rope_pos0(a); /* 0 without hooks: gdn_cpu_backward refuses a carried cache */
-    if (a->seq_parallel) { /* gradients of the prefix's keys and values; the hooks sum our rows' */
+    if (off->mixer == GDN_MIXER_S) {
+        const gdn_linz_shape ls = {B, T, H, Hkv, Da, c->chunk_size, a->doc_used};
+        R(gdn_linz_bwd)(&ls, L->q, L->k, L->vp, P + off->log_lambda, scale, s->ado, s->adq, s->adk, s->adv,
+                        G + off->log_lambda);
+    } else if (a->seq_parallel) { /* gradients of the prefix's keys and values; the hooks sum our rows' */
         real *kv_all[2];
         sp_prefix(a, t, l, kv_all);
         real *dk_all = a->sp_kv + 2 * (size_t)a->n_attn * a->sp_kv_n, *dv_all = dk_all + a->sp_kv_n;

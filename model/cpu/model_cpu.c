@@ -5,7 +5,8 @@
  *           (the layer's mixer, model/mixer.h, picks the rule and which of g, beta exist)
  *           x_in[l+1] = x_mid + down(silu(gate(h2)) * up(h2)),  h2 = rmsnorm(x_mid)
  * with q, k, v = silu(conv4(proj(h1))), q and k L2-normalised per head, h1 = rmsnorm(x_in).
- * An attention layer (mixer A) has its own mixer, model/cpu/model_attn.c. */
+ * An attention layer (mixer A) has its own mixer, model/cpu/model_attn.c, which also runs the
+ * linearized layers (mixer S): they have attention's tensors and KV cache. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,7 @@ static size_t acts_layout(acts_t *a, real *base) {
     TAKE(a->x_mid, (size_t)c->n_layers * N * D);
     const size_t QW = H * (size_t)gdn_config_attn_dim(c);
     const size_t KW = (size_t)gdn_config_kv_heads(c) * (size_t)gdn_config_attn_dim(c);
-    const int n_attn = gdn_config_count_mixer(c, GDN_MIXER_A);
+    const int n_attn = gdn_config_count_mixer(c, GDN_MIXER_A) + gdn_config_count_mixer(c, GDN_MIXER_S);
     for (int l = 0; l < c->n_layers; l++) {
         layer_acts *L = &a->L[l];
         TAKE(L->rstd1, N); TAKE(L->h1, N * D);
@@ -81,7 +82,7 @@ acts_t *R(gdn_cpu_acts_create)(const gdn_param_table *t, int B, int T) {
     a->T = T;
     a->N = (size_t)B * (size_t)T;
     a->L = GDN_CALLOC((size_t)t->cfg.n_layers, sizeof *a->L);
-    a->n_attn = gdn_config_count_mixer(&t->cfg, GDN_MIXER_A);
+    a->n_attn = gdn_config_count_mixer(&t->cfg, GDN_MIXER_A) + gdn_config_count_mixer(&t->cfg, GDN_MIXER_S);
     a->tokens = GDN_CALLOC(a->N, sizeof *a->tokens);
     a->doc = GDN_CALLOC(a->N ? a->N : 1, sizeof *a->doc);
     size_t n = acts_layout(a, NULL);

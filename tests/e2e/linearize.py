@@ -166,13 +166,14 @@ def main():
             refused(["--teacher", hy, "--data", KJV, "--layers", "1,"], ["--layers", "commas"])
             refused(["--teacher", os.path.join(gonly, "ckpt_00000002.h5"), "--data", KJV],
                     ["no softmax attention layer"], code=1)
-        refused(["--teacher", teacher, "--data", KJV, "--out", "x.h5"], ["--out", "not implemented"])
+        refused(["--teacher", teacher, "--data", KJV, "--out", teacher], ["--out", "is the teacher"])
+        refused(["--teacher", teacher, "--data", KJV, "--keep-softmax", "0"], ["--keep-softmax", "--out"])
         refused(["--data", KJV], ["--teacher", "required"])
         refused(["--teacher", teacher, "--data", KJV, "--windows", "0"], ["--windows"])
         refused(["--teacher", teacher, "--data", os.path.join(tmp, "missing.txt")], ["missing.txt"], code=1)
         refused(["--teacher", os.path.join(tmp, "missing.h5"), "--data", KJV], ["missing.h5"], code=1)
         h = run("linearize", "--help")
-        check(h.returncode == 0 and "--out" in h.stdout and "not part of this" in h.stdout, "help")
+        check(h.returncode == 0 and "--out" in h.stdout and "--keep-softmax" in h.stdout, "help")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if failures:
