@@ -68,6 +68,7 @@ case $TEACHER_HF in
   mkdir -p "$root"
   if [ "$TEACHER_HF" = 1 ]; then
     hf=$root/teacher
+    tname="teacher (Llama by transformers"
     [ -s "$hf/model.safetensors" ] || say env DATA="$DATA" D_MODEL="$D_MODEL" LAYERS="$LAYERS" HEADS="$HEADS" \
       KV_HEADS="$KV_HEADS" D_FF="$D_FF" SEQ="$SEQ" BATCH="$BATCH" STEPS="$TEACHER_STEPS" LR="$LR" \
       WARMUP=$((TEACHER_STEPS / 20 + 1)) VAL_TOKENS="$VAL_TOKENS" EVAL_EVERY="$TEACHER_EVAL_EVERY" \
@@ -75,13 +76,14 @@ case $TEACHER_HF in
   else
     hf=$(cd "$TEACHER_HF" 2>/dev/null && pwd) && [ -s "$hf/config.json" ] ||
       { echo "distill_experiment: TEACHER_HF=$TEACHER_HF: not a Hugging Face model directory (no config.json); give 1 to train one" >&2; exit 2; }
+    tname="teacher (imported from $(basename "$hf")"
   fi
   tckpt=$root/teacher.h5
   [ -s "$tckpt" ] || say "$GDN" import "$hf" --out "$tckpt" > "$root/import.log"
   LAYERS=$("$GDN" inspect --json "$tckpt" | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["model"]["n_layers"])')
   [ "$LAYERS" -ge 2 ] || { echo "distill_experiment: the teacher has $LAYERS layer; the hybrid needs at least 2" >&2; exit 2; }
   pattern=$(printf 'A%.0s' $(seq "$LAYERS"))
-  tname="teacher (Llama from transformers, $pattern)"
+  tname="$tname, $pattern)"
   ;;
 esac
 hybrid=$(printf 'G%.0s' $(seq $((LAYERS - 1))))A # the last layer stays softmax

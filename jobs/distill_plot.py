@@ -230,14 +230,14 @@ def main(argv):
     exp = argv[1]
     out = argv[2] if len(argv) == 3 else exp
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        print(f"distill_plot: needs matplotlib ({e}): install python3-matplotlib", file=sys.stderr)
-        return 1
-    try:
-        runs = load(exp)
+        runs = load(exp)  # bad input first: it needs no matplotlib
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError as e:
+            print(f"distill_plot: needs matplotlib ({e}): install python3-matplotlib", file=sys.stderr)
+            return 1
         os.makedirs(out, exist_ok=True)
         written = [os.path.join(out, "loss_curves.png")]
         plot_losses(plt, exp, runs, written[0])

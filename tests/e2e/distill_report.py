@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""The distillation experiment's report tools at CPU size: jobs/distill_experiment.sh with a tiny
+gdn teacher and with an imported transformers Llama (TEACHER_HF=DIR, a fixture of
+tests/interop) writes results.json, linearize.json and the PNGs of jobs/distill_plot.py, and
+skips the plots with a message when its python has no matplotlib; distill_plot.py refuses bad
+input with a clear message; jobs/hf_teacher.py compiles, checks its settings without torch, and
+holds out exactly the windows gdn eval evaluates.
+usage: distill_report.py GDN   (run with a python that has numpy, matplotlib and h5py)"""
+import importlib.util
+import json
+import os
+import py_compile
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+from e2e_common import check, failures  # noqa: E402
+
+gdn = os.path.abspath(sys.argv[1])
+DATA = os.path.join(SRC, "data", "kjv.txt.gz")
+FIXTURE = os.path.join(SRC, "tests", "interop", "fixtures", "llama_gqa_bf16")
+PLOT = os.path.join(SRC, "jobs", "distill_plot.py")
+HF = os.path.join(SRC, "jobs", "hf_teacher.py")
+work = tempfile.mkdtemp(prefix="gdn_distill_report_")
+TINY = dict(GDN=gdn, PYTHON=sys.executable, BACKEND="cpu", D_MODEL="32", LAYERS="2", HEADS="2", KV_HEADS="1",
+            D_FF="64", SEQ="32", BATCH="4", TEACHER_STEPS="30", FRACTION="20", STAGE1_PERCENT="34",
+            VAL_TOKENS="20000", EVAL_WINDOWS="8", LIN_WINDOWS="2", TEACHER_EVAL_EVERY="5", EVAL_EVERY="2", OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
+
+
+def experiment(out, **extra):
+    env = dict(os.environ, **dict(TINY, **extra))
+    return subprocess.run(["bash", os.path.join(SRC, "jobs", "distill_experiment.sh"), out], capture_output=True,
+                          text=True, env=env)
+
+
+def check_png(path):
+    """A PNG that matplotlib reads back, of a real size, not one flat colour."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(24)
+    except OSError as e:
+        check(False, f"{path}: {e}")
+        return
+    check(head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", f"{path}: PNG signature and IHDR")
+    w, h = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    check(w >= 600 and h >= 300, f"{path}: {w} x {h} pixels")
+    check(os.path.getsize(path) > 20000, f"{path}: {os.path.getsize(path)} bytes")
+    import matplotlib.image
+    img = matplotlib.image.imread(path)
+    colours = len(np.unique(img.reshape(-1, img.shape[-1]).round(2), axis=0))
+    check(img.std() > 0.05 and colours > 20, f"{path}: drawn (std {img.std():.3f}, {colours} colours)")
+
+
+T0 = [time.time()]
+
+
+def section(name):
+    """Prints how long the previous part took (the test should stay within ~30 s)."""
+    now = time.time()
+    print(f"{name} ({now - T0[0]:.1f} s after the previous part)", flush=True)
+    T0[0] = now
+
+
+def plot(*args):
+    return subprocess.run([sys.executable, PLOT, *args], capture_output=True, text=True,
+                          env=dict(os.environ, MPLBACKEND="Agg"))
+
+
+try:
+    # ---- a gdn teacher: results, linearisation table, curves -------------------------------
+    out = os.path.join(work, "exp")
+    r = experiment(out)
+    check(r.returncode == 0, f"experiment exits 0: {r.stderr[-3000:]}")
+    res = json.load(open(os.path.join(out, "results.json")))
+    check(list(res["models"]) == ["teacher (AA)", "GDN student (GG)", "GDN from scratch", "hybrid student (GA)",
+                                  "hybrid from scratch"], f"results.json models: {list(res['models'])}")
+    check(res["teacher_tokens"] == 30 * 4 * 32 and res["student_tokens"] == 6 * 4 * 32, f"tokens: {res}")
+    lin = json.load(open(os.path.join(out, "linearize.json")))
+    check([l["layer"] for l in lin["layers"]] == [0, 1] and lin["windows"] == 2 and lin["seq_len"] == 32,
+          f"linearize.json: every layer, 2 windows of 32: {str(lin)[:300]}")
+    teacher = [json.loads(l) for l in open(os.path.join(out, "teacher", "metrics.jsonl"))]
+    check(sum("val_loss" in m for m in teacher) == 6, "teacher evaluated every TEACHER_EVAL_EVERY steps")
+    stage1 = [json.loads(l) for l in open(os.path.join(out, "distill_G", "stage1", "metrics.jsonl"))]
+    check(len(stage1) == 2 and "val_loss" in stage1[1], "students evaluated every EVAL_EVERY steps")
+    for png in ("loss_curves.png", "distill_stages.png"):
+        check_png(os.path.join(out, png))
+    check("results.json: teacher trained on 3,840 tokens; students and from-scratch runs on 768 (20%)" in r.stdout
+          and "hybrid from scratch" in r.stdout, f"table printed: {r.stdout}")
+
+    section("gdn teacher: done")
+    # ---- without matplotlib the experiment still ends, and says why there are no curves ----
+    fake = os.path.join(work, "nompl")
+    os.makedirs(os.path.join(fake, "matplotlib"))
+    with open(os.path.join(fake, "matplotlib", "__init__.py"), "w") as f:
+        f.write("raise ImportError('hidden for the test')\n")
+    wrapper = os.path.join(work, "python_nompl")
+    with open(wrapper, "w") as f:
+        f.write(f'#!/bin/sh\nPYTHONPATH={fake} exec {sys.executable} "$@"\n')
+    os.chmod(wrapper, 0o755)
+    for png in ("loss_curves.png", "distill_stages.png"):
+        os.remove(os.path.join(out, png))
+    r = experiment(out, PYTHON=wrapper)  # every run is there: only evaluation and linearize again
+    check(r.returncode == 0 and "cannot import matplotlib: no curves" in r.stderr, f"no matplotlib: {r.stderr[-1500:]}")
+    check(not os.path.exists(os.path.join(out, "loss_curves.png")), "no matplotlib: no PNG")
+
+    section("without matplotlib: done")
+    # ---- a transformers Llama as the teacher, imported; next to the gdn teacher's table -----
+    r = experiment(out, TEACHER_HF=FIXTURE, TEACHER_STEPS="8", FRACTION="50", STAGE1_PERCENT="25")
+    check(r.returncode == 0, f"TEACHER_HF=DIR exits 0: {r.stderr[-3000:]}")
+    hres = json.load(open(os.path.join(out, "hf", "results.json")))
+    check(list(hres["models"])[0] == "teacher (imported from llama_gqa_bf16, AA)" and len(hres["models"]) == 5,
+          f"hf/results.json: {list(hres['models'])}")
+    check(json.load(open(os.path.join(out, "results.json"))) == res, "the gdn teacher's results.json is kept")
+    check(os.path.exists(os.path.join(out, "hf", "linearize.json")), "hf/linearize.json")
+    for png in ("loss_curves.png", "distill_stages.png"):
+        check_png(os.path.join(out, "hf", png))
+    check(r.stdout.count("results.json: teacher trained") == 2 and "teacher (imported from llama_gqa_bf16, AA)"
+          in r.stdout, f"both tables printed: {r.stdout}")
+    r = experiment(os.path.join(work, "bad"), TEACHER_HF=work)
+    check(r.returncode == 2 and "not a Hugging Face model directory (no config.json)" in r.stderr,
+          f"TEACHER_HF without config.json: {r.returncode} {r.stderr}")
+
+    section("TEACHER_HF: done")
+    # ---- distill_plot.py on bad input --------------------------------------------------------
+    r = plot()
+    check(r.returncode == 2 and "EXPERIMENT_DIR" in r.stderr, f"no argument: usage, 2: {r.returncode}")
+    r = plot(os.path.join(work, "missing"))
+    check(r.returncode == 1 and "no such directory" in r.stderr, f"missing directory: {r.stderr}")
+    os.makedirs(os.path.join(work, "empty"))
+    r = plot(os.path.join(work, "empty"))
+    check(r.returncode == 1 and "none of the run directories" in r.stderr, f"no runs: {r.stderr}")
+    broken = os.path.join(work, "broken")
+    shutil.copytree(out, broken, ignore=shutil.ignore_patterns("*.h5", "hf"))
+    metrics = os.path.join(broken, "scratch_G", "metrics.jsonl")
+    open(metrics, "w").close()
+    r = plot(broken)
+    check(r.returncode == 1 and f"{metrics}: empty" in r.stderr, f"empty metrics.jsonl: {r.stderr}")
+    with open(metrics, "w") as f:
+        f.write('{"step":1,"loss":5.5,"tokens":128}\n{"step":2,"loss":\n')
+    r = plot(broken)
+    check(r.returncode == 1 and f"{metrics}:2: not a JSON object" in r.stderr, f"malformed line: {r.stderr}")
+    os.remove(metrics)
+    r = plot(broken)
+    check(r.returncode == 1 and "without metrics.jsonl" in r.stderr, f"run without metrics: {r.stderr}")
+    shutil.rmtree(os.path.join(broken, "scratch_G"))
+    shutil.rmtree(os.path.join(broken, "teacher"))
+    r = plot(broken, os.path.join(work, "pngs"))
+    check(r.returncode == 0 and "no teacher/ run, left out" in r.stderr and "no scratch_G/ run" in r.stderr,
+          f"absent runs left out: {r.returncode} {r.stderr}")
+    check_png(os.path.join(work, "pngs", "loss_curves.png"))
+
+    section("distill_plot errors: done")
+    # ---- hf_teacher.py: compiles; --check without torch; gdn's held-out windows -------------
+    py_compile.compile(HF, cfile=os.path.join(work, "hf_teacher.pyc"), doraise=True)
+    henv = dict(os.environ, D_MODEL="32", HEADS="2", KV_HEADS="1", LAYERS="2", D_FF="64", SEQ="32", STEPS="40",
+                VAL_TOKENS="20000", EVAL_WINDOWS="8", DATA=DATA)
+    r = subprocess.run([sys.executable, HF, os.path.join(work, "hft"), "--check"], capture_output=True, text=True,
+                       env=henv)
+    check(r.returncode == 0, f"hf_teacher --check: {r.stderr}")
+    plan = json.loads(r.stdout)
+    import gzip
+    n = len(gzip.open(DATA).read())
+    check(plan["tokens"] == n and plan["train_tokens"] == n - 20000 and plan["val_windows"] == 8 and
+          plan["llama_config"]["head_dim"] == 16 and plan["llama_config"]["num_key_value_heads"] == 1,
+          f"plan: {r.stdout[:400]}")
+    check(not os.path.exists(os.path.join(work, "hft")), "--check writes nothing")
+    for bad, msg in ((dict(HEADS="3"), "HEADS=3 does not divide D_MODEL=32"),
+                     (dict(KV_HEADS="3"), "KV_HEADS=3 does not divide HEADS=2"),
+                     (dict(VAL_TOKENS="99999999"), "VAL_TOKENS=99999999 leaves no training data"),
+                     (dict(SEQ="x"), "SEQ='x': expected an integer"),
+                     (dict(DATA=os.path.join(work, "nope.txt")), "cannot read"),
+                     (dict(VOCAB="100"), "is not below VOCAB=100")):
+        r = subprocess.run([sys.executable, HF, os.path.join(work, "hft"), "--check"], capture_output=True,
+                           text=True, env=dict(henv, **bad))
+        check(r.returncode == 1 and msg in r.stderr, f"hf_teacher {bad}: {r.returncode} {r.stderr}")
+    # its held-out windows are gdn eval's: the cross-entropy of the imported fixture on them
+    # (gdn op logits) is what gdn eval reports for the same --val_tokens / --max_windows
+    spec = importlib.util.spec_from_file_location("hf_teacher", HF)
+    hft = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hft)
+    T, hold, nwin = 32, 5000, 12
+    _, val = hft.split(hft.load_spans(DATA, 256), hold, T)
+    windows = hft.val_windows(val, T, nwin)
+    import h5py
+    ids, ckpt, logits = (os.path.join(work, x) for x in ("ids.h5", "fixture.h5", "logits.h5"))
+    with h5py.File(ids, "w") as f:
+        f["ids"] = windows[:, :-1].astype(np.int32)
+    for args in (("import", FIXTURE, "--out", ckpt), ("op", "logits", "--ckpt", ckpt, "--in", ids, "--out", logits,
+                                                       "--precision", "fp64")):
+        r = subprocess.run([gdn, *args], capture_output=True, text=True)
+        check(r.returncode == 0, f"gdn {' '.join(args)}: {r.stderr}")
+    with h5py.File(logits, "r") as f:
+        z = f["logits"][()].astype(np.float64)
+    z -= z.max(-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    ce = -np.take_along_axis(logp, windows[:, 1:, None], -1).mean()
+    r = subprocess.run([gdn, "eval", "--ckpt", ckpt, "--data", DATA, "--val_tokens", str(hold), "--seq_len", str(T),
+                        "--batch_size", "4", "--max_windows", str(nwin), "--json"], capture_output=True, text=True)
+    check(r.returncode == 0, f"gdn eval: {r.stderr}")
+    ev = json.loads(r.stdout)
+    check(abs(ev["loss"] - ce) < 1e-4, f"hf_teacher's held-out windows are gdn eval's: {ce} against {ev['loss']}")
+    section("hf_teacher: done")
+finally:
+    if not failures:
+        shutil.rmtree(work, ignore_errors=True)
+
+if failures:
+    print(f"{len(failures)} check(s) failed; files kept in {work}", file=sys.stderr)
+    sys.exit(1)
+print("distill_report: all checks passed")
