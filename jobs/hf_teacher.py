@@ -74,7 +74,7 @@ def env_float(name, default):
 
 def settings():
     here = os.path.dirname(os.path.abspath(__file__))
-    s = {"data": os.environ.get("DATA") or os.path.join(here, "..", "data", "kjv.txt.gz")}
+    s = {"data": os.environ.get("DATA") or os.path.normpath(os.path.join(here, "..", "data", "kjv.txt.gz"))}
     for name, default in (("d_model", 384), ("layers", 6), ("heads", 6), ("kv_heads", 2), ("d_ff", 1024),
                           ("seq", 256), ("batch", 32), ("steps", 1000), ("val_tokens", 200000),
                           ("eval_windows", 256), ("seed", 1), ("vocab", 256)):
@@ -129,7 +129,7 @@ def load_spans(spec, vocab):
         if t.size and int(t.max()) >= vocab:
             raise BadInput(f"{p}: token {int(t.max())} is not below VOCAB={vocab}")
         spans.append(t)
-    if not p.endswith(".bin") and vocab != 256:
+    if not paths[0].endswith(".bin") and vocab != 256:
         raise BadInput(f"VOCAB={vocab}: text is byte-level, vocabulary 256")
     return spans
 
@@ -208,10 +208,11 @@ def train(s, out, train_pieces, val):
     rng = np.random.default_rng(s["seed"])
     ar = torch.arange(T + 1, device=dev)
     val_t = torch.from_numpy(val).to(dev)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if dev == "cuda" else torch.autocast("cpu", enabled=False)
+    def amp():  # bf16 matmuls on the GPU (as gdn's CUDA backend), fp32 on the CPU
+        return torch.autocast("cuda", dtype=torch.bfloat16) if dev == "cuda" else torch.autocast("cpu", enabled=False)
 
     def loss_of(w):
-        with amp:
+        with amp():
             logits = model(input_ids=w[:, :-1], use_cache=False).logits
         return F.cross_entropy(logits.float().reshape(-1, V), w[:, 1:].reshape(-1))
 

@@ -6,6 +6,7 @@ skips the plots with a message when its python has no matplotlib; distill_plot.p
 input with a clear message; jobs/hf_teacher.py compiles, checks its settings without torch, and
 holds out exactly the windows gdn eval evaluates.
 usage: distill_report.py GDN   (run with a python that has numpy, matplotlib and h5py)"""
+import gzip
 import importlib.util
 import json
 import os
@@ -165,7 +166,6 @@ try:
                        env=henv)
     check(r.returncode == 0, f"hf_teacher --check: {r.stderr}")
     plan = json.loads(r.stdout)
-    import gzip
     n = len(gzip.open(DATA).read())
     check(plan["tokens"] == n and plan["train_tokens"] == n - 20000 and plan["val_windows"] == 8 and
           plan["llama_config"]["head_dim"] == 16 and plan["llama_config"]["num_key_value_heads"] == 1,
@@ -181,31 +181,45 @@ try:
                            text=True, env=dict(henv, **bad))
         check(r.returncode == 1 and msg in r.stderr, f"hf_teacher {bad}: {r.returncode} {r.stderr}")
     # its held-out windows are gdn eval's: the cross-entropy of the imported fixture on them
-    # (gdn op logits) is what gdn eval reports for the same --val_tokens / --max_windows
+    # (gdn op logits) is what gdn eval reports for the same --val_tokens / --max_windows; on the
+    # text, and on two token shards with the hold-out starting inside the first
     spec = importlib.util.spec_from_file_location("hf_teacher", HF)
     hft = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hft)
-    T, hold, nwin = 32, 5000, 12
-    _, val = hft.split(hft.load_spans(DATA, 256), hold, T)
-    windows = hft.val_windows(val, T, nwin)
     import h5py
-    ids, ckpt, logits = (os.path.join(work, x) for x in ("ids.h5", "fixture.h5", "logits.h5"))
-    with h5py.File(ids, "w") as f:
-        f["ids"] = windows[:, :-1].astype(np.int32)
-    for args in (("import", FIXTURE, "--out", ckpt), ("op", "logits", "--ckpt", ckpt, "--in", ids, "--out", logits,
-                                                       "--precision", "fp64")):
-        r = subprocess.run([gdn, *args], capture_output=True, text=True)
-        check(r.returncode == 0, f"gdn {' '.join(args)}: {r.stderr}")
-    with h5py.File(logits, "r") as f:
-        z = f["logits"][()].astype(np.float64)
-    z -= z.max(-1, keepdims=True)
-    logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
-    ce = -np.take_along_axis(logp, windows[:, 1:, None], -1).mean()
-    r = subprocess.run([gdn, "eval", "--ckpt", ckpt, "--data", DATA, "--val_tokens", str(hold), "--seq_len", str(T),
-                        "--batch_size", "4", "--max_windows", str(nwin), "--json"], capture_output=True, text=True)
-    check(r.returncode == 0, f"gdn eval: {r.stderr}")
-    ev = json.loads(r.stdout)
-    check(abs(ev["loss"] - ce) < 1e-4, f"hf_teacher's held-out windows are gdn eval's: {ce} against {ev['loss']}")
+    ckpt = os.path.join(work, "fixture.h5")
+    r = subprocess.run([gdn, "import", FIXTURE, "--out", ckpt], capture_output=True, text=True)
+    check(r.returncode == 0, f"gdn import: {r.stderr}")
+    text = np.frombuffer(gzip.open(DATA).read(), dtype=np.uint8)
+    shards = []
+    for i, (lo, hi) in enumerate(((0, 30000), (30000, 33000))):
+        shards.append(os.path.join(work, f"part_{i}.bin"))
+        header = np.zeros(256, dtype="<i4")
+        header[:3] = (20240520, 1, hi - lo)
+        with open(shards[-1], "wb") as f:
+            f.write(header.tobytes() + text[lo:hi].astype("<u2").tobytes())
+    for data, hold, nwin in ((DATA, 5000, 12), (",".join(shards), 5000, 200)):
+        T = 32
+        _, val = hft.split(hft.load_spans(data, 256), hold, T)
+        windows = hft.val_windows(val, T, nwin)
+        ids, logits = os.path.join(work, "ids.h5"), os.path.join(work, "logits.h5")
+        with h5py.File(ids, "w") as f:
+            f["ids"] = windows[:, :-1].astype(np.int32)
+        r = subprocess.run([gdn, "op", "logits", "--ckpt", ckpt, "--in", ids, "--out", logits, "--precision", "fp64"],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"gdn op logits: {r.stderr}")
+        with h5py.File(logits, "r") as f:
+            z = f["logits"][()].astype(np.float64)
+        z -= z.max(-1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+        ce = -np.take_along_axis(logp, windows[:, 1:, None], -1).mean()
+        r = subprocess.run([gdn, "eval", "--ckpt", ckpt, "--data", data, "--val_tokens", str(hold), "--seq_len",
+                            str(T), "--batch_size", "4", "--max_windows", str(nwin), "--json"], capture_output=True,
+                           text=True)
+        check(r.returncode == 0, f"gdn eval: {r.stderr}")
+        ev = json.loads(r.stdout)
+        check(len(windows) == ev["windows"] and abs(ev["loss"] - ce) < 1e-4,
+              f"{data}: hf_teacher's held-out windows are gdn eval's: {len(windows)} windows, {ce} against {r.stdout}")
     section("hf_teacher: done")
 finally:
     if not failures:
