@@ -20,8 +20,8 @@
 # student), STAGE1_PERCENT [20] (of the student's steps spent in stage 1), LR [2e-3],
 # STUDENT_LR [3e-3], TAU [1], CE_WEIGHT [0], VAL_TOKENS [200000], EVAL_WINDOWS [256],
 # TEACHER_EVAL_EVERY [TEACHER_STEPS/20] and EVAL_EVERY [student steps/10] (validation passes for
-# the curves), LIN_WINDOWS [8] (held-out windows for gdn linearize), TEACHER_HF [unset].
-# A teacher already in place (OUT_DIR/teacher's last checkpoint, OUT_DIR/hf/teacher.h5) is used
+# the curves), LIN_WINDOWS [16] (held-out windows for gdn linearize), TEACHER_HF [unset].
+# A teacher already in place (OUT_DIR/teacher/ckpt_<TEACHER_STEPS>.h5, OUT_DIR/hf/teacher.h5) is used
 # as it is (variants of the students share one). With a DIR, the shapes come from its config.json
 # and TEACHER_STEPS still sets the students' budget. Prints one table line per model (held-out
 # loss in nats per token, and its gap to the teacher), also written to results.json; writes
@@ -36,7 +36,7 @@ D_MODEL=${D_MODEL:-384} LAYERS=${LAYERS:-6} HEADS=${HEADS:-6} KV_HEADS=${KV_HEAD
 SEQ=${SEQ:-256} BATCH=${BATCH:-32} TEACHER_STEPS=${TEACHER_STEPS:-1000} FRACTION=${FRACTION:-10}
 STAGE1_PERCENT=${STAGE1_PERCENT:-20} LR=${LR:-2e-3} STUDENT_LR=${STUDENT_LR:-3e-3}
 TAU=${TAU:-1} CE_WEIGHT=${CE_WEIGHT:-0} VAL_TOKENS=${VAL_TOKENS:-200000} EVAL_WINDOWS=${EVAL_WINDOWS:-256}
-LIN_WINDOWS=${LIN_WINDOWS:-8} TEACHER_HF=${TEACHER_HF:-}
+LIN_WINDOWS=${LIN_WINDOWS:-16} TEACHER_HF=${TEACHER_HF:-}
 [ -x "$GDN" ] || { echo "distill_experiment: no gdn at $GDN (build it or set GDN)" >&2; exit 2; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)

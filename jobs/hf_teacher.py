@@ -185,9 +185,12 @@ def llama_config(s):
 
 
 def train(s, out, train_pieces, val):
-    import torch
-    import torch.nn.functional as F
-    from transformers import LlamaConfig, LlamaForCausalLM
+    try:
+        import torch
+        import torch.nn.functional as F
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as e:
+        raise BadInput(f"needs torch and transformers ({e}); --check runs without them")
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(s["seed"])
@@ -274,11 +277,15 @@ def main(argv):
     if check:
         print(json.dumps(plan, indent=1))
         return 0
-    os.makedirs(out, exist_ok=True)
-    for stale in ("model.safetensors", "train.json"):  # the model appears only once training ends
-        if os.path.exists(os.path.join(out, stale)):
-            os.remove(os.path.join(out, stale))
-    n_params, val_loss = train(s, out, train_pieces, val)
+    try:
+        os.makedirs(out, exist_ok=True)
+        for stale in ("model.safetensors", "train.json"):  # the model appears only once training ends
+            if os.path.exists(os.path.join(out, stale)):
+                os.remove(os.path.join(out, stale))
+        n_params, val_loss = train(s, out, train_pieces, val)
+    except BadInput as e:
+        print(f"hf_teacher: {e}", file=sys.stderr)
+        return 1
     plan.update(params=n_params, final_val_loss=val_loss)
     with open(os.path.join(out, "train.json"), "w") as f:
         json.dump(plan, f, indent=1)

@@ -124,6 +124,17 @@ try:
         check_png(os.path.join(out, "hf", png))
     check(r.stdout.count("results.json: teacher trained") == 2 and "teacher (imported from llama_gqa_bf16, AA)"
           in r.stdout, f"both tables printed: {r.stdout}")
+    # TEACHER_HF=1 trains one with jobs/hf_teacher.py: it runs here when torch and transformers
+    # are there (tiny, on the CPU); otherwise the script stops with hf_teacher's reason
+    have_torch = subprocess.run([sys.executable, "-c", "import torch, transformers"], capture_output=True).returncode == 0
+    r = experiment(os.path.join(work, "hf1"), TEACHER_HF="1", TEACHER_STEPS="8", FRACTION="50", STAGE1_PERCENT="25")
+    if have_torch:
+        check(r.returncode == 0, f"TEACHER_HF=1: {r.stderr[-3000:]}")
+        check(list(json.load(open(os.path.join(work, "hf1", "hf", "results.json")))["models"])[0] ==
+              "teacher (Llama by transformers, AA)", "TEACHER_HF=1: results.json")
+    else:
+        check(r.returncode == 1 and "hf_teacher: needs torch and transformers" in r.stderr,
+              f"TEACHER_HF=1 without torch: {r.returncode} {r.stderr[-1500:]}")
     r = experiment(os.path.join(work, "bad"), TEACHER_HF=work)
     check(r.returncode == 2 and "not a Hugging Face model directory (no config.json)" in r.stderr,
           f"TEACHER_HF without config.json: {r.returncode} {r.stderr}")
