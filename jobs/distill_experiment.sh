@@ -124,6 +124,8 @@ say "$GDN" linearize --teacher "$tckpt" --data "$DATA" --val_tokens "$VAL_TOKENS
   { echo "distill_experiment: gdn linearize failed (the command is above); no linearize.json" >&2; status=1; }
 if "$PYTHON" -c 'import matplotlib' 2>/dev/null; then
   say "$PYTHON" "$src/jobs/distill_plot.py" "$root" || status=1
+  # after a transformers teacher, gdn's run (when there is one) gets teachers.png: both teachers
+  if [ "$root" != "$out" ] && [ -d "$out/teacher" ]; then say "$PYTHON" "$src/jobs/distill_plot.py" "$out" || status=1; fi
 else
   echo "distill_experiment: $PYTHON cannot import matplotlib: no curves (install python3-matplotlib, or run" \
        "jobs/distill_plot.py $root with a python that has it)" >&2

@@ -14,6 +14,8 @@ and writes into PNG_DIR (default EXPERIMENT_DIR):
                       next-token training loss: its objective is the mixers' MSE)
   distill_stages.png  per student: stage 1's MSE (sum and per converted layer) and stage 2's
                       KL against the step
+  teachers.png        when EXPERIMENT_DIR/hf/teacher holds the run of jobs/hf_teacher.py
+                      (TEACHER_HF=1): both teachers' held-out and training loss against tokens
 
 Runs that are absent are left out (with a note); a metrics.jsonl that is empty, unreadable or
 not one JSON object per line is an error. The teacher's line is its last val_loss, or, without
@@ -223,6 +225,27 @@ def plot_stages(plt, runs, path):
     return True
 
 
+def plot_teachers(plt, gdn_teacher, hf_teacher, path):
+    """gdn's teacher next to the one transformers trained (EXP/hf/teacher), same axes."""
+    fig, (ax_val, ax_tr) = plt.subplots(1, 2, figsize=(13, 5))
+    for recs, name, colour in ((gdn_teacher, "teacher trained by gdn", "black"),
+                               (hf_teacher, "teacher trained by transformers", "tab:green")):
+        x, y = series(recs, "val_loss")
+        ax_val.plot(x, y, "o-", color=colour, ms=3, label=f"{name} (final {y[-1]:.4f})" if y else name)
+        x, y = series(recs, "loss")
+        ax_tr.plot(x, smooth(y, max(1, len(y) // 50)), color=colour, lw=1, label=name)
+    for ax, title in ((ax_val, "held-out loss"), (ax_tr, "training loss")):
+        ax.set_xscale("log")
+        ax.set_xlabel("tokens")
+        ax.set_ylabel("nats per token")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv):
     if len(argv) not in (2, 3) or argv[1] in ("-h", "--help"):
         print(__doc__, file=sys.stderr if len(argv) not in (2, 3) else sys.stdout)
@@ -243,6 +266,10 @@ def main(argv):
         plot_losses(plt, exp, runs, written[0])
         if plot_stages(plt, runs, os.path.join(out, "distill_stages.png")):
             written.append(os.path.join(out, "distill_stages.png"))
+        hf_teacher = run_metrics(exp, "hf", "teacher")
+        if runs["teacher"] and hf_teacher:
+            written.append(os.path.join(out, "teachers.png"))
+            plot_teachers(plt, runs["teacher"], hf_teacher, written[-1])
     except BadInput as e:
         print(f"distill_plot: {e}", file=sys.stderr)
         return 1

@@ -140,6 +140,18 @@ try:
           f"TEACHER_HF without config.json: {r.returncode} {r.stderr}")
 
     section("TEACHER_HF: done")
+    # teachers.png: gdn's teacher next to a transformers one (here gdn's metrics, shifted)
+    os.makedirs(os.path.join(out, "hf", "teacher"))
+    with open(os.path.join(out, "hf", "teacher", "metrics.jsonl"), "w") as f:
+        for m in teacher:
+            f.write(json.dumps(dict(m, loss=m["loss"] + 0.1, **({"val_loss": m["val_loss"] + 0.1}
+                                                                 if "val_loss" in m else {}))) + "\n")
+    r = plot(out)
+    check(r.returncode == 0 and r.stdout.split() == [os.path.join(out, x) for x in
+                                                     ("loss_curves.png", "distill_stages.png", "teachers.png")],
+          f"teachers.png: {r.stdout} {r.stderr}")
+    check_png(os.path.join(out, "teachers.png"))
+
     # ---- distill_plot.py on bad input --------------------------------------------------------
     r = plot()
     check(r.returncode == 2 and "EXPERIMENT_DIR" in r.stderr, f"no argument: usage, 2: {r.returncode}")
