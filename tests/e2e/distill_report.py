@@ -30,7 +30,10 @@ FIXTURE = os.path.join(SRC, "tests", "interop", "fixtures", "llama_gqa_bf16")
 PLOT = os.path.join(SRC, "jobs", "distill_plot.py")
 HF = os.path.join(SRC, "jobs", "hf_teacher.py")
 work = tempfile.mkdtemp(prefix="gdn_distill_report_")
-TINY = dict(GDN=gdn, PYTHON=sys.executable, BACKEND="cpu", D_MODEL="32", LAYERS="2", HEADS="2", KV_HEADS="1",
+SMALL = os.path.join(work, "kjv_300k.txt")  # a part of the corpus: each command reads it faster
+with open(SMALL, "wb") as f:
+    f.write(gzip.open(DATA).read()[:300000])
+TINY = dict(GDN=gdn, DATA=SMALL, PYTHON=sys.executable, BACKEND="cpu", D_MODEL="32", LAYERS="2", HEADS="2", KV_HEADS="1",
             D_FF="64", SEQ="32", BATCH="4", TEACHER_STEPS="30", FRACTION="20", STAGE1_PERCENT="34",
             VAL_TOKENS="20000", EVAL_WINDOWS="8", LIN_WINDOWS="2", TEACHER_EVAL_EVERY="5", EVAL_EVERY="2", OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
 
@@ -96,7 +99,8 @@ try:
           and "hybrid from scratch" in r.stdout, f"table printed: {r.stdout}")
 
     section("gdn teacher: done")
-    # ---- without matplotlib the experiment still ends, and says why there are no curves ----
+    # ---- an imported transformers Llama (TEACHER_HF=DIR), by a python without matplotlib: the
+    # experiment ends all the same and says why there are no curves; distill_plot draws them
     fake = os.path.join(work, "nompl")
     os.makedirs(os.path.join(fake, "matplotlib"))
     with open(os.path.join(fake, "matplotlib", "__init__.py"), "w") as f:
@@ -105,52 +109,61 @@ try:
     with open(wrapper, "w") as f:
         f.write(f'#!/bin/sh\nPYTHONPATH={fake} exec {sys.executable} "$@"\n')
     os.chmod(wrapper, 0o755)
-    for png in ("loss_curves.png", "distill_stages.png"):
-        os.remove(os.path.join(out, png))
-    r = experiment(out, PYTHON=wrapper)  # every run is there: only evaluation and linearize again
-    check(r.returncode == 0 and "cannot import matplotlib: no curves" in r.stderr, f"no matplotlib: {r.stderr[-1500:]}")
-    check(not os.path.exists(os.path.join(out, "loss_curves.png")), "no matplotlib: no PNG")
-
-    section("without matplotlib: done")
-    # ---- a transformers Llama as the teacher, imported; next to the gdn teacher's table -----
-    r = experiment(out, TEACHER_HF=FIXTURE, TEACHER_STEPS="8", FRACTION="50", STAGE1_PERCENT="25")
-    check(r.returncode == 0, f"TEACHER_HF=DIR exits 0: {r.stderr[-3000:]}")
-    hres = json.load(open(os.path.join(out, "hf", "results.json")))
+    imp = os.path.join(work, "imp")
+    r = experiment(imp, TEACHER_HF=FIXTURE, TEACHER_STEPS="8", FRACTION="50", STAGE1_PERCENT="25", PYTHON=wrapper)
+    check(r.returncode == 0 and "cannot import matplotlib: no curves" in r.stderr, f"TEACHER_HF=DIR: {r.stderr[-3000:]}")
+    hres = json.load(open(os.path.join(imp, "hf", "results.json")))
     check(list(hres["models"])[0] == "teacher (imported from llama_gqa_bf16, AA)" and len(hres["models"]) == 5,
           f"hf/results.json: {list(hres['models'])}")
-    check(json.load(open(os.path.join(out, "results.json"))) == res, "the gdn teacher's results.json is kept")
-    check(os.path.exists(os.path.join(out, "hf", "linearize.json")), "hf/linearize.json")
+    check(os.path.exists(os.path.join(imp, "hf", "linearize.json")), "hf/linearize.json")
+    check(not os.path.exists(os.path.join(imp, "hf", "loss_curves.png")), "no matplotlib: no PNG")
+    check("teacher (imported from llama_gqa_bf16, AA)" in r.stdout, f"table printed: {r.stdout}")
+    r = plot(os.path.join(imp, "hf"))  # no teacher/ run: its line from results.json
+    check(r.returncode == 0 and "no teacher/ run, left out" in r.stderr, f"plot of hf/: {r.stderr}")
     for png in ("loss_curves.png", "distill_stages.png"):
-        check_png(os.path.join(out, "hf", png))
-    check(r.stdout.count("results.json: teacher trained") == 2 and "teacher (imported from llama_gqa_bf16, AA)"
-          in r.stdout, f"both tables printed: {r.stdout}")
-    # TEACHER_HF=1 trains one with jobs/hf_teacher.py: it runs here when torch and transformers
-    # are there (tiny, on the CPU); otherwise the script stops with hf_teacher's reason
-    have_torch = subprocess.run([sys.executable, "-c", "import torch, transformers"], capture_output=True).returncode == 0
-    r = experiment(os.path.join(work, "hf1"), TEACHER_HF="1", TEACHER_STEPS="8", FRACTION="50", STAGE1_PERCENT="25")
-    if have_torch:
-        check(r.returncode == 0, f"TEACHER_HF=1: {r.stderr[-3000:]}")
-        check(list(json.load(open(os.path.join(work, "hf1", "hf", "results.json")))["models"])[0] ==
-              "teacher (Llama by transformers, AA)", "TEACHER_HF=1: results.json")
-    else:
-        check(r.returncode == 1 and "hf_teacher: needs torch and transformers" in r.stderr,
-              f"TEACHER_HF=1 without torch: {r.returncode} {r.stderr[-1500:]}")
+        check_png(os.path.join(imp, "hf", png))
     r = experiment(os.path.join(work, "bad"), TEACHER_HF=work)
     check(r.returncode == 2 and "not a Hugging Face model directory (no config.json)" in r.stderr,
           f"TEACHER_HF without config.json: {r.returncode} {r.stderr}")
+    section("TEACHER_HF=DIR: done")
 
-    section("TEACHER_HF: done")
-    # teachers.png: gdn's teacher next to a transformers one (here gdn's metrics, shifted)
-    os.makedirs(os.path.join(out, "hf", "teacher"))
-    with open(os.path.join(out, "hf", "teacher", "metrics.jsonl"), "w") as f:
-        for m in teacher:
-            f.write(json.dumps(dict(m, loss=m["loss"] + 0.1, **({"val_loss": m["val_loss"] + 0.1}
-                                                                 if "val_loss" in m else {}))) + "\n")
-    r = plot(out)
-    check(r.returncode == 0 and r.stdout.split() == [os.path.join(out, x) for x in
-                                                     ("loss_curves.png", "distill_stages.png", "teachers.png")],
-          f"teachers.png: {r.stdout} {r.stderr}")
+    # ---- TEACHER_HF=1 trains one with jobs/hf_teacher.py, beside gdn's teacher: where torch is
+    # there it runs (tiny, on the CPU; tests/e2e/llama_torch stands in for transformers when that
+    # is missing), its own held-out loss equals gdn eval's on its import (the same windows, the
+    # same model), and teachers.png shows both teachers; without torch the script stops with
+    # hf_teacher's reason, and teachers.png is checked on a stand-in run
+    has = lambda mod: subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True).returncode == 0
+    hf_env = dict(TEACHER_HF="1", TEACHER_STEPS="12", FRACTION="50", STAGE1_PERCENT="34")
+    if has("torch"):
+        if not has("transformers"):
+            hf_env["PYTHONPATH"] = os.path.join(HERE, "llama_torch")
+        r = experiment(out, **hf_env)
+        check(r.returncode == 0, f"TEACHER_HF=1: {r.stderr[-3000:]}")
+        models = json.load(open(os.path.join(out, "hf", "results.json")))["models"]
+        own = json.load(open(os.path.join(out, "hf", "teacher", "train.json")))
+        lines = [json.loads(l) for l in open(os.path.join(out, "hf", "teacher", "metrics.jsonl"))]
+        check(list(models)[0] == "teacher (Llama by transformers, AA)", f"TEACHER_HF=1: {list(models)}")
+        check(abs(own["final_val_loss"] - models["teacher (Llama by transformers, AA)"]["loss"]) < 1e-4,
+              f"hf_teacher's held-out loss is gdn eval's on the import: {own['final_val_loss']} against {models}")
+        check([m["step"] for m in lines] == list(range(1, 13)) and lines[-1]["tokens"] == 12 * 4 * 32 and
+              sum("val_loss" in m for m in lines) == 3, f"hf_teacher's metrics.jsonl: {lines[-1]}")
+        check(r.stdout.count("results.json: teacher trained") == 2, f"both tables printed: {r.stdout}")
+        check(json.load(open(os.path.join(out, "results.json"))) == res, "the gdn teacher's results.json is kept")
+        for png in ("loss_curves.png", "distill_stages.png"):
+            check_png(os.path.join(out, "hf", png))
+    else:
+        r = experiment(os.path.join(work, "hf1"), **hf_env)
+        check(r.returncode == 1 and "hf_teacher: needs torch and transformers" in r.stderr,
+              f"TEACHER_HF=1 without torch: {r.returncode} {r.stderr[-1500:]}")
+        os.makedirs(os.path.join(out, "hf", "teacher"))  # gdn's metrics, shifted, as the other teacher
+        with open(os.path.join(out, "hf", "teacher", "metrics.jsonl"), "w") as f:
+            for m in teacher:
+                f.write(json.dumps(dict(m, loss=m["loss"] + 0.1, **({"val_loss": m["val_loss"] + 0.1}
+                                                                     if "val_loss" in m else {}))) + "\n")
+        r = plot(out)
+        check(r.returncode == 0, f"teachers.png: {r.stderr}")
     check_png(os.path.join(out, "teachers.png"))
+    section("TEACHER_HF=1: done")
 
     # ---- distill_plot.py on bad input --------------------------------------------------------
     r = plot()
@@ -184,12 +197,12 @@ try:
     # ---- hf_teacher.py: compiles; --check without torch; gdn's held-out windows -------------
     py_compile.compile(HF, cfile=os.path.join(work, "hf_teacher.pyc"), doraise=True)
     henv = dict(os.environ, D_MODEL="32", HEADS="2", KV_HEADS="1", LAYERS="2", D_FF="64", SEQ="32", STEPS="40",
-                VAL_TOKENS="20000", EVAL_WINDOWS="8", DATA=DATA)
+                VAL_TOKENS="20000", EVAL_WINDOWS="8", DATA=SMALL)
     r = subprocess.run([sys.executable, HF, os.path.join(work, "hft"), "--check"], capture_output=True, text=True,
                        env=henv)
     check(r.returncode == 0, f"hf_teacher --check: {r.stderr}")
     plan = json.loads(r.stdout)
-    n = len(gzip.open(DATA).read())
+    n = 300000
     check(plan["tokens"] == n and plan["train_tokens"] == n - 20000 and plan["val_windows"] == 8 and
           plan["llama_config"]["head_dim"] == 16 and plan["llama_config"]["num_key_value_heads"] == 1,
           f"plan: {r.stdout[:400]}")
@@ -213,7 +226,7 @@ try:
     ckpt = os.path.join(work, "fixture.h5")
     r = subprocess.run([gdn, "import", FIXTURE, "--out", ckpt], capture_output=True, text=True)
     check(r.returncode == 0, f"gdn import: {r.stderr}")
-    text = np.frombuffer(gzip.open(DATA).read(), dtype=np.uint8)
+    text = np.frombuffer(open(SMALL, "rb").read(), dtype=np.uint8)
     shards = []
     for i, (lo, hi) in enumerate(((0, 30000), (30000, 33000))):
         shards.append(os.path.join(work, f"part_{i}.bin"))
@@ -221,7 +234,7 @@ try:
         header[:3] = (20240520, 1, hi - lo)
         with open(shards[-1], "wb") as f:
             f.write(header.tobytes() + text[lo:hi].astype("<u2").tobytes())
-    for data, hold, nwin in ((DATA, 5000, 12), (",".join(shards), 5000, 200)):
+    for data, hold, nwin in ((DATA, 5000, 12), (SMALL, 5000, 12), (",".join(shards), 5000, 200)):
         T = 32
         _, val = hft.split(hft.load_spans(data, 256), hold, T)
         windows = hft.val_windows(val, T, nwin)
