@@ -81,7 +81,7 @@ case $TEACHER_HF in
   tckpt=$root/teacher.h5
   [ -s "$tckpt" ] || say "$GDN" import "$hf" --out "$tckpt" > "$root/import.log"
   LAYERS=$("$GDN" inspect --json "$tckpt" | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["model"]["n_layers"])')
-  [ "$LAYERS" -ge 2 ] || { echo "distill_experiment: the teacher has $LAYERS layer; the hybrid needs at least 2" >&2; exit 2; }
+  [ "$LAYERS" -ge 2 ] || { echo "distill_experiment: the teacher has $LAYERS layer(s); the hybrid student needs at least 2" >&2; exit 2; }
   pattern=$(printf 'A%.0s' $(seq "$LAYERS"))
   tname="$tname, $pattern)"
   ;;
