@@ -247,9 +247,12 @@ def plot_teachers(plt, gdn_teacher, hf_teacher, path):
 
 
 def main(argv):
-    if len(argv) not in (2, 3) or argv[1] in ("-h", "--help"):
-        print(__doc__, file=sys.stderr if len(argv) not in (2, 3) else sys.stdout)
-        return 2 if len(argv) not in (2, 3) else 0
+    if len(argv) == 2 and argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if len(argv) not in (2, 3) or argv[1].startswith("-"):
+        print(__doc__, file=sys.stderr)
+        return 2
     exp = argv[1]
     out = argv[2] if len(argv) == 3 else exp
     try:
@@ -266,7 +269,11 @@ def main(argv):
         plot_losses(plt, exp, runs, written[0])
         if plot_stages(plt, runs, os.path.join(out, "distill_stages.png")):
             written.append(os.path.join(out, "distill_stages.png"))
-        hf_teacher = run_metrics(exp, "hf", "teacher")
+        try:  # the other teacher is an extra: a run of it that is not usable only costs the figure
+            hf_teacher = run_metrics(exp, "hf", "teacher")
+        except BadInput as e:
+            print(f"distill_plot: no teachers.png: {e}", file=sys.stderr)
+            hf_teacher = None
         if runs["teacher"] and hf_teacher:
             written.append(os.path.join(out, "teachers.png"))
             plot_teachers(plt, runs["teacher"], hf_teacher, written[-1])
