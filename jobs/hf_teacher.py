@@ -211,6 +211,7 @@ def train(s, out, train_pieces, val):
     rng = np.random.default_rng(s["seed"])
     ar = torch.arange(T + 1, device=dev)
     val_t = torch.from_numpy(val).to(dev)
+
     def amp():  # bf16 matmuls on the GPU (as gdn's CUDA backend), fp32 on the CPU
         return torch.autocast("cuda", dtype=torch.bfloat16) if dev == "cuda" else torch.autocast("cpu", enabled=False)
 
