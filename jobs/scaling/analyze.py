@@ -22,12 +22,16 @@ Exit status: 0, 1 when no mixer could be fitted (no finished runs), 2 for bad us
 RUNS_DIR that does not exist.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
 import sys
 
-import numpy as np
+# Fortran's standard output unbuffered (read when libgfortran loads, with numpy), so that
+# _quiet_fortran's redirection catches it rather than a flush at exit.
+os.environ.setdefault("GFORTRAN_UNBUFFERED_PRECONNECTED", "y")
+import numpy as np  # noqa: E402
 
 HUBER_DELTA = 1e-3
 FIELDS = ("mixers", "params_non_embedding", "tokens", "flops", "final_val_loss")
@@ -156,6 +160,22 @@ def _grid_losses(logN, logD, logL):
     return np.where(r <= HUBER_DELTA, 0.5 * r * r, HUBER_DELTA * (r - 0.5 * HUBER_DELTA)).sum(axis=1)
 
 
+@contextlib.contextmanager
+def _quiet_fortran():
+    """Some SciPy builds of L-BFGS-B write line-search notes ("ascent direction in projection gd")
+    straight to file descriptor 1 from Fortran; keep them out of the report (unbuffered: see the
+    environment set before numpy is imported)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def fit_law(N, D, L, starts=8, extra_start=None):
     """theta = (a, b, e, alpha, beta) minimising the Huber objective, from the best grid starts."""
     from scipy.optimize import minimize
@@ -166,8 +186,9 @@ def fit_law(N, D, L, starts=8, extra_start=None):
         inits.append(np.asarray(extra_start))
     best = None
     for x0 in inits:
-        res = minimize(_objective, x0, args=(logN, logD, logL), jac=True, method="L-BFGS-B", bounds=BOUNDS,
-                       options={"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-8})
+        with _quiet_fortran():
+            res = minimize(_objective, x0, args=(logN, logD, logL), jac=True, method="L-BFGS-B", bounds=BOUNDS,
+                           options={"maxiter": 1000, "ftol": 1e-12, "gtol": 1e-8})
         if best is None or res.fun < best.fun:
             best = res
     return best.x
@@ -291,8 +312,9 @@ def fit_compute_law(C, L):
     for a0 in (0.0, 5.0, 10.0, 20.0):
         for e0 in (-1.0, 0.0, 1.0):
             for g0 in (0.05, 0.3, 1.0):
-                res = minimize(obj, [a0, e0, g0], method="L-BFGS-B",
-                               bounds=[(-20, 80), (-10, 10), (1e-4, 3.0)])
+                with _quiet_fortran():
+                    res = minimize(obj, [a0, e0, g0], method="L-BFGS-B",
+                                   bounds=[(-20, 80), (-10, 10), (1e-4, 3.0)])
                 if best is None or res.fun < best.fun:
                     best = res
     a, e, g = best.x
