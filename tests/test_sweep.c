@@ -59,6 +59,10 @@ static void test_mixer_flops(void **state) {
     c.n_heads = 2;
     assert_float_equal(gdn_mixer_fwd_flops_per_token(&c, GDN_MIXER_L, 16), 448.0, 1e-9);
     assert_float_equal(gdn_mixer_fwd_flops_per_token(&c, 99, 16), 0.0, 0);
+    /* S (linearized): the delta rule's count with K = V = Da = 4, 2 heads, one chunk of 16:
+     * 3*256*4 + 2*256*4 + 4096/3 + 3*16*4*4 = 3072 + 2048 + 1365.33 + 768; F = 2 * 2 * that / 16 */
+    c.attn_head_dim = 4;
+    assert_float_equal(gdn_mixer_fwd_flops_per_token(&c, GDN_MIXER_S, 16), 4.0 * (5888.0 + 4096.0 / 3.0) / 16.0, 1e-9);
 }
 
 /* Whole models: parameter counts and FLOPs per token by hand. */

@@ -256,8 +256,9 @@ int gdn_cmd_sample(int argc, char **argv) {
     if (n_attn) {
         const int64_t len = (int64_t)strlen(prompt) + n_bytes + (eod >= 0);
         if (len > GDN_SAMPLE_MAX_CACHE) {
-            fprintf(stderr, "gdn sample: %s has attention layers, whose cache holds at most %d "
-                            "positions; the prompt and --bytes make %lld: ask for fewer bytes\n",
+            fprintf(stderr, "gdn sample: %s has attention or linearized layers, whose key/value cache "
+                            "holds at most %d positions; the prompt and --bytes make %lld: ask for fewer "
+                            "bytes\n",
                     ckpt, (int)GDN_SAMPLE_MAX_CACHE, (long long)len);
             free(params);
             gdn_param_table_free(&t);

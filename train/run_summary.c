@@ -21,18 +21,18 @@
 double gdn_mixer_fwd_flops_per_token(const gdn_config *c, int mixer, int seq_len) {
     const gdn_mixer_info *mi = gdn_mixer_get(mixer);
     if (!mi || seq_len < 1) return 0.0;
-    const double T = seq_len, H = c->n_heads;
-    if (!mi->is_delta) { /* causal softmax attention: q k^T and p v over T (T + 1) / 2 pairs */
-        const double Da = gdn_config_attn_dim(c);
+    const double T = seq_len, H = c->n_heads, Da = gdn_config_attn_dim(c);
+    /* S: attention's tensors, the gated delta rule's chunk work on heads of Da keys and values */
+    const int linearized = mixer == GDN_MIXER_S, has_delta = mi->has_delta || linearized;
+    if (!mi->is_delta && !linearized) /* causal softmax attention: q k^T and p v over T (T + 1) / 2 pairs */
         return 2.0 * H * Da * (T + 1.0);
-    }
-    const double K = c->head_dim, V = gdn_config_head_v(c);
+    const double K = linearized ? Da : c->head_dim, V = linearized ? Da : gdn_config_head_v(c);
     /* the chunks of a sequence: floor(T / C) of C tokens and one of the remaining r < C */
     const int C = c->chunk_size, full = seq_len / C, r = seq_len % C;
     double sum = 0.0;
     for (int i = 0; i < 2; i++) {
         const double n = i == 0 ? full : (r > 0), x = i == 0 ? C : r;
-        sum += n * (mi->has_delta ? 3 * x * x * K + 2 * x * x * V + x * x * x / 3 + 3 * x * K * V
+        sum += n * (has_delta ? 3 * x * x * K + 2 * x * x * V + x * x * x / 3 + 3 * x * K * V
                                   : x * x * K + x * x * V + 2 * x * K * V);
     }
     return 2.0 * H * sum / T;
