@@ -17,6 +17,7 @@
 
 #include "model/check.h"
 #include "model/cpu/model_cpu.h"
+#include "tests/model_fixture.h"
 #include "tests/ref/fd.h"
 
 #define MAX_SEG 4
@@ -225,35 +226,6 @@ static void exchange_clear(exchange *x) {
     }
 }
 
-/* mixers: the layer pattern (model/mixer.h), one layer per letter; attention layers with grouped
- * kv heads (2 query heads per kv head), q/k norms, q/k/v biases and RoPE turning visibly over the
- * sequence */
-static gdn_config tiny_config(const char *mixers) {
-    gdn_config c = {.vocab_size = 32, .d_model = 16, .n_layers = (int)strlen(mixers), .n_heads = 2,
-                    .head_dim = 8, .expand_v = 2, .d_ff = 32, .conv_width = 4, .chunk_size = 16,
-                    .tie_embeddings = 0, .allow_neg_eigval = 0, .norm_eps = 1e-6, .n_kv_heads = 1,
-                    .attn_head_dim = 6, .rope_theta = 300.0, .qk_norm = 1, .qkv_bias = 1};
-    snprintf(c.mixers, sizeof c.mixers, "%s", mixers);
-    return c;
-}
-
-/* Random parameters with decays weak enough that the state carries across segments. */
-static double *make_params(const gdn_param_table *t, uint64_t seed) {
-    float *p32 = malloc(t->total * sizeof *p32);
-    gdn_params_init(p32, t, seed);
-    double *p = malloc(t->total * sizeof *p), *noise = malloc(t->total * sizeof *noise);
-    fd_fill_uniform(noise, t->total, -1.0, 1.0, seed + 1);
-    for (size_t i = 0; i < t->total; i++) p[i] = (double)p32[i] * 5.0 + 0.1 * noise[i];
-    for (int i = 0; i < t->n; i++) {
-        const gdn_param *q = &t->p[i];
-        int keep = strstr(q->name, "A_log") || strstr(q->name, "dt_bias");
-        for (size_t j = 0; keep && j < q->numel; j++) p[q->offset + j] = (double)p32[q->offset + j];
-    }
-    free(noise);
-    free(p32);
-    return p;
-}
-
 /* Runs the segments [len[0], len[1], ...] of tokens [B,T] and compares loss, logits and the
  * gradient with one pass; returns the largest relative error. */
 static double run_segments_docs(const char *mixers, int mode, const int *len, int n_seg,
@@ -267,10 +239,10 @@ static double run_segments_of(const char *mixers, int mode, const int *len, int 
  * own rows of them. */
 static double run_segments_docs(const char *mixers, int mode, const int *len, int n_seg,
                                 const unsigned char *starts) {
-    const gdn_config cfg = tiny_config(mixers);
+    const gdn_config cfg = fixture_config(mixers, 0);
     gdn_param_table t;
     gdn_param_table_build(&t, &cfg);
-    double *P = make_params(&t, 17);
+    double *P = fixture_params(&t, 17, 5.0); /* decays weak enough to carry across segments */
     const int B = 2;
     int T = 0;
     for (int s = 0; s < n_seg; s++) T += len[s];
@@ -494,10 +466,10 @@ static void zero_dtail(void *user, int l, void *const dtail[3], const void *cons
 
 static void test_cpu_hook_event_refused(void **state) {
     (void)state;
-    const gdn_config cfg = tiny_config("G");
+    const gdn_config cfg = fixture_config("G", 0);
     static gdn_param_table t; /* static: kept across the longjmp */
     gdn_param_table_build(&t, &cfg);
-    double *P = make_params(&t, 3);
+    double *P = fixture_params(&t, 3, 5.0);
     const int B = 1, T = 8;
     int tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8}, n = 0;
     static gdn_cpu_acts_f64 *a;
