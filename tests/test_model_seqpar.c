@@ -71,6 +71,23 @@ static void map_apply(const exchange *x, const double *M, const double *in, int 
     free(t);
 }
 
+/* The affine maps of layer l folded from segment `from` towards segment `to` (excluded), starting
+ * from a zero state: forward (transpose 0, from < to) S = c[j] + M[j] S, the state entering `to`;
+ * backward (transpose 1, from > to) g = c[j] + M[j]^T g, the gradient leaving `to`. */
+static void fold_maps(const exchange *x, int l, int from, int to, int transpose,
+                      double *c[][MAX_LAYERS], double *out) {
+    const int step = from < to ? 1 : -1;
+    double *S = calloc(x->n_state, sizeof *S), *next = malloc(x->n_state * sizeof *next);
+    for (int j = from; j != to; j += step) {
+        memcpy(next, c[j][l], x->n_state * sizeof *next);
+        map_apply(x, x->M[j][l], S, transpose, next);
+        memcpy(S, next, x->n_state * sizeof *S);
+    }
+    memcpy(out, S, x->n_state * sizeof *S);
+    free(S);
+    free(next);
+}
+
 /* The hooks (model/seq_hooks.h) see double buffers here (the fp64 model) and check the sizes the
  * model passes. */
 static void fwd_halo(void *user, int l, void *const halo[3], const void *const tail[3], const size_t n_halo[3]) {
@@ -98,15 +115,7 @@ static void *fwd_state_in(void *user, int l, const void *delta, void *S_in_v, si
     x->M[u->seg][l] = malloc(x->n_map * sizeof(double));
     x->Hm[u->seg][l] = malloc(x->n_state * sizeof(double));
     gdn_delta_transition_f64(d->shape, d->k, d->v, d->g, d->beta, x->M[u->seg][l], x->Hm[u->seg][l]);
-    double *S = calloc(x->n_state, sizeof *S), *next = malloc(x->n_state * sizeof *next);
-    for (int j = 0; j < u->seg; j++) {
-        memcpy(next, x->Hm[j][l], x->n_state * sizeof *next);
-        map_apply(x, x->M[j][l], S, 0, next);
-        memcpy(S, next, x->n_state * sizeof *S);
-    }
-    memcpy(S_in, S, x->n_state * sizeof *S);
-    free(S);
-    free(next);
+    fold_maps(x, l, 0, u->seg, 0, x->Hm, S_in);
     return NULL;
 }
 
@@ -132,15 +141,7 @@ static void *bwd_state_out(void *user, int l, const void *delta, void *dS_out_v,
     x->E[u->seg][l] = malloc(x->n_state * sizeof(double));
     gdn_delta_transition_adjoint_f64(d->shape, d->q, d->k, d->g, d->beta, d->scale, d->d_o,
                                      x->E[u->seg][l]);
-    double *g = calloc(x->n_state, sizeof *g), *next = malloc(x->n_state * sizeof *next);
-    for (int j = x->n_seg - 1; j > u->seg; j--) {
-        memcpy(next, x->E[j][l], x->n_state * sizeof *next);
-        map_apply(x, x->M[j][l], g, 1, next);
-        memcpy(g, next, x->n_state * sizeof *g);
-    }
-    memcpy(dS_out, g, x->n_state * sizeof *g);
-    free(g);
-    free(next);
+    fold_maps(x, l, x->n_seg - 1, u->seg, 1, x->E, dS_out);
     return NULL;
 }
 
