@@ -215,6 +215,19 @@ static void save_model(const char *path, const gdn_param_table *t, const float *
     if (st) fail_msg("save: %s", err);
 }
 
+/* The checkpoint at path reports the pattern `mixers`, and its tensors load into q (c's model)
+ * equal to the saved p. */
+static void check_reload(const char *path, const gdn_config *c, const gdn_param_table *t, const float *p, float *q,
+                         const char *mixers) {
+    char err[1024];
+    ckpt_info info;
+    assert_int_equal(ckpt_read_info(path, &info, err, sizeof err), CKPT_OK);
+    assert_string_equal(info.model.mixers, mixers);
+    ckpt_info_free(&info);
+    assert_int_equal(ckpt_load(path, c, t, q, NULL, NULL, NULL, err, sizeof err), CKPT_OK);
+    assert_memory_equal(p, q, t->total * sizeof *p);
+}
+
 /* The pattern is stored, read back, compared on load (naming `mixers`), and the tensors of a
  * mixed model round-trip exactly. */
 static void test_checkpoint_round_trip(void **state) {
@@ -228,12 +241,7 @@ static void test_checkpoint_round_trip(void **state) {
     gdn_params_init(p, &t, 9);
     save_model(path, &t, p);
 
-    ckpt_info info;
-    assert_int_equal(ckpt_read_info(path, &info, err, sizeof err), CKPT_OK);
-    assert_string_equal(info.model.mixers, "GDML");
-    ckpt_info_free(&info);
-    assert_int_equal(ckpt_load(path, &c, &t, q, NULL, NULL, NULL, err, sizeof err), CKPT_OK);
-    assert_memory_equal(p, q, t.total * sizeof *p);
+    check_reload(path, &c, &t, p, q, "GDML");
 
     /* "GDMLGDML" over 4 layers is the same model; "GDLM" is not */
     gdn_config same = mixed_config("GDML", 4), other = mixed_config("GDLM", 4);
@@ -274,12 +282,7 @@ static void test_checkpoint_without_mixers_is_g(void **state) {
     assert_int_equal(ckpt_meta_write(f, err, sizeof err), 0);
     H5Fclose(f);
 
-    ckpt_info info;
-    assert_int_equal(ckpt_read_info(path, &info, err, sizeof err), CKPT_OK);
-    assert_string_equal(info.model.mixers, "G");
-    ckpt_info_free(&info);
-    assert_int_equal(ckpt_load(path, &c, &t, q, NULL, NULL, NULL, err, sizeof err), CKPT_OK);
-    assert_memory_equal(p, q, t.total * sizeof *p);
+    check_reload(path, &c, &t, p, q, "G");
     gdn_config zero = mixed_config("", 2);
     assert_int_equal(ckpt_load(path, &zero, &t, q, NULL, NULL, NULL, err, sizeof err), CKPT_OK);
     gdn_config d = mixed_config("GD", 2);
