@@ -165,38 +165,20 @@ static void test_recurrent_decoding(void **state) {
     const int B = 2, T = 40; /* more than one chunk of 16 */
     model_case c;
     case_init(&c, mixed_config("GDML", 4), B, T, 23);
-    const gdn_config *cfg = &c.t.cfg;
-    int nv;
-    gdn_cpu_forward_f64(c.acts, &c.t, c.params, c.tokens, NULL, 0.0, &nv, NULL, NULL);
-    const size_t Vo = (size_t)cfg->vocab_size;
-    const double *full = gdn_cpu_logits_f64(c.acts);
-
-    const size_t L = (size_t)cfg->n_layers, H = (size_t)cfg->n_heads, K = (size_t)cfg->head_dim;
-    const size_t Vh = (size_t)gdn_config_head_v(cfg), W1 = (size_t)cfg->conv_width - 1;
-    const size_t ns = L * B * H * K * Vh, nk = L * B * W1 * H * K, nvh = L * B * W1 * H * Vh;
-    gdn_cpu_carry_f64 carry[2];
-    for (int i = 0; i < 2; i++)
-        carry[i] = (gdn_cpu_carry_f64){.S = calloc(ns, 8), .halo_q = calloc(nk, 8), .halo_k = calloc(nk, 8),
-                                       .halo_v = calloc(nvh, 8)};
-    gdn_cpu_acts_f64 *step = gdn_cpu_acts_create_f64(&c.t, B, 1);
+    const size_t Vo = (size_t)c.t.cfg.vocab_size;
+    const double *full = case_logits(&c);
+    case_carries k;
+    case_carries_make(&k, &c.t.cfg, B, T, 1);
     double *rec = malloc((size_t)B * T * Vo * sizeof *rec);
     int cur = 0;
     for (int t = 0; t < T; t++) {
-        int tok[2] = {c.tokens[t], c.tokens[T + t]};
-        gdn_cpu_forward_f64(step, &c.t, c.params, tok, NULL, 0.0, &nv, t ? &carry[cur] : NULL,
-                            &carry[1 - cur]);
+        case_decode_segment(&c, t, 1, t ? &k.c[cur] : NULL, &k.c[1 - cur], rec);
         cur = 1 - cur;
-        for (int b = 0; b < B; b++)
-            memcpy(rec + ((size_t)b * T + t) * Vo, gdn_cpu_logits_f64(step) + (size_t)b * Vo,
-                   Vo * sizeof *rec);
     }
     double err = fd_rel_err(rec, full, (size_t)B * T * Vo);
     printf("recurrent decoding vs chunked forward (GDML): relative error %.2e\n", err);
     assert_true(err < 1e-12);
-    gdn_cpu_acts_free_f64(step);
-    for (int i = 0; i < 2; i++) {
-        free(carry[i].S); free(carry[i].halo_q); free(carry[i].halo_k); free(carry[i].halo_v);
-    }
+    case_carries_free(&k);
     free(rec);
     case_free(&c);
 }
