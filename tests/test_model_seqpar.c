@@ -47,6 +47,13 @@ typedef struct {
 
 static size_t halo_n(const exchange *x, int i) { return (size_t)x->B * x->Wm1 * (i < 2 ? x->HK : x->HV); }
 
+/* A copy of n doubles that outlives the hook call (a buffer the model passes is its own). */
+static double *kept_copy(const void *src, size_t n) {
+    double *d = malloc(n * sizeof *d);
+    memcpy(d, src, n * sizeof *d);
+    return d;
+}
+
 static void copy_or_zero(double *dst, const double *src, size_t n) {
     if (src) memcpy(dst, src, n * sizeof *dst);
     else memset(dst, 0, n * sizeof *dst);
@@ -96,8 +103,7 @@ static void fwd_halo(void *user, int l, void *const halo[3], const void *const t
     for (int i = 0; i < 3; i++) {
         assert_int_equal(n_halo[i], halo_n(x, i));
         copy_or_zero(halo[i], x->halo[u->seg][l][i], halo_n(x, i));
-        x->halo[u->seg + 1][l][i] = malloc(halo_n(x, i) * sizeof(double));
-        memcpy(x->halo[u->seg + 1][l][i], tail[i], halo_n(x, i) * sizeof(double));
+        x->halo[u->seg + 1][l][i] = kept_copy(tail[i], halo_n(x, i));
     }
 }
 
@@ -124,8 +130,7 @@ static void fwd_state_out(void *user, int l, const void *S_out, size_t n_state) 
     exchange *x = u->x;
     assert_int_equal(n_state, x->n_state);
     if (x->mode != PASS_STATE) return;
-    x->S[u->seg + 1][l] = malloc(x->n_state * sizeof(double));
-    memcpy(x->S[u->seg + 1][l], S_out, x->n_state * sizeof(double));
+    x->S[u->seg + 1][l] = kept_copy(S_out, x->n_state);
 }
 
 static void *bwd_state_out(void *user, int l, const void *delta, void *dS_out_v, size_t n_state) {
@@ -150,8 +155,7 @@ static void bwd_state_in(void *user, int l, const void *dS_in, size_t n_state) {
     exchange *x = u->x;
     assert_int_equal(n_state, x->n_state);
     if (x->mode != PASS_STATE) return;
-    x->dS[u->seg][l] = malloc(x->n_state * sizeof(double));
-    memcpy(x->dS[u->seg][l], dS_in, x->n_state * sizeof(double));
+    x->dS[u->seg][l] = kept_copy(dS_in, x->n_state);
 }
 
 static void bwd_halo(void *user, int l, void *const dtail[3], const void *const dhalo[3], const size_t n_halo[3]) {
@@ -160,8 +164,7 @@ static void bwd_halo(void *user, int l, void *const dtail[3], const void *const 
     for (int i = 0; i < 3; i++) {
         assert_int_equal(n_halo[i], halo_n(x, i));
         copy_or_zero(dtail[i], x->dhalo[u->seg + 1][l][i], halo_n(x, i));
-        x->dhalo[u->seg][l][i] = malloc(halo_n(x, i) * sizeof(double));
-        memcpy(x->dhalo[u->seg][l][i], dhalo[i], halo_n(x, i) * sizeof(double));
+        x->dhalo[u->seg][l][i] = kept_copy(dhalo[i], halo_n(x, i));
     }
 }
 
@@ -173,8 +176,7 @@ static void attn_kv_fwd(void *user, int l, void *const all[2], const void *const
     const size_t C = (size_t)x->C;
     assert_int_equal(n, (size_t)x->B * x->len[me] * C);
     for (int i = 0; i < 2; i++) {
-        x->kv[me][l][i] = malloc(n * sizeof(double));
-        memcpy(x->kv[me][l][i], kv[i], n * sizeof(double));
+        x->kv[me][l][i] = kept_copy(kv[i], n);
         for (int j = 0; j <= me; j++)
             for (int b = 0; b < x->B; b++)
                 memcpy((double *)all[i] + ((size_t)b * Tk + x->pos[j]) * C,
