@@ -197,6 +197,15 @@ static void save_model(const char *path, const gdn_param_table *t, const float *
     if (st) fail_msg("save: %s", err);
 }
 
+/* c's table into t and its initial parameters (seed), saved at path; returns the parameters. */
+static float *save_new_model(const char *path, const gdn_config *c, gdn_param_table *t, uint64_t seed) {
+    gdn_param_table_build(t, c);
+    float *p = malloc(t->total * sizeof *p);
+    gdn_params_init(p, t, seed);
+    save_model(path, t, p);
+    return p;
+}
+
 /* The checkpoint at path reports the pattern `mixers`, and its tensors load into q (c's model)
  * equal to the saved p. */
 static void check_reload(const char *path, const gdn_config *c, const gdn_param_table *t, const float *p, float *q,
@@ -218,10 +227,7 @@ static void test_checkpoint_round_trip(void **state) {
     tmp_path(path, sizeof path, "rt");
     gdn_config c = mixed_config("GDML", 4);
     gdn_param_table t;
-    gdn_param_table_build(&t, &c);
-    float *p = malloc(t.total * sizeof *p), *q = malloc(t.total * sizeof *q);
-    gdn_params_init(p, &t, 9);
-    save_model(path, &t, p);
+    float *p = save_new_model(path, &c, &t, 9), *q = malloc(t.total * sizeof *q);
 
     check_reload(path, &c, &t, p, q, "GDML");
 
@@ -249,10 +255,7 @@ static void test_checkpoint_without_mixers_is_g(void **state) {
     tmp_path(path, sizeof path, "old");
     gdn_config c = mixed_config("G", 2);
     gdn_param_table t;
-    gdn_param_table_build(&t, &c);
-    float *p = malloc(t.total * sizeof *p), *q = malloc(t.total * sizeof *q);
-    gdn_params_init(p, &t, 4);
-    save_model(path, &t, p);
+    float *p = save_new_model(path, &c, &t, 4), *q = malloc(t.total * sizeof *q);
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     assert_true(f >= 0);
     hid_t g = H5Gopen2(f, "/model_config", H5P_DEFAULT);
