@@ -136,13 +136,16 @@ static const struct {
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
+static void case_problem(problem *p, size_t c, unsigned long long seed) {
+    problem_make(p, cases[c].B, cases[c].T, cases[c].H, cases[c].Hkv, cases[c].D, cases[c].chunk, cases[c].docs, seed);
+}
+
 static void test_forward_vs_naive(void **state) {
     (void)state;
     double worst = 0;
     for (size_t c = 0; c < N_CASES; c++) {
         problem p;
-        problem_make(&p, cases[c].B, cases[c].T, cases[c].H, cases[c].Hkv, cases[c].D, cases[c].chunk, cases[c].docs,
-                     100 + c);
+        case_problem(&p, c, 100 + c);
         const size_t no = (size_t)p.B * p.T * p.H * p.D;
         double *o = malloc(sizeof(double) * (no + 1)), *ref = malloc(sizeof(double) * (no + 1));
         const gdn_linz_shape s = problem_shape(&p);
@@ -258,8 +261,7 @@ static void test_backward_vs_fd(void **state) {
     double worst = 0;
     for (size_t c = 0; c < N_CASES; c++) {
         problem p;
-        problem_make(&p, cases[c].B, cases[c].T, cases[c].H, cases[c].Hkv, cases[c].D, cases[c].chunk, cases[c].docs,
-                     200 + c);
+        case_problem(&p, c, 200 + c);
         const size_t no = (size_t)p.B * p.T * p.H * p.D, nk = (size_t)p.B * p.T * p.Hkv * p.D;
         double *w = malloc(sizeof(double) * (no + 1)), *o = malloc(sizeof(double) * (no + 1));
         double *dq = malloc(sizeof(double) * (no + 1)), *dk = malloc(sizeof(double) * (nk + 1));
