@@ -75,6 +75,60 @@ static double case_loss(void *ctx) {
            (double)(c->B * c->T);
 }
 
+/* Logits [B,T,V] of one pass over the case's tokens without targets (valid until its next pass). */
+static inline const double *case_logits(model_case *c) {
+    int nv = 0;
+    gdn_cpu_forward_f64(c->acts, &c->t, c->params, c->tokens, NULL, 0.0, &nv, NULL, NULL);
+    return gdn_cpu_logits_f64(c->acts);
+}
+
+/* Two carries for decoding (states, halos, and a KV cache of len positions for the attention and
+ * linearized layers); with shared != 0 they share one KV cache, else each has its own. */
+typedef struct {
+    gdn_cpu_carry_f64 c[2];
+    double *kv[2];
+} case_carries;
+
+static inline void case_carries_make(case_carries *k, const gdn_config *cfg, int B, int len, int shared) {
+    const size_t L = (size_t)cfg->n_layers, H = (size_t)cfg->n_heads, K = (size_t)cfg->head_dim;
+    const size_t Vh = (size_t)gdn_config_head_v(cfg), W1 = (size_t)cfg->conv_width - 1;
+    const size_t ns = L * B * H * K * Vh, nk = L * B * W1 * H * K, nvh = L * B * W1 * H * Vh;
+    const size_t n_kv = (size_t)(gdn_config_count_mixer(cfg, GDN_MIXER_A) + gdn_config_count_mixer(cfg, GDN_MIXER_S));
+    const size_t nkv = n_kv * B * len * gdn_config_kv_heads(cfg) * gdn_config_attn_dim(cfg);
+    for (int i = 0; i < 2; i++) {
+        k->kv[i] = (i == 0 || !shared) ? calloc(2 * nkv + 1, 8) : NULL;
+        double *kv = k->kv[shared ? 0 : i];
+        k->c[i] = (gdn_cpu_carry_f64){.S = calloc(ns, 8), .halo_q = calloc(nk, 8), .halo_k = calloc(nk, 8),
+                                      .halo_v = calloc(nvh, 8), .kv_k = kv, .kv_v = kv + nkv, .kv_len = len};
+    }
+}
+
+static inline void case_carries_free(case_carries *k) {
+    for (int i = 0; i < 2; i++) {
+        free(k->c[i].S);
+        free(k->c[i].halo_q);
+        free(k->c[i].halo_k);
+        free(k->c[i].halo_v);
+        free(k->kv[i]);
+    }
+}
+
+/* Positions [t0, t0+n) of every row in one pass that starts from carry `in` (NULL: none) and
+ * leaves its state in `out`; their logits go to the same positions of rec [B,T,V]. */
+static inline void case_decode_segment(model_case *c, int t0, int n, const gdn_cpu_carry_f64 *in,
+                                       gdn_cpu_carry_f64 *out, double *rec) {
+    const int B = c->B, T = c->T;
+    const size_t Vo = (size_t)c->t.cfg.vocab_size;
+    gdn_cpu_acts_f64 *a = gdn_cpu_acts_create_f64(&c->t, B, n);
+    int *tok = malloc(sizeof(int) * B * n), nv = 0;
+    for (int b = 0; b < B; b++) memcpy(tok + b * n, c->tokens + b * T + t0, sizeof(int) * n);
+    gdn_cpu_forward_f64(a, &c->t, c->params, tok, NULL, 0.0, &nv, in, out);
+    for (int b = 0; b < B; b++)
+        memcpy(rec + ((size_t)b * T + t0) * Vo, gdn_cpu_logits_f64(a) + (size_t)b * n * Vo, n * Vo * sizeof *rec);
+    gdn_cpu_acts_free_f64(a);
+    free(tok);
+}
+
 /* Analytic gradient of case_loss. */
 static double *case_grad(model_case *c) {
     double *g = calloc(c->t.total, sizeof *g);

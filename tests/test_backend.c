@@ -44,6 +44,20 @@ static void fixture_free(fixture *f) {
     gdn_param_table_free(&f->t);
 }
 
+/* A CPU backend model of the given shape holding the fixture's parameters. */
+static gdn_model *fixture_model(const fixture *f, gdn_model_shape shape) {
+    gdn_model *m = gdn_backend_cpu.create(&f->t, &shape);
+    gdn_backend_cpu.upload(m, f->params, NULL, NULL);
+    return m;
+}
+
+/* One training pass through the table: zeroed gradients, forward with loss scale 1, backward. */
+static void forward_backward(gdn_model *m, const fixture *f, gdn_grads_ready_fn ready, void *ctx) {
+    gdn_backend_cpu.zero_grads(m);
+    gdn_backend_cpu.forward(m, f->tokens, f->targets, 1.0f, NULL, NULL);
+    gdn_backend_cpu.backward(m, ready, ctx);
+}
+
 /* Forward, logits, backward and captured hidden states through the table equal the direct calls. */
 static void test_forward_backward_capture(void **state) {
     (void)state;
@@ -111,13 +125,9 @@ static void test_ready_callback(void **state) {
     (void)state;
     fixture f;
     fixture_init(&f);
-    gdn_model_shape shape = {.B = B, .T = T};
-    gdn_model *m = gdn_backend_cpu.create(&f.t, &shape);
-    gdn_backend_cpu.upload(m, f.params, NULL, NULL);
+    gdn_model *m = fixture_model(&f, (gdn_model_shape){.B = B, .T = T});
     size_t seen[3] = {0, 1, 0};
-    gdn_backend_cpu.zero_grads(m);
-    gdn_backend_cpu.forward(m, f.tokens, f.targets, 1.0f, NULL, NULL);
-    gdn_backend_cpu.backward(m, on_ready, seen);
+    forward_backward(m, &f, on_ready, seen);
     assert_int_equal(seen[0], 1);
     assert_int_equal(seen[1], 0);
     assert_int_equal(seen[2], f.t.total);
@@ -131,12 +141,8 @@ static void test_write_range(void **state) {
     (void)state;
     fixture f;
     fixture_init(&f);
-    gdn_model_shape shape = {.B = B, .T = T};
-    gdn_model *m = gdn_backend_cpu.create(&f.t, &shape);
-    gdn_backend_cpu.upload(m, f.params, NULL, NULL);
-    gdn_backend_cpu.zero_grads(m);
-    gdn_backend_cpu.forward(m, f.tokens, f.targets, 1.0f, NULL, NULL);
-    gdn_backend_cpu.backward(m, NULL, NULL);
+    gdn_model *m = fixture_model(&f, (gdn_model_shape){.B = B, .T = T});
+    forward_backward(m, &f, NULL, NULL);
     const size_t n = f.t.total, lo = n / 3, hi = n / 2;
     float *g0 = malloc(n * sizeof(float)), *g1 = malloc(n * sizeof(float)), *p1 = malloc(n * sizeof(float));
     float *src = malloc((hi - lo) * sizeof(float));
@@ -172,13 +178,9 @@ static void test_adamw(void **state) {
           *vv = calloc(n, sizeof(float)), *out = malloc(n * sizeof(float)), *om = malloc(n * sizeof(float)),
           *ov = malloc(n * sizeof(float));
     memcpy(p, f.params, n * sizeof(float));
-    gdn_model_shape shape = {.B = B, .T = T};
-    gdn_model *m = gdn_backend_cpu.create(&f.t, &shape);
-    gdn_backend_cpu.upload(m, f.params, NULL, NULL);
+    gdn_model *m = fixture_model(&f, (gdn_model_shape){.B = B, .T = T});
     for (int step = 1; step <= 2; step++) {
-        gdn_backend_cpu.zero_grads(m);
-        gdn_backend_cpu.forward(m, f.tokens, f.targets, 1.0f, NULL, NULL);
-        gdn_backend_cpu.backward(m, NULL, NULL);
+        forward_backward(m, &f, NULL, NULL);
         gdn_backend_cpu.download_grads(m, g);
         const double clip = step == 2 ? 0.25 * gdn_grad_norm(g, n) : 0.0; /* step 2 clips */
         const double norm = gdn_grad_norm(g, n);
@@ -195,12 +197,8 @@ static void test_adamw(void **state) {
 
     /* a shard cutting tensors, padded buffers */
     const size_t lo = n / 3, hi = 2 * n / 3 + 1, padded = n + 3;
-    gdn_model_shape sh = {.B = B, .T = T, .lo = lo, .hi = hi, .padded = padded};
-    gdn_model *s = gdn_backend_cpu.create(&f.t, &sh);
-    gdn_backend_cpu.upload(s, f.params, NULL, NULL);
-    gdn_backend_cpu.zero_grads(s);
-    gdn_backend_cpu.forward(s, f.tokens, f.targets, 1.0f, NULL, NULL);
-    gdn_backend_cpu.backward(s, NULL, NULL);
+    gdn_model *s = fixture_model(&f, (gdn_model_shape){.B = B, .T = T, .lo = lo, .hi = hi, .padded = padded});
+    forward_backward(s, &f, NULL, NULL);
     memcpy(g, gdn_backend_cpu.grads(s), n * sizeof(float));
     const double sumsq = gdn_backend_cpu.grad_sumsq(s);
     assert_true(sumsq == gdn_grad_sumsq(g + lo, hi - lo));
@@ -243,9 +241,7 @@ static void test_doc_starts(void **state) {
     fixture_init(&f);
     const size_t n = f.t.total;
     const gdn_backend *be = &gdn_backend_cpu;
-    gdn_model_shape shape = {.B = B, .T = T, .precision = GDN_PRECISION_FP32};
-    gdn_model *m = be->create(&f.t, &shape);
-    be->upload(m, f.params, NULL, NULL);
+    gdn_model *m = fixture_model(&f, (gdn_model_shape){.B = B, .T = T, .precision = GDN_PRECISION_FP32});
     unsigned char st[B * T] = {0};
     st[3] = st[17] = st[T + 1] = st[T + 16] = 1;
     gdn_cpu_acts_f32 *a = gdn_cpu_acts_create_f32(&f.t, B, T), *plain = gdn_cpu_acts_create_f32(&f.t, B, T);

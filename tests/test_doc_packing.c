@@ -44,6 +44,12 @@ static io_dataset_opts doc_opts(int T, uint64_t seed) {
     return o;
 }
 
+/* ds over src (no validation stream) with o, or the test fails with the reason. */
+static void open_docs(io_dataset *ds, const io_tokens *src, const io_dataset_opts *o) {
+    char err[512];
+    if (io_dataset_open(ds, src, NULL, o, err, sizeof err)) fail_msg("%s", err);
+}
+
 /* Checks every training window of ds against the stream: tokens, targets (the next token or
  * -1), starts exactly at document starts, and counts how often each stream position is a
  * counted target over samples [0, n_samples) (hits, per span, indexed by span offsets). */
@@ -102,10 +108,9 @@ static void test_docs_epoch_coverage(void **state) {
     io_tokens_wrap(&src, data, 4, N, "docs");
     for (int fill = 0; fill <= 1; fill++) {
         io_dataset ds;
-        char err[512];
         io_dataset_opts o = doc_opts(T, 99);
         o.docs.fill = fill;
-        if (io_dataset_open(&ds, &src, NULL, &o, err, sizeof err)) fail_msg("%s", err);
+        open_docs(&ds, &src, &o);
         assert_int_equal(ds.train.docs.n_docs, (uint64_t)n);
         const uint64_t W = ds.n_train_starts;
         unsigned *hits = calloc(N, sizeof *hits);
@@ -141,9 +146,8 @@ static void test_docs_one_long_document(void **state) {
     io_tokens src;
     io_tokens_wrap(&src, data, 4, N, "long");
     io_dataset ds;
-    char err[512];
     io_dataset_opts o = doc_opts(T, 1);
-    if (io_dataset_open(&ds, &src, NULL, &o, err, sizeof err)) fail_msg("%s", err);
+    open_docs(&ds, &src, &o);
     assert_int_equal(ds.n_train_starts, 6); /* 44 targets: 5 full windows and 4 */
     for (uint64_t k = 0; k < 6; k++) {
         assert_int_equal(ds.train.docs.off[k], k * T);
@@ -157,7 +161,7 @@ static void test_docs_one_long_document(void **state) {
 
     /* shorter than a window: one window, padded with ignored targets */
     io_tokens_wrap(&src, data, 4, 5, "short");
-    if (io_dataset_open(&ds, &src, NULL, &o, err, sizeof err)) fail_msg("%s", err);
+    open_docs(&ds, &src, &o);
     assert_int_equal(ds.n_train_starts, 1);
     int tok[T + 1], tg[T];
     unsigned char st[T];
@@ -189,7 +193,7 @@ static void test_docs_files_and_empty(void **state) {
         io_dataset ds;
         io_dataset_opts o = doc_opts(T, 5);
         o.docs.eod = eod;
-        if (io_dataset_open(&ds, &src, NULL, &o, err, sizeof err)) fail_msg("%s", err);
+        open_docs(&ds, &src, &o);
         unsigned hits[20] = {0};
         check_windows(&ds, &src, 2 * ds.n_train_starts, 1, hits);
         for (size_t q = 0; q < 20; q++) assert_int_equal(hits[q], q == 0 || q == 17 ? 0 : 2);
@@ -212,9 +216,8 @@ static void test_docs_ranks_and_resume(void **state) {
     io_tokens src;
     io_tokens_wrap(&src, data, 4, N, "ranks");
     io_dataset ds;
-    char err[512];
     io_dataset_opts o = doc_opts(T, 3);
-    if (io_dataset_open(&ds, &src, NULL, &o, err, sizeof err)) fail_msg("%s", err);
+    open_docs(&ds, &src, &o);
     const uint64_t W = ds.n_train_starts;
     unsigned char *seen = calloc(W, 1);
     /* one epoch: samples s of every rank, global g = s * WORLD + rank */
@@ -277,10 +280,9 @@ static void test_docs_validation(void **state) {
     io_tokens src;
     io_tokens_wrap(&src, data, 4, N, "val");
     io_dataset ds;
-    char err[512];
     io_dataset_opts o = doc_opts(T, 3);
     o.val_tokens = 50;
-    if (io_dataset_open(&ds, &src, NULL, &o, err, sizeof err)) fail_msg("%s", err);
+    open_docs(&ds, &src, &o);
     assert_true(ds.n_val_windows >= 5);
     int tok[T + 1], tg[T], tok2[T + 1];
     unsigned char st[T];
@@ -317,10 +319,9 @@ static void test_docs_mask(void **state) {
     io_tokens src;
     io_tokens_wrap(&src, data, 4, N, "mask");
     io_dataset ds;
-    char err[512];
     io_dataset_opts o = doc_opts(T, 3);
     o.docs.mask_begin = MB, o.docs.mask_end = ME;
-    if (io_dataset_open(&ds, &src, NULL, &o, err, sizeof err)) fail_msg("%s", err);
+    open_docs(&ds, &src, &o);
     unsigned hits[32] = {0};
     check_windows(&ds, &src, ds.n_train_starts, 1, hits);
     for (size_t q = 1; q < N; q++) {
@@ -332,7 +333,7 @@ static void test_docs_mask(void **state) {
 
     /* a hold-out that cuts a stretch: each part continues it to the cut */
     o.val_tokens = 8; /* the cut falls inside the second stretch, before 26 */
-    if (io_dataset_open(&ds, &src, NULL, &o, err, sizeof err)) fail_msg("%s", err);
+    open_docs(&ds, &src, &o);
     assert_int_equal(ds.train.docs.counted, 3);
     assert_int_equal(ds.n_val_windows, 1);
     int tok[T + 1], tg[T];
@@ -391,9 +392,8 @@ static void test_docs_off_is_plain(void **state) {
     io_tokens src;
     io_tokens_wrap(&src, data, 4, N, "plain");
     io_dataset ds;
-    char err[512];
     io_dataset_opts o = {.seq_len = T, .seed = 8, .val_tokens = 40};
-    if (io_dataset_open(&ds, &src, NULL, &o, err, sizeof err)) fail_msg("%s", err);
+    open_docs(&ds, &src, &o);
     int a[B * (T + 1)], b[B * (T + 1)], tg[B * T];
     unsigned char st[B * T];
     io_dataset_train_batch(&ds, 4, B, 1, 2, a);

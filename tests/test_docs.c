@@ -25,6 +25,7 @@
 #include "model/check.h"
 #include "model/cpu/model_cpu.h"
 #include "model/params.h"
+#include "tests/model_fixture.h"
 #include "tests/ref/fd.h"
 
 #define TOL 1e-12
@@ -425,37 +426,13 @@ static void test_attention_packed(void **state) {
 
 /* ---- the whole model ------------------------------------------------------------------------ */
 
-static gdn_config model_config(const char *mixers) {
-    gdn_config c = {.vocab_size = 32, .d_model = 16, .n_layers = (int)strlen(mixers), .n_heads = 2,
-                    .head_dim = 8, .expand_v = 2, .d_ff = 32, .conv_width = 4, .chunk_size = 16,
-                    .tie_embeddings = 0, .allow_neg_eigval = 1, .norm_eps = 1e-6, .n_kv_heads = 1,
-                    .attn_head_dim = 6, .rope_theta = 300.0, .qk_norm = 1, .qkv_bias = 1};
-    snprintf(c.mixers, sizeof c.mixers, "%s", mixers);
-    return c;
-}
-
-static double *model_params(const gdn_param_table *t, uint64_t seed) {
-    float *p32 = malloc(t->total * sizeof *p32);
-    gdn_params_init(p32, t, seed);
-    double *p = malloc(t->total * sizeof *p), *noise = rnd(t->total, -1, 1, seed + 1);
-    for (size_t i = 0; i < t->total; i++) p[i] = (double)p32[i] * 4.0 + 0.1 * noise[i];
-    for (int i = 0; i < t->n; i++) {
-        const gdn_param *q = &t->p[i];
-        int keep = strstr(q->name, "A_log") || strstr(q->name, "dt_bias");
-        for (size_t j = 0; keep && j < q->numel; j++) p[q->offset + j] = (double)p32[q->offset + j];
-    }
-    free(noise);
-    free(p32);
-    return p;
-}
-
 /* Loss, logits and every gradient of the packed batch vs the sum over the documents run alone. */
 static double model_packed_vs_docs(const char *mixers, int B, int T, const unsigned char *starts,
                                    unsigned long long seed) {
-    const gdn_config cfg = model_config(mixers);
+    const gdn_config cfg = fixture_config(mixers, 1);
     gdn_param_table t;
     gdn_param_table_build(&t, &cfg);
-    double *P = model_params(&t, seed);
+    double *P = fixture_params(&t, seed, 4.0);
     const size_t Vv = (size_t)cfg.vocab_size, N = (size_t)B * T;
     int *tok = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int));
     double *r = rnd(2 * N, 0, 1, seed + 2);

@@ -136,13 +136,16 @@ static const struct {
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
+static void case_problem(problem *p, size_t c, unsigned long long seed) {
+    problem_make(p, cases[c].B, cases[c].T, cases[c].H, cases[c].Hkv, cases[c].D, cases[c].chunk, cases[c].docs, seed);
+}
+
 static void test_forward_vs_naive(void **state) {
     (void)state;
     double worst = 0;
     for (size_t c = 0; c < N_CASES; c++) {
         problem p;
-        problem_make(&p, cases[c].B, cases[c].T, cases[c].H, cases[c].Hkv, cases[c].D, cases[c].chunk, cases[c].docs,
-                     100 + c);
+        case_problem(&p, c, 100 + c);
         const size_t no = (size_t)p.B * p.T * p.H * p.D;
         double *o = malloc(sizeof(double) * (no + 1)), *ref = malloc(sizeof(double) * (no + 1));
         const gdn_linz_shape s = problem_shape(&p);
@@ -258,8 +261,7 @@ static void test_backward_vs_fd(void **state) {
     double worst = 0;
     for (size_t c = 0; c < N_CASES; c++) {
         problem p;
-        problem_make(&p, cases[c].B, cases[c].T, cases[c].H, cases[c].Hkv, cases[c].D, cases[c].chunk, cases[c].docs,
-                     200 + c);
+        case_problem(&p, c, 200 + c);
         const size_t no = (size_t)p.B * p.T * p.H * p.D, nk = (size_t)p.B * p.T * p.Hkv * p.D;
         double *w = malloc(sizeof(double) * (no + 1)), *o = malloc(sizeof(double) * (no + 1));
         double *dq = malloc(sizeof(double) * (no + 1)), *dk = malloc(sizeof(double) * (nk + 1));
@@ -379,45 +381,21 @@ static double decode_vs_full(const char *pattern, int n_layers, int P, int step)
     const int B = 2, T = 30;
     model_case c;
     case_init(&c, lin_config(pattern, n_layers, 1, 1), B, T, 23);
-    const gdn_config *cfg = &c.t.cfg;
-    int nv;
-    gdn_cpu_forward_f64(c.acts, &c.t, c.params, c.tokens, NULL, 0.0, &nv, NULL, NULL);
-    const size_t Vo = (size_t)cfg->vocab_size;
-    const double *full = gdn_cpu_logits_f64(c.acts);
-    const size_t L = (size_t)cfg->n_layers, H = (size_t)cfg->n_heads, K = (size_t)cfg->head_dim;
-    const size_t Vh = (size_t)gdn_config_head_v(cfg), W1 = (size_t)cfg->conv_width - 1;
-    const size_t n_kv = (size_t)(gdn_config_count_mixer(cfg, GDN_MIXER_A) + gdn_config_count_mixer(cfg, GDN_MIXER_S));
-    const size_t nkv = n_kv * B * T * gdn_config_kv_heads(cfg) * gdn_config_attn_dim(cfg);
-    double *kv = calloc(2 * nkv + 1, 8);
-    gdn_cpu_carry_f64 k[2];
-    for (int i = 0; i < 2; i++)
-        k[i] = (gdn_cpu_carry_f64){.S = calloc(L * B * H * K * Vh, 8), .halo_q = calloc(L * B * W1 * H * K, 8),
-                                   .halo_k = calloc(L * B * W1 * H * K, 8), .halo_v = calloc(L * B * W1 * H * Vh, 8),
-                                   .kv_k = kv, .kv_v = kv + nkv, .kv_len = T};
+    const size_t Vo = (size_t)c.t.cfg.vocab_size;
+    const double *full = case_logits(&c);
+    case_carries k;
+    case_carries_make(&k, &c.t.cfg, B, T, 1);
     double *rec = malloc((size_t)B * T * Vo * sizeof *rec);
     int cur = 0;
     for (int t0 = 0; t0 < T;) {
         const int n = t0 == 0 ? P : (T - t0 < step ? T - t0 : step);
-        gdn_cpu_acts_f64 *a = gdn_cpu_acts_create_f64(&c.t, B, n);
-        int *tok = malloc(sizeof(int) * B * n);
-        for (int b = 0; b < B; b++) memcpy(tok + b * n, c.tokens + b * T + t0, sizeof(int) * n);
-        gdn_cpu_forward_f64(a, &c.t, c.params, tok, NULL, 0.0, &nv, t0 ? &k[cur] : NULL, &k[1 - cur]);
+        case_decode_segment(&c, t0, n, t0 ? &k.c[cur] : NULL, &k.c[1 - cur], rec);
         cur = 1 - cur;
-        for (int b = 0; b < B; b++)
-            memcpy(rec + ((size_t)b * T + t0) * Vo, gdn_cpu_logits_f64(a) + (size_t)b * n * Vo, n * Vo * sizeof *rec);
-        gdn_cpu_acts_free_f64(a);
-        free(tok);
         t0 += n;
     }
     const double err = fd_rel_err(rec, full, (size_t)B * T * Vo);
     printf("decoding %s (prompt %d, then %d at a time) vs one pass: relative error %.2e\n", pattern, P, step, err);
-    for (int i = 0; i < 2; i++) {
-        free(k[i].S);
-        free(k[i].halo_q);
-        free(k[i].halo_k);
-        free(k[i].halo_v);
-    }
-    free(kv);
+    case_carries_free(&k);
     free(rec);
     case_free(&c);
     return err;

@@ -251,68 +251,29 @@ static void test_block_vs_naive(void **state) {
 
 /* ---- decoding with a KV cache ----------------------------------------------------------------- */
 
-typedef struct {
-    gdn_cpu_carry_f64 c[2];
-    double *kv[2];
-} carries;
-
-/* Two carries for decoding; with shared != 0 they share one KV cache, else each has its own. */
-static void carries_make(carries *k, const gdn_config *cfg, int B, int len, int shared) {
-    const size_t L = (size_t)cfg->n_layers, H = (size_t)cfg->n_heads, K = (size_t)cfg->head_dim;
-    const size_t Vh = (size_t)gdn_config_head_v(cfg), W1 = (size_t)cfg->conv_width - 1;
-    const size_t ns = L * B * H * K * Vh, nk = L * B * W1 * H * K, nvh = L * B * W1 * H * Vh;
-    const size_t nkv = (size_t)gdn_config_count_mixer(cfg, GDN_MIXER_A) * B * len *
-                       gdn_config_kv_heads(cfg) * gdn_config_attn_dim(cfg);
-    for (int i = 0; i < 2; i++) {
-        k->kv[i] = (i == 0 || !shared) ? calloc(2 * nkv + 1, 8) : NULL;
-        double *kv = k->kv[shared ? 0 : i];
-        k->c[i] = (gdn_cpu_carry_f64){.S = calloc(ns, 8), .halo_q = calloc(nk, 8), .halo_k = calloc(nk, 8),
-                                      .halo_v = calloc(nvh, 8), .kv_k = kv, .kv_v = kv + nkv,
-                                      .kv_len = len};
-    }
-}
-
-static void carries_free(carries *k) {
-    for (int i = 0; i < 2; i++) {
-        free(k->c[i].S); free(k->c[i].halo_q); free(k->c[i].halo_k); free(k->c[i].halo_v);
-        free(k->kv[i]);
-    }
-}
-
 /* A prompt of P tokens in one pass, then segments of `step` tokens with the state, halos and
  * KV cache carried give the logits of one pass over the whole sequence. */
 static double decode_vs_full(const char *pattern, int n_layers, int P, int step, int shared) {
     const int B = 2, T = 40;
     model_case c;
     case_init(&c, attn_config(pattern, n_layers, 1, 1), B, T, 23);
-    const gdn_config *cfg = &c.t.cfg;
-    int nv;
-    gdn_cpu_forward_f64(c.acts, &c.t, c.params, c.tokens, NULL, 0.0, &nv, NULL, NULL);
-    const size_t Vo = (size_t)cfg->vocab_size;
-    const double *full = gdn_cpu_logits_f64(c.acts);
-    carries k;
-    carries_make(&k, cfg, B, T, shared);
+    const size_t Vo = (size_t)c.t.cfg.vocab_size;
+    const double *full = case_logits(&c);
+    case_carries k;
+    case_carries_make(&k, &c.t.cfg, B, T, shared);
     double *rec = malloc((size_t)B * T * Vo * sizeof *rec);
     int cur = 0;
     for (int t0 = 0; t0 < T;) {
         const int n = t0 == 0 ? P : (T - t0 < step ? T - t0 : step);
-        gdn_cpu_acts_f64 *a = gdn_cpu_acts_create_f64(&c.t, B, n);
-        int *tok = malloc(sizeof(int) * B * n);
-        for (int b = 0; b < B; b++) memcpy(tok + b * n, c.tokens + b * T + t0, sizeof(int) * n);
-        gdn_cpu_forward_f64(a, &c.t, c.params, tok, NULL, 0.0, &nv, t0 ? &k.c[cur] : NULL, &k.c[1 - cur]);
+        case_decode_segment(&c, t0, n, t0 ? &k.c[cur] : NULL, &k.c[1 - cur], rec);
         assert_int_equal(k.c[1 - cur].pos, t0 + n);
         cur = 1 - cur;
-        for (int b = 0; b < B; b++)
-            memcpy(rec + ((size_t)b * T + t0) * Vo, gdn_cpu_logits_f64(a) + (size_t)b * n * Vo,
-                   n * Vo * sizeof *rec);
-        gdn_cpu_acts_free_f64(a);
-        free(tok);
         t0 += n;
     }
     double err = fd_rel_err(rec, full, (size_t)B * T * Vo);
     printf("decoding %s (prompt %d, then %d at a time, %s cache) vs one pass: relative error %.2e\n",
            pattern, P, step, shared ? "shared" : "copied", err);
-    carries_free(&k);
+    case_carries_free(&k);
     free(rec);
     case_free(&c);
     return err;
@@ -406,8 +367,8 @@ static void test_refusals(void **state) {
     (void)state;
     model_case c;
     case_init(&c, attn_config("GA", 2, 0, 0), 1, 4, 3);
-    carries k;
-    carries_make(&k, &c.t.cfg, 1, 6, 1);
+    case_carries k;
+    case_carries_make(&k, &c.t.cfg, 1, 6, 1);
     int nv;
     gdn_set_die_handler(die_to_test);
     gdn_cpu_forward_f64(c.acts, &c.t, c.params, c.tokens, NULL, 0.0, &nv, NULL, &k.c[0]);
@@ -433,7 +394,7 @@ static void test_refusals(void **state) {
     printf("sequence parallelism: %s\n", die_message);
     assert_non_null(strstr(die_message, "the hooks attn_kv_fwd and attn_kv_bwd must be set"));
     gdn_set_die_handler(NULL);
-    carries_free(&k);
+    case_carries_free(&k);
     case_free(&c);
 
     /* the trainer's settings: sp > 1 with an attention layer runs on the CPU backend only; on the

@@ -165,38 +165,20 @@ static void test_recurrent_decoding(void **state) {
     const int B = 2, T = 40; /* more than one chunk of 16 */
     model_case c;
     case_init(&c, mixed_config("GDML", 4), B, T, 23);
-    const gdn_config *cfg = &c.t.cfg;
-    int nv;
-    gdn_cpu_forward_f64(c.acts, &c.t, c.params, c.tokens, NULL, 0.0, &nv, NULL, NULL);
-    const size_t Vo = (size_t)cfg->vocab_size;
-    const double *full = gdn_cpu_logits_f64(c.acts);
-
-    const size_t L = (size_t)cfg->n_layers, H = (size_t)cfg->n_heads, K = (size_t)cfg->head_dim;
-    const size_t Vh = (size_t)gdn_config_head_v(cfg), W1 = (size_t)cfg->conv_width - 1;
-    const size_t ns = L * B * H * K * Vh, nk = L * B * W1 * H * K, nvh = L * B * W1 * H * Vh;
-    gdn_cpu_carry_f64 carry[2];
-    for (int i = 0; i < 2; i++)
-        carry[i] = (gdn_cpu_carry_f64){.S = calloc(ns, 8), .halo_q = calloc(nk, 8), .halo_k = calloc(nk, 8),
-                                       .halo_v = calloc(nvh, 8)};
-    gdn_cpu_acts_f64 *step = gdn_cpu_acts_create_f64(&c.t, B, 1);
+    const size_t Vo = (size_t)c.t.cfg.vocab_size;
+    const double *full = case_logits(&c);
+    case_carries k;
+    case_carries_make(&k, &c.t.cfg, B, T, 1);
     double *rec = malloc((size_t)B * T * Vo * sizeof *rec);
     int cur = 0;
     for (int t = 0; t < T; t++) {
-        int tok[2] = {c.tokens[t], c.tokens[T + t]};
-        gdn_cpu_forward_f64(step, &c.t, c.params, tok, NULL, 0.0, &nv, t ? &carry[cur] : NULL,
-                            &carry[1 - cur]);
+        case_decode_segment(&c, t, 1, t ? &k.c[cur] : NULL, &k.c[1 - cur], rec);
         cur = 1 - cur;
-        for (int b = 0; b < B; b++)
-            memcpy(rec + ((size_t)b * T + t) * Vo, gdn_cpu_logits_f64(step) + (size_t)b * Vo,
-                   Vo * sizeof *rec);
     }
     double err = fd_rel_err(rec, full, (size_t)B * T * Vo);
     printf("recurrent decoding vs chunked forward (GDML): relative error %.2e\n", err);
     assert_true(err < 1e-12);
-    gdn_cpu_acts_free_f64(step);
-    for (int i = 0; i < 2; i++) {
-        free(carry[i].S); free(carry[i].halo_q); free(carry[i].halo_k); free(carry[i].halo_v);
-    }
+    case_carries_free(&k);
     free(rec);
     case_free(&c);
 }
@@ -215,6 +197,28 @@ static void save_model(const char *path, const gdn_param_table *t, const float *
     if (st) fail_msg("save: %s", err);
 }
 
+/* c's table into t and its initial parameters (seed), saved at path; returns the parameters. */
+static float *save_new_model(const char *path, const gdn_config *c, gdn_param_table *t, uint64_t seed) {
+    gdn_param_table_build(t, c);
+    float *p = malloc(t->total * sizeof *p);
+    gdn_params_init(p, t, seed);
+    save_model(path, t, p);
+    return p;
+}
+
+/* The checkpoint at path reports the pattern `mixers`, and its tensors load into q (c's model)
+ * equal to the saved p. */
+static void check_reload(const char *path, const gdn_config *c, const gdn_param_table *t, const float *p, float *q,
+                         const char *mixers) {
+    char err[1024];
+    ckpt_info info;
+    assert_int_equal(ckpt_read_info(path, &info, err, sizeof err), CKPT_OK);
+    assert_string_equal(info.model.mixers, mixers);
+    ckpt_info_free(&info);
+    assert_int_equal(ckpt_load(path, c, t, q, NULL, NULL, NULL, err, sizeof err), CKPT_OK);
+    assert_memory_equal(p, q, t->total * sizeof *p);
+}
+
 /* The pattern is stored, read back, compared on load (naming `mixers`), and the tensors of a
  * mixed model round-trip exactly. */
 static void test_checkpoint_round_trip(void **state) {
@@ -223,17 +227,9 @@ static void test_checkpoint_round_trip(void **state) {
     tmp_path(path, sizeof path, "rt");
     gdn_config c = mixed_config("GDML", 4);
     gdn_param_table t;
-    gdn_param_table_build(&t, &c);
-    float *p = malloc(t.total * sizeof *p), *q = malloc(t.total * sizeof *q);
-    gdn_params_init(p, &t, 9);
-    save_model(path, &t, p);
+    float *p = save_new_model(path, &c, &t, 9), *q = malloc(t.total * sizeof *q);
 
-    ckpt_info info;
-    assert_int_equal(ckpt_read_info(path, &info, err, sizeof err), CKPT_OK);
-    assert_string_equal(info.model.mixers, "GDML");
-    ckpt_info_free(&info);
-    assert_int_equal(ckpt_load(path, &c, &t, q, NULL, NULL, NULL, err, sizeof err), CKPT_OK);
-    assert_memory_equal(p, q, t.total * sizeof *p);
+    check_reload(path, &c, &t, p, q, "GDML");
 
     /* "GDMLGDML" over 4 layers is the same model; "GDLM" is not */
     gdn_config same = mixed_config("GDML", 4), other = mixed_config("GDLM", 4);
@@ -259,10 +255,7 @@ static void test_checkpoint_without_mixers_is_g(void **state) {
     tmp_path(path, sizeof path, "old");
     gdn_config c = mixed_config("G", 2);
     gdn_param_table t;
-    gdn_param_table_build(&t, &c);
-    float *p = malloc(t.total * sizeof *p), *q = malloc(t.total * sizeof *q);
-    gdn_params_init(p, &t, 4);
-    save_model(path, &t, p);
+    float *p = save_new_model(path, &c, &t, 4), *q = malloc(t.total * sizeof *q);
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     assert_true(f >= 0);
     hid_t g = H5Gopen2(f, "/model_config", H5P_DEFAULT);
@@ -274,12 +267,7 @@ static void test_checkpoint_without_mixers_is_g(void **state) {
     assert_int_equal(ckpt_meta_write(f, err, sizeof err), 0);
     H5Fclose(f);
 
-    ckpt_info info;
-    assert_int_equal(ckpt_read_info(path, &info, err, sizeof err), CKPT_OK);
-    assert_string_equal(info.model.mixers, "G");
-    ckpt_info_free(&info);
-    assert_int_equal(ckpt_load(path, &c, &t, q, NULL, NULL, NULL, err, sizeof err), CKPT_OK);
-    assert_memory_equal(p, q, t.total * sizeof *p);
+    check_reload(path, &c, &t, p, q, "G");
     gdn_config zero = mixed_config("", 2);
     assert_int_equal(ckpt_load(path, &zero, &t, q, NULL, NULL, NULL, err, sizeof err), CKPT_OK);
     gdn_config d = mixed_config("GD", 2);

@@ -17,6 +17,7 @@
 
 #include "model/check.h"
 #include "model/cpu/model_cpu.h"
+#include "tests/model_fixture.h"
 #include "tests/ref/fd.h"
 
 #define MAX_SEG 4
@@ -46,6 +47,13 @@ typedef struct {
 
 static size_t halo_n(const exchange *x, int i) { return (size_t)x->B * x->Wm1 * (i < 2 ? x->HK : x->HV); }
 
+/* A copy of n doubles that outlives the hook call (a buffer the model passes is its own). */
+static double *kept_copy(const void *src, size_t n) {
+    double *d = malloc(n * sizeof *d);
+    memcpy(d, src, n * sizeof *d);
+    return d;
+}
+
 static void copy_or_zero(double *dst, const double *src, size_t n) {
     if (src) memcpy(dst, src, n * sizeof *dst);
     else memset(dst, 0, n * sizeof *dst);
@@ -70,6 +78,23 @@ static void map_apply(const exchange *x, const double *M, const double *in, int 
     free(t);
 }
 
+/* The affine maps of layer l folded from segment `from` towards segment `to` (excluded), starting
+ * from a zero state: forward (transpose 0, from < to) S = c[j] + M[j] S, the state entering `to`;
+ * backward (transpose 1, from > to) g = c[j] + M[j]^T g, the gradient leaving `to`. */
+static void fold_maps(const exchange *x, int l, int from, int to, int transpose,
+                      double *c[][MAX_LAYERS], double *out) {
+    const int step = from < to ? 1 : -1;
+    double *S = calloc(x->n_state, sizeof *S), *next = malloc(x->n_state * sizeof *next);
+    for (int j = from; j != to; j += step) {
+        memcpy(next, c[j][l], x->n_state * sizeof *next);
+        map_apply(x, x->M[j][l], S, transpose, next);
+        memcpy(S, next, x->n_state * sizeof *S);
+    }
+    memcpy(out, S, x->n_state * sizeof *S);
+    free(S);
+    free(next);
+}
+
 /* The hooks (model/seq_hooks.h) see double buffers here (the fp64 model) and check the sizes the
  * model passes. */
 static void fwd_halo(void *user, int l, void *const halo[3], const void *const tail[3], const size_t n_halo[3]) {
@@ -78,8 +103,7 @@ static void fwd_halo(void *user, int l, void *const halo[3], const void *const t
     for (int i = 0; i < 3; i++) {
         assert_int_equal(n_halo[i], halo_n(x, i));
         copy_or_zero(halo[i], x->halo[u->seg][l][i], halo_n(x, i));
-        x->halo[u->seg + 1][l][i] = malloc(halo_n(x, i) * sizeof(double));
-        memcpy(x->halo[u->seg + 1][l][i], tail[i], halo_n(x, i) * sizeof(double));
+        x->halo[u->seg + 1][l][i] = kept_copy(tail[i], halo_n(x, i));
     }
 }
 
@@ -97,15 +121,7 @@ static void *fwd_state_in(void *user, int l, const void *delta, void *S_in_v, si
     x->M[u->seg][l] = malloc(x->n_map * sizeof(double));
     x->Hm[u->seg][l] = malloc(x->n_state * sizeof(double));
     gdn_delta_transition_f64(d->shape, d->k, d->v, d->g, d->beta, x->M[u->seg][l], x->Hm[u->seg][l]);
-    double *S = calloc(x->n_state, sizeof *S), *next = malloc(x->n_state * sizeof *next);
-    for (int j = 0; j < u->seg; j++) {
-        memcpy(next, x->Hm[j][l], x->n_state * sizeof *next);
-        map_apply(x, x->M[j][l], S, 0, next);
-        memcpy(S, next, x->n_state * sizeof *S);
-    }
-    memcpy(S_in, S, x->n_state * sizeof *S);
-    free(S);
-    free(next);
+    fold_maps(x, l, 0, u->seg, 0, x->Hm, S_in);
     return NULL;
 }
 
@@ -114,8 +130,7 @@ static void fwd_state_out(void *user, int l, const void *S_out, size_t n_state) 
     exchange *x = u->x;
     assert_int_equal(n_state, x->n_state);
     if (x->mode != PASS_STATE) return;
-    x->S[u->seg + 1][l] = malloc(x->n_state * sizeof(double));
-    memcpy(x->S[u->seg + 1][l], S_out, x->n_state * sizeof(double));
+    x->S[u->seg + 1][l] = kept_copy(S_out, x->n_state);
 }
 
 static void *bwd_state_out(void *user, int l, const void *delta, void *dS_out_v, size_t n_state) {
@@ -131,15 +146,7 @@ static void *bwd_state_out(void *user, int l, const void *delta, void *dS_out_v,
     x->E[u->seg][l] = malloc(x->n_state * sizeof(double));
     gdn_delta_transition_adjoint_f64(d->shape, d->q, d->k, d->g, d->beta, d->scale, d->d_o,
                                      x->E[u->seg][l]);
-    double *g = calloc(x->n_state, sizeof *g), *next = malloc(x->n_state * sizeof *next);
-    for (int j = x->n_seg - 1; j > u->seg; j--) {
-        memcpy(next, x->E[j][l], x->n_state * sizeof *next);
-        map_apply(x, x->M[j][l], g, 1, next);
-        memcpy(g, next, x->n_state * sizeof *g);
-    }
-    memcpy(dS_out, g, x->n_state * sizeof *g);
-    free(g);
-    free(next);
+    fold_maps(x, l, x->n_seg - 1, u->seg, 1, x->E, dS_out);
     return NULL;
 }
 
@@ -148,8 +155,7 @@ static void bwd_state_in(void *user, int l, const void *dS_in, size_t n_state) {
     exchange *x = u->x;
     assert_int_equal(n_state, x->n_state);
     if (x->mode != PASS_STATE) return;
-    x->dS[u->seg][l] = malloc(x->n_state * sizeof(double));
-    memcpy(x->dS[u->seg][l], dS_in, x->n_state * sizeof(double));
+    x->dS[u->seg][l] = kept_copy(dS_in, x->n_state);
 }
 
 static void bwd_halo(void *user, int l, void *const dtail[3], const void *const dhalo[3], const size_t n_halo[3]) {
@@ -158,8 +164,7 @@ static void bwd_halo(void *user, int l, void *const dtail[3], const void *const 
     for (int i = 0; i < 3; i++) {
         assert_int_equal(n_halo[i], halo_n(x, i));
         copy_or_zero(dtail[i], x->dhalo[u->seg + 1][l][i], halo_n(x, i));
-        x->dhalo[u->seg][l][i] = malloc(halo_n(x, i) * sizeof(double));
-        memcpy(x->dhalo[u->seg][l][i], dhalo[i], halo_n(x, i) * sizeof(double));
+        x->dhalo[u->seg][l][i] = kept_copy(dhalo[i], halo_n(x, i));
     }
 }
 
@@ -171,8 +176,7 @@ static void attn_kv_fwd(void *user, int l, void *const all[2], const void *const
     const size_t C = (size_t)x->C;
     assert_int_equal(n, (size_t)x->B * x->len[me] * C);
     for (int i = 0; i < 2; i++) {
-        x->kv[me][l][i] = malloc(n * sizeof(double));
-        memcpy(x->kv[me][l][i], kv[i], n * sizeof(double));
+        x->kv[me][l][i] = kept_copy(kv[i], n);
         for (int j = 0; j <= me; j++)
             for (int b = 0; b < x->B; b++)
                 memcpy((double *)all[i] + ((size_t)b * Tk + x->pos[j]) * C,
@@ -225,35 +229,6 @@ static void exchange_clear(exchange *x) {
     }
 }
 
-/* mixers: the layer pattern (model/mixer.h), one layer per letter; attention layers with grouped
- * kv heads (2 query heads per kv head), q/k norms, q/k/v biases and RoPE turning visibly over the
- * sequence */
-static gdn_config tiny_config(const char *mixers) {
-    gdn_config c = {.vocab_size = 32, .d_model = 16, .n_layers = (int)strlen(mixers), .n_heads = 2,
-                    .head_dim = 8, .expand_v = 2, .d_ff = 32, .conv_width = 4, .chunk_size = 16,
-                    .tie_embeddings = 0, .allow_neg_eigval = 0, .norm_eps = 1e-6, .n_kv_heads = 1,
-                    .attn_head_dim = 6, .rope_theta = 300.0, .qk_norm = 1, .qkv_bias = 1};
-    snprintf(c.mixers, sizeof c.mixers, "%s", mixers);
-    return c;
-}
-
-/* Random parameters with decays weak enough that the state carries across segments. */
-static double *make_params(const gdn_param_table *t, uint64_t seed) {
-    float *p32 = malloc(t->total * sizeof *p32);
-    gdn_params_init(p32, t, seed);
-    double *p = malloc(t->total * sizeof *p), *noise = malloc(t->total * sizeof *noise);
-    fd_fill_uniform(noise, t->total, -1.0, 1.0, seed + 1);
-    for (size_t i = 0; i < t->total; i++) p[i] = (double)p32[i] * 5.0 + 0.1 * noise[i];
-    for (int i = 0; i < t->n; i++) {
-        const gdn_param *q = &t->p[i];
-        int keep = strstr(q->name, "A_log") || strstr(q->name, "dt_bias");
-        for (size_t j = 0; keep && j < q->numel; j++) p[q->offset + j] = (double)p32[q->offset + j];
-    }
-    free(noise);
-    free(p32);
-    return p;
-}
-
 /* Runs the segments [len[0], len[1], ...] of tokens [B,T] and compares loss, logits and the
  * gradient with one pass; returns the largest relative error. */
 static double run_segments_docs(const char *mixers, int mode, const int *len, int n_seg,
@@ -267,10 +242,10 @@ static double run_segments_of(const char *mixers, int mode, const int *len, int 
  * own rows of them. */
 static double run_segments_docs(const char *mixers, int mode, const int *len, int n_seg,
                                 const unsigned char *starts) {
-    const gdn_config cfg = tiny_config(mixers);
+    const gdn_config cfg = fixture_config(mixers, 0);
     gdn_param_table t;
     gdn_param_table_build(&t, &cfg);
-    double *P = make_params(&t, 17);
+    double *P = fixture_params(&t, 17, 5.0); /* decays weak enough to carry across segments */
     const int B = 2;
     int T = 0;
     for (int s = 0; s < n_seg; s++) T += len[s];
@@ -494,10 +469,10 @@ static void zero_dtail(void *user, int l, void *const dtail[3], const void *cons
 
 static void test_cpu_hook_event_refused(void **state) {
     (void)state;
-    const gdn_config cfg = tiny_config("G");
+    const gdn_config cfg = fixture_config("G", 0);
     static gdn_param_table t; /* static: kept across the longjmp */
     gdn_param_table_build(&t, &cfg);
-    double *P = make_params(&t, 3);
+    double *P = fixture_params(&t, 3, 5.0);
     const int B = 1, T = 8;
     int tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8}, n = 0;
     static gdn_cpu_acts_f64 *a;

@@ -31,6 +31,19 @@ static unsigned char *read_all(const char *path, size_t *n) {
     return b;
 }
 
+/* w written to name in the test directory and freed; the file's bytes (n of them) and the
+ * length of its JSON header (the first 8 bytes, little-endian). */
+static unsigned char *write_read_back(stw_writer *w, const char *name, size_t *n, uint64_t *hlen) {
+    char err[256];
+    const char *path = tmp_path(name);
+    if (stw_write(w, path, err, sizeof err)) fail_msg("write %s: %s", path, err);
+    stw_free(w);
+    unsigned char *f = read_all(path, n);
+    *hlen = 0;
+    for (int i = 0; i < 8; i++) *hlen |= (uint64_t)f[i] << (8 * i);
+    return f;
+}
+
 static void test_layout_f32(void **state) {
     (void)state;
     char err[256];
@@ -42,14 +55,9 @@ static void test_layout_f32(void **state) {
     const int64_t sz[1] = {0};
     assert_int_equal(stw_add(w, "empty", 1, sz, NULL, err, sizeof err), 0);
     assert_int_equal(stw_count(w), 3);
-    const char *path = tmp_path("a.safetensors");
-    assert_int_equal(stw_write(w, path, err, sizeof err), 0);
-    stw_free(w);
-
     size_t n;
-    unsigned char *f = read_all(path, &n);
-    uint64_t hlen = 0;
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)f[i] << (8 * i);
+    uint64_t hlen;
+    unsigned char *f = write_read_back(w, "a.safetensors", &n, &hlen);
     assert_int_equal(hlen % 8, 0);
     assert_int_equal(n, 8 + hlen + 6 * 4 + 4);
     char *header = malloc(hlen + 1);
@@ -93,13 +101,9 @@ static void test_bf16(void **state) {
     const float x[3] = {1.0f, -3.0f, 0.1f};
     const int64_t s[1] = {3};
     assert_int_equal(stw_add(w, "x", 1, s, x, err, sizeof err), 0);
-    const char *path = tmp_path("b.safetensors");
-    assert_int_equal(stw_write(w, path, err, sizeof err), 0);
-    stw_free(w);
     size_t n;
-    unsigned char *f = read_all(path, &n);
-    uint64_t hlen = 0;
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)f[i] << (8 * i);
+    uint64_t hlen;
+    unsigned char *f = write_read_back(w, "b.safetensors", &n, &hlen);
     assert_non_null(strstr((const char *)f + 8, "\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]"));
     assert_int_equal(n, 8 + hlen + 6);
     const unsigned char *d = f + 8 + hlen;

@@ -21,7 +21,7 @@ import time
 import h5py
 import numpy as np
 
-from e2e_common import check, failures, gdn_must, gdn_runner, tensors
+from e2e_common import check, finish, gdn_must, gdn_runner, tensors
 GDN = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "..", "data", "kjv.txt.gz")
@@ -173,8 +173,5 @@ with tempfile.TemporaryDirectory() as tmp:
     refused(["--teacher", j("t2", "ckpt_00000001.h5"), "--student", j("student.h5"), "--data", DATA, "--out", j("x")],
             "differ in shape", "mismatched teacher")
 
-if failures:
-    print(f"{len(failures)} check(s) failed", file=sys.stderr)
-    sys.exit(1)
-print(f"distill_train: all checks passed (stage 1 MSE {s1[0]['loss']:.4g} -> {s1[-1]['loss']:.4g}, "
-      f"stage 2 KL {kl0:.4g} -> {kl1:.4g})")
+finish("distill_train", f" (stage 1 MSE {s1[0]['loss']:.4g} -> {s1[-1]['loss']:.4g}, "
+       f"stage 2 KL {kl0:.4g} -> {kl1:.4g})")

@@ -35,3 +35,12 @@ def tensors(path):
     import h5py
     with h5py.File(path, "r") as f:
         return {k: f["params"][k][()] for k in f["params"].keys()}
+
+
+def finish(name, detail=""):
+    """Ends the script: exit 1 saying how many checks failed, else a line that NAME passed
+    (with detail after it)."""
+    if failures:
+        print(f"{name}: {len(failures)} check(s) failed", file=sys.stderr)
+        sys.exit(1)
+    print(f"{name}: all checks passed{detail}")

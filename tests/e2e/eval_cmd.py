@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from e2e_common import check, failures, gdn_runner
+from e2e_common import check, finish, gdn_runner
 GDN = sys.argv[1]
 
 
@@ -222,10 +222,7 @@ def main():
                   f"gdn eval {args}: status {r.returncode}, message {r.stderr.strip()!r}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print(f"{len(failures)} check(s) failed", file=sys.stderr)
-        sys.exit(1)
-    print("eval_cmd: all checks passed")
+    finish("eval_cmd")
 
 
 if __name__ == "__main__":

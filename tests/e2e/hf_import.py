@@ -21,7 +21,7 @@ import tempfile
 import h5py
 import numpy as np
 
-from e2e_common import check, failures, gdn_runner
+from e2e_common import check, finish, gdn_runner
 GDN = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "..", "interop", "fixtures")
@@ -327,10 +327,7 @@ def main():
                       f"gdn op logits on bad ids: status {r.returncode}, {r.stderr.strip()}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print(f"{len(failures)} check(s) failed", file=sys.stderr)
-        sys.exit(1)
-    print("hf_import: all checks passed")
+    finish("hf_import")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_common import check, failures, gdn_runner
+from e2e_common import check, finish, gdn_runner
 GDN = sys.argv[1]
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KJV = os.path.join(SRC, "data", "kjv.txt.gz")
@@ -176,10 +176,7 @@ def main():
         check(h.returncode == 0 and "--out" in h.stdout and "--keep-softmax" in h.stdout, "help")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print(f"{len(failures)} failure(s)", file=sys.stderr)
-        sys.exit(1)
-    print("ok")
+    finish("linearize")
 
 
 if __name__ == "__main__":

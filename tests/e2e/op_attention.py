@@ -15,7 +15,7 @@ import os, subprocess, sys, tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from op_common import check, directional_derivative, failures, rel, run_op  # noqa: E402
+from op_common import check, directional_derivative, finish, rel, run_op  # noqa: E402
 
 gdn = sys.argv[1]
 cuda_mode = sys.argv[2:] == ["--backend", "cuda"]
@@ -179,10 +179,7 @@ def refused(arrays, args, needles, what, code=None, attrs=None):
 if cuda_mode:
     if check_cuda() == 77:
         sys.exit(77)
-    if failures:
-        print(f"op_attention --backend cuda: {len(failures)} failures", file=sys.stderr)
-        sys.exit(1)
-    print("op_attention --backend cuda: ok")
+    finish("op_attention --backend cuda")
     sys.exit(0)
 
 x = inputs(2, 10, 4, 2, 8)
@@ -233,7 +230,4 @@ check(r.returncode == 0 and "[B,T,Hkv,D]" in r.stdout, "--help")
 r = subprocess.run([gdn, "op", "nope"], capture_output=True, text=True)
 check(r.returncode == 2 and "gated-delta, attention" in r.stderr, f"unknown op: {r.stderr}")
 
-if failures:
-    print(f"op_attention: {len(failures)} failures", file=sys.stderr)
-    sys.exit(1)
-print("op_attention: ok")
+finish("op_attention")

@@ -6,7 +6,7 @@ import os, subprocess, sys
 import h5py
 import numpy as np
 
-from e2e_common import check, failures  # noqa: F401 (the op scripts import them from here)
+from e2e_common import check, failures, finish  # noqa: F401 (the op scripts import them from here)
 
 
 def inputs(rng, B, T, H, K, V):

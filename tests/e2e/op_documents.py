@@ -16,7 +16,7 @@ import os, sys, tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from op_common import check, failures, inputs, rel, run_op  # noqa: E402
+from op_common import check, finish, inputs, rel, run_op  # noqa: E402
 
 gdn = sys.argv[1]
 cuda_mode = sys.argv[2:] == ["--backend", "cuda"]
@@ -83,10 +83,7 @@ def cuda_checks():
 if cuda_mode:
     if cuda_checks() == 77:
         sys.exit(77)
-    if failures:
-        print(f"FAILED: {len(failures)} check(s)")
-        sys.exit(1)
-    print("all checks passed")
+    finish("op_documents --backend cuda")
     sys.exit(0)
 
 # ---- the delta rule: every variant, with h0 and dht ----------------------------------------
@@ -164,7 +161,4 @@ for op, arrays in (("gated-delta", small), ("attention", dict(q=small["q"], k=sm
     check("cpu only" not in r.stderr and "cu_seqlens" not in r.stderr,
           f"{op} --backend cuda with cu_seqlens: exit {r.returncode}, stderr {r.stderr.strip()!r}")
 
-if failures:
-    print(f"FAILED: {len(failures)} check(s)")
-    sys.exit(1)
-print("all checks passed")
+finish("op_documents")

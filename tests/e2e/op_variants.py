@@ -15,7 +15,7 @@ import os, subprocess, sys, tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from op_common import check, directional_derivative, failures, inputs as draw_inputs, rel, run_op  # noqa: E402
+from op_common import check, directional_derivative, finish, inputs as draw_inputs, rel, run_op  # noqa: E402
 
 gdn = sys.argv[1]
 cuda_mode = sys.argv[2:] == ["--backend", "cuda"]
@@ -159,10 +159,7 @@ if cuda_mode:
     code = check_cuda()
     if code == 77:
         sys.exit(77)
-    if failures:
-        print(f"op_variants --backend cuda: {len(failures)} failures", file=sys.stderr)
-        sys.exit(1)
-    print("op_variants --backend cuda: ok")
+    finish("op_variants --backend cuda")
     sys.exit(0)
 
 # ---- the reference BPTT against finite differences of the reference forward -------------------
@@ -258,7 +255,4 @@ for var in ["deltanet", "gla", "linear"]:
 r = subprocess.run([gdn, "op", "gated-delta", "--help"], capture_output=True, text=True)
 check(r.returncode == 0 and "--variant gdn|deltanet|gla|linear" in r.stdout, "--help lacks --variant")
 
-if failures:
-    print(f"op_variants: {len(failures)} failures", file=sys.stderr)
-    sys.exit(1)
-print("op_variants: ok")
+finish("op_variants")

@@ -49,19 +49,13 @@ grep -q "^documents: 3.. in the training data" "$dir/straight.log" || { cat "$di
 "$GDN" train "${run[@]}" --steps 12 --resume auto --out "$dir/resumed" > "$dir/resume.log"
 grep -q "resuming from .*ckpt_00000006.h5 at step 6" "$dir/resume.log" || fail "did not resume at step 6"
 
-$PY - "$dir/straight" "$dir/resumed" <<'PY'
+$PY "$SRC/tests/e2e/same_run.py" "$dir/straight" "$dir/resumed" 12
+$PY - "$dir/straight" <<'PY'
 import json, sys, h5py
-a, b = sys.argv[1], sys.argv[2]
+a = sys.argv[1]
 la = [json.loads(l) for l in open(a + "/metrics.jsonl")]
-lb = [json.loads(l) for l in open(b + "/metrics.jsonl")]
-assert [r["step"] for r in lb] == list(range(1, 13)), [r["step"] for r in lb]
-assert [r["loss"] for r in la] == [r["loss"] for r in lb], "losses differ after resume"
-assert [r.get("val_loss") for r in la] == [r.get("val_loss") for r in lb], "validation differs"
 assert all(x == x for x in (r["loss"] for r in la)), "NaN loss"
-fa, fb = h5py.File(a + "/ckpt_00000012.h5", "r"), h5py.File(b + "/ckpt_00000012.h5", "r")
-for grp in ("params", "optim/m", "optim/v"):
-    for name in fa[grp]:
-        assert fa[grp][name][()].tobytes() == fb[grp][name][()].tobytes(), f"{grp}/{name} differs"
+fa = h5py.File(a + "/ckpt_00000012.h5", "r")
 c = fa.attrs["config"]
 cfg = json.loads(c.decode() if isinstance(c, bytes) else c) # the checkpoint records the setting
 assert cfg["documents"] is True and cfg["eod_token"] == 256, cfg

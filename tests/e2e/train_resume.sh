@@ -17,21 +17,8 @@ small=(--preset tiny --data "$SRC/data/kjv.txt.gz" --d_model 64 --n_layers 2 --d
 "$GDN" train "${small[@]}" --steps 20 --decay_steps 20 --resume auto --out "$dir/resumed" > "$dir/resume.log"
 grep -q "resuming from .*ckpt_00000010.h5 at step 10" "$dir/resume.log" || fail "did not resume at step 10"
 grep -q "changed on resume: \"steps\": 20" "$dir/resume.log" || fail "changed setting not reported"
-$PY - "$dir/straight" "$dir/resumed" <<'PY'
-import json, sys, h5py, numpy as np
-a, b = sys.argv[1], sys.argv[2]
-la = [json.loads(l) for l in open(a + "/metrics.jsonl")]
-lb = [json.loads(l) for l in open(b + "/metrics.jsonl")]
-assert [r["step"] for r in lb] == list(range(1, 21)), [r["step"] for r in lb]
-assert [r["loss"] for r in la] == [r["loss"] for r in lb], "losses differ after resume"
-assert [r.get("val_loss") for r in la] == [r.get("val_loss") for r in lb]
-fa, fb = h5py.File(a + "/ckpt_00000020.h5", "r"), h5py.File(b + "/ckpt_00000020.h5", "r")
-for grp in ("params", "optim/m", "optim/v"):
-    for name in fa[grp]:
-        x, y = fa[grp][name][()], fb[grp][name][()]
-        assert x.tobytes() == y.tobytes(), f"{grp}/{name} differs"
-print("straight 20 steps == 10 + resume 10: losses and weights bitwise identical")
-PY
+$PY "$SRC/tests/e2e/same_run.py" "$dir/straight" "$dir/resumed" 20
+echo "straight 20 steps == 10 + resume 10: losses and weights bitwise identical"
 
 # 2. SIGUSR1: checkpoint at the current step, exit 75, resume continues.
 "$GDN" train "${small[@]}" --steps 100000 --out "$dir/sig" > "$dir/sig.log" 2>&1 &

@@ -75,18 +75,24 @@ static uint32_t expected_at(const uint8_t *file, int width, size_t i) {
     return v;
 }
 
+/* Opens ds over src with o: 1, or 0 where it is refused, which must come with a message. */
+static int opened(io_dataset *ds, const io_tokens *src, const io_dataset_opts *o) {
+    char err[1024];
+    err[0] = 0;
+    if (io_dataset_open(ds, src, NULL, o, err, sizeof err)) {
+        CHECK(err[0] != 0);
+        return 0;
+    }
+    return 1;
+}
+
 /* Builds a dataset over an opened source and checks the windows it hands out. */
 static void check_windows(const io_tokens *src, const uint8_t *tokens, int width, int T,
                           int vocab, size_t val_tokens, double val_fraction) {
     io_dataset_opts o = {.seq_len = T, .seed = 7, .val_tokens = val_tokens,
                          .val_fraction = val_fraction};
     io_dataset ds;
-    char err[1024];
-    err[0] = 0;
-    if (io_dataset_open(&ds, src, NULL, &o, err, sizeof err)) {
-        CHECK(err[0] != 0);
-        return;
-    }
+    if (!opened(&ds, src, &o)) return;
     const size_t W = (size_t)T + 1;
     int *win = malloc(2 * W * sizeof *win);
     CHECK(win);
@@ -125,12 +131,7 @@ static void check_documents(const io_tokens *src, const uint8_t *tokens, int wid
     const int masks = (pick >> 4) & 1 && vocab > 9;
     o.docs = (io_doc_opts){eod, masks ? 8 : -1, masks ? 9 : -1, (int)((pick >> 5) & 1)};
     io_dataset ds;
-    char err[1024];
-    err[0] = 0;
-    if (io_dataset_open(&ds, src, NULL, &o, err, sizeof err)) {
-        CHECK(err[0] != 0);
-        return;
-    }
+    if (!opened(&ds, src, &o)) return;
     int *tok = malloc(((size_t)T + 1) * sizeof *tok), *tg = malloc((size_t)T * sizeof *tg);
     unsigned char *st = malloc((size_t)T);
     CHECK(tok && tg && st);

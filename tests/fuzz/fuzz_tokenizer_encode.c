@@ -15,18 +15,10 @@
 #include "io/tokenizer.h"
 #include "model/check.h"
 #include "tests/fuzz/fuzz_common.h"
+#include "tests/tokenizer/byte_cp.h"
 
 static io_tokenizer *tok[2];
 static io_tok_enc *enc[2];
-
-static unsigned byte_cp(unsigned b) {
-    int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-    if (keep) return b;
-    unsigned k = 0;
-    for (unsigned i = 0; i < b; i++)
-        k += !((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || (i >= 174 && i <= 255));
-    return 256 + k;
-}
 
 static io_tokenizer *build(const char *normalizer, const char *more_added) {
     static char s[65536];

@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
-from e2e_common import check, failures  # noqa: E402
+from e2e_common import check, finish  # noqa: E402
 
 GDN, MPIEXEC = sys.argv[1], sys.argv[2].split()
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "kjv.txt.gz")
@@ -62,7 +62,4 @@ with tempfile.TemporaryDirectory() as tmp:
             else:
                 close(x["kl"], y["kl"], f"step {x['step']} KL")
 
-if failures:
-    print(f"{len(failures)} check(s) failed", file=sys.stderr)
-    sys.exit(1)
-print("distill_mpi: all checks passed")
+finish("distill_mpi")

@@ -19,25 +19,21 @@ run() {
   [ $ms -le $(( $2 * 1000 )) ] || { cat "$dir/out"; fail "$1: took $took s (limit $2 s)"; }
 }
 expect() { grep -qE "$2" "$dir/out" || { cat "$dir/out"; fail "$1: no message matching '$2'"; }; }
+# fails MODE MESSAGE: 2 ranks in MODE end within 20 s, with a nonzero status and MESSAGE
+fails() {
+  run "$1" 20
+  [ $status -ne 0 ] || fail "$1: exit status 0"
+  expect "$1" "$2"
+  echo "$1: ended in ${took}s with status $status: $(grep -m1 'gdn: rank' "$dir/out")"
+}
 
 run ok 20
 [ $status -eq 0 ] || { cat "$dir/out"; fail "ok: exit status $status"; }
 expect ok "mpi_fail ok: finished normally \(sum 4\)"
 
-run die 20
-[ $status -ne 0 ] || fail "die: exit status 0"
-expect die "gdn: rank 1: error \(.*mpi_fail.c:[0-9]+\): injected failure on the last rank"
-echo "die: ended in ${took}s with status $status: $(grep -m1 'gdn: rank' "$dir/out")"
-
-run hang 20
-[ $status -ne 0 ] || fail "hang: exit status 0"
-expect hang "gdn: rank 0: no progress for 3 s in all-reduce of a test value over the world"
-echo "hang: ended in ${took}s with status $status: $(grep -m1 'gdn: rank' "$dir/out")"
-
-run peer 20
-[ $status -ne 0 ] || fail "peer: exit status 0"
-expect peer "gdn: rank 0: no progress for 3 s in receive of a test message with rank 1"
-echo "peer: ended in ${took}s with status $status: $(grep -m1 'gdn: rank' "$dir/out")"
+fails die "gdn: rank 1: error \(.*mpi_fail.c:[0-9]+\): injected failure on the last rank"
+fails hang "gdn: rank 0: no progress for 3 s in all-reduce of a test value over the world"
+fails peer "gdn: rank 0: no progress for 3 s in receive of a test message with rank 1"
 
 run grid 20
 [ $status -ne 0 ] || fail "grid: exit status 0"

@@ -31,6 +31,30 @@ children_of() {
     if [ "$ppid" = "$1" ]; then echo "${st%% *}"; fi
   done | sort -n
 }
+# compare_curves REF STEPS LABEL RUN...: every RUN's training and validation losses over steps
+# 1..STEPS equal REF's (one process) within a relative 1e-4.
+compare_curves() {
+  $PY - "$dir" "$@" <<'PY'
+import json, sys
+d, ref_name, steps, label, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+def curve(name):
+    return [json.loads(l) for l in open(f"{d}/{name}/metrics.jsonl")]
+ref = curve(ref_name)
+assert [r["step"] for r in ref] == list(range(1, steps + 1))
+for name in names:
+    c = curve(name)
+    assert [r["step"] for r in c] == list(range(1, steps + 1)), f"{name}: steps {[r['step'] for r in c]}"
+    worst = 0.0
+    for a, b in zip(ref, c):
+        for key in ("loss", "val_loss"):
+            assert (key in a) == (key in b), f"{name}: {key} missing at step {a['step']}"
+            if key in a:
+                e = abs(a[key] - b[key]) / abs(a[key])
+                assert e < 1e-4, f"{name}: step {a['step']} {key} {b[key]} vs {a[key]} (relative {e:.2e})"
+                worst = max(worst, e)
+    print(f"{name}: {label}{steps}-step loss curve matches one process, max relative difference {worst:.1e}")
+PY
+}
 small=(--preset tiny --data "$SRC/data/kjv.txt.gz" --d_model 64 --n_layers 2 --d_ff 128 --seq_len 64
        --warmup_steps 5 --eval_every 25 --seed 5)
 
@@ -61,26 +85,7 @@ grep -q "backend cuda with --sp_exchange gather: sequence parallelism on GPUs pa
 "${MPIRUN[@]}" 4 "$GDN" train "${small[@]}" --steps 50 --batch_size 4 --eval_batches 4 --sp 2 \
   --out "$dir/dp2sp2" > "$dir/dp2sp2.log"
 grep -q "distributed: 4 ranks = dp 2 x sp 2" "$dir/dp2sp2.log" || fail "grid not reported"
-$PY - "$dir" <<'PY'
-import json, sys
-d = sys.argv[1]
-def curve(name):
-    return [json.loads(l) for l in open(f"{d}/{name}/metrics.jsonl")]
-ref = curve("one")
-assert [r["step"] for r in ref] == list(range(1, 51))
-for name in ("sp2", "sp2g", "dp2", "dp2sp2"):
-    c = curve(name)
-    assert [r["step"] for r in c] == list(range(1, 51)), f"{name}: steps {[r['step'] for r in c]}"
-    worst = 0.0
-    for a, b in zip(ref, c):
-        for key in ("loss", "val_loss"):
-            assert (key in a) == (key in b), f"{name}: {key} missing at step {a['step']}"
-            if key in a:
-                e = abs(a[key] - b[key]) / abs(a[key])
-                assert e < 1e-4, f"{name}: step {a['step']} {key} {b[key]} vs {a[key]} (relative {e:.2e})"
-                worst = max(worst, e)
-    print(f"{name}: 50-step loss curve matches one process, max relative difference {worst:.1e}")
-PY
+compare_curves one 50 "" sp2 sp2g dp2 dp2sp2
 
 # 1b. a hybrid with softmax-attention layers (grouped kv heads, q/k norms, biases): sp = 2 with
 #     either exchange gives the one-process losses over 10 steps; --backend cuda refuses it
@@ -95,26 +100,7 @@ grep -q "sequence parallelism of attention layers (mixer A in mixers \"GA\") run
 "$GDN" train "${hybrid[@]}" --out "$dir/hyb1" > "$dir/hyb1.log"
 "${MPIRUN[@]}" 2 "$GDN" train "${hybrid[@]}" --sp 2 --out "$dir/hyb2" > "$dir/hyb2.log"
 "${MPIRUN[@]}" 2 "$GDN" train "${hybrid[@]}" --sp 2 --sp_exchange gather --out "$dir/hyb2g" > "$dir/hyb2g.log"
-$PY - "$dir" <<'PY'
-import json, sys
-d = sys.argv[1]
-def curve(name):
-    return [json.loads(l) for l in open(f"{d}/{name}/metrics.jsonl")]
-ref = curve("hyb1")
-assert [r["step"] for r in ref] == list(range(1, 11))
-for name in ("hyb2", "hyb2g"):
-    c = curve(name)
-    assert [r["step"] for r in c] == list(range(1, 11)), f"{name}: steps {[r['step'] for r in c]}"
-    worst = 0.0
-    for a, b in zip(ref, c):
-        for key in ("loss", "val_loss"):
-            assert (key in a) == (key in b), f"{name}: {key} missing at step {a['step']}"
-            if key in a:
-                e = abs(a[key] - b[key]) / abs(a[key])
-                assert e < 1e-4, f"{name}: step {a['step']} {key} {b[key]} vs {a[key]} (relative {e:.2e})"
-                worst = max(worst, e)
-    print(f"{name}: hybrid GA, 10-step loss curve matches one process, max relative difference {worst:.1e}")
-PY
+compare_curves hyb1 10 "hybrid GA, " hyb2 hyb2g
 
 # 2. 2-rank checkpoint resumed on 2 ranks: bitwise identical to the straight run
 dp2=(--steps 20 --decay_steps 20 --batch_size 4 --eval_batches 2 --eval_every 10)
@@ -122,22 +108,13 @@ dp2=(--steps 20 --decay_steps 20 --batch_size 4 --eval_batches 2 --eval_every 10
 "${MPIRUN[@]}" 2 "$GDN" train "${small[@]}" "${dp2[@]}" --steps 10 --out "$dir/resumed" > /dev/null
 "${MPIRUN[@]}" 2 "$GDN" train "${small[@]}" "${dp2[@]}" --resume auto --out "$dir/resumed" > "$dir/resume.log"
 grep -q "resuming from .*ckpt_00000010.h5 at step 10" "$dir/resume.log" || fail "2-rank run did not resume at step 10"
-$PY - "$dir/straight" "$dir/resumed" <<'PY'
-import json, sys, h5py
-a, b = sys.argv[1], sys.argv[2]
-la = [json.loads(l) for l in open(a + "/metrics.jsonl")]
-lb = [json.loads(l) for l in open(b + "/metrics.jsonl")]
-assert [r["step"] for r in lb] == list(range(1, 21))
-assert [r["loss"] for r in la] == [r["loss"] for r in lb], "losses differ after the 2-rank resume"
-assert [r.get("val_loss") for r in la] == [r.get("val_loss") for r in lb]
-fa, fb = h5py.File(a + "/ckpt_00000020.h5", "r"), h5py.File(b + "/ckpt_00000020.h5", "r")
-for grp in ("params", "optim/m", "optim/v"):
-    for name in fa[grp]:
-        assert fa[grp][name][()].tobytes() == fb[grp][name][()].tobytes(), f"{grp}/{name} differs"
-st = fa["state"].attrs
+$PY "$SRC/tests/e2e/same_run.py" "$dir/straight" "$dir/resumed" 20
+$PY - "$dir/straight" <<'PY'
+import sys, h5py
+st = h5py.File(sys.argv[1] + "/ckpt_00000020.h5", "r")["state"].attrs
 assert (int(st["world_size"]), int(st["dp"]), int(st["sp"])) == (2, 2, 1), dict(st)
-print("2 ranks: 20 steps straight == 10 + resume on 2 ranks: losses, weights and moments bitwise identical")
 PY
+echo "2 ranks: 20 steps straight == 10 + resume on 2 ranks: losses, weights and moments bitwise identical"
 
 # 3. the 2-rank checkpoint on other world sizes: 40 samples per rank x 2 = 80 global samples
 mkdir -p "$dir/one_rank"

@@ -89,21 +89,7 @@ print(f"--zero 1 checkpoint (3 ranks): same {len(da)} datasets, shapes, dtypes a
 PY
 
 # 3. bitwise resume with --zero 1 on 3 ranks: stopped at step 12, and stopped by SIGUSR1
-same() { # same() A B STEP: bitwise identical losses and step-STEP checkpoints
-  $PY - "$@" <<'PY'
-import json, sys, h5py
-a, b, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
-la = [json.loads(l) for l in open(a + "/metrics.jsonl")]
-lb = [json.loads(l) for l in open(b + "/metrics.jsonl")]
-assert [r["step"] for r in lb] == list(range(1, step + 1)), [r["step"] for r in lb]
-assert [r["loss"] for r in la] == [r["loss"] for r in lb], "losses differ after the resume"
-assert [r.get("val_loss") for r in la] == [r.get("val_loss") for r in lb], "validation losses differ"
-fa, fb = h5py.File(f"{a}/ckpt_{step:08d}.h5", "r"), h5py.File(f"{b}/ckpt_{step:08d}.h5", "r")
-for grp in ("params", "optim/m", "optim/v"):
-    for name in fa[grp]:
-        assert fa[grp][name][()].tobytes() == fb[grp][name][()].tobytes(), f"{grp}/{name} differs"
-PY
-}
+same() { $PY "$SRC/tests/e2e/same_run.py" "$@"; } # same A B STEP: bitwise identical losses and step-STEP checkpoints
 train 3 "${run[@]}" --zero 1 --steps 12 --out "$dir/resumed" > /dev/null
 train 3 "${run[@]}" --zero 1 --resume auto --out "$dir/resumed" > "$dir/resumed.log"
 grep -q "resuming from .*ckpt_00000012.h5 at step 12" "$dir/resumed.log" || fail "3-rank --zero 1 run did not resume at step 12"

@@ -14,17 +14,7 @@
 
 #include "io/tokenizer.h"
 #include "tests/io_fixture.h"
-
-/* GPT-2's bytes_to_unicode, written out as its Python original does it: printable bytes keep
- * their code point, the others get 256, 257, ... in byte order. */
-static unsigned byte_cp(unsigned b) {
-    int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-    if (keep) return b;
-    unsigned k = 0;
-    for (unsigned i = 0; i < b; i++)
-        k += !((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || (i >= 174 && i <= 255));
-    return 256 + k;
-}
+#include "tests/tokenizer/byte_cp.h"
 
 /* A tokenizer.json: ids 0..255 are the single bytes (id = byte value), then `vocab` (more
  * "token": id members, or ""), merges (a JSON array body), added (array body). */
@@ -267,48 +257,41 @@ static void expect_error(const char *json, const char *needle) {
     ASSERT_CONTAINS(err, needle);
 }
 
+/* make_json's file (merges not ignored) fails to load with a message naming needle. */
+static void expect_json_error(const char *normalizer, const char *pre, const char *vocab, const char *merges,
+                              const char *added, const char *needle) {
+    char *j = make_json(normalizer, pre, vocab, merges, added, 0);
+    expect_error(j, needle);
+    free(j);
+}
+
 static void test_bad_files(void **state) {
     (void)state;
-    char *j;
     expect_error("{\"model\": ", "t.json:1:");
     expect_error("[]", "a tokenizer.json holds an object");
-    j = make_json("{\"type\": \"Lowercase\"}", BYTELEVEL_NOSPLIT, "", "", "", 0);
-    expect_error(j, "normalizer type 'Lowercase' is not supported");
-    free(j);
-    j = make_json("null", "{\"type\": \"Whitespace\"}", "", "", "", 0);
-    expect_error(j, "pre-tokenizer type 'Whitespace' is not supported");
-    free(j);
-    j = make_json("null", "null", "", "", "", 0);
-    expect_error(j, "not a byte-level BPE tokenizer");
-    free(j);
-    j = make_json("null", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
-                  "\"pattern\": {\"Regex\": \"(a\"}, \"behavior\": \"Isolated\"}, "
-                  BYTELEVEL_NOSPLIT "]}", "", "", "", 0);
-    expect_error(j, "the pattern does not compile");
-    free(j);
-    j = make_json("null", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
-                  "\"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Removed\"}, "
-                  BYTELEVEL_NOSPLIT "]}", "", "", "", 0);
-    expect_error(j, "behavior \"Isolated\"");
-    free(j);
-    j = make_json("null", BYTELEVEL_NOSPLIT, "", "\"a zz\"", "", 0);
-    expect_error(j, "merge \"a\" + \"zz\": its right part is not in the vocabulary");
-    free(j);
-    j = make_json("null", BYTELEVEL_NOSPLIT, "", "\"a b c\"", "", 0);
-    expect_error(j, "two tokens separated by one space");
-    free(j);
-    j = make_json("null", BYTELEVEL_NOSPLIT, "\"zz\": 5", "", "", 0);
-    expect_error(j, "id 5 is given to two vocabulary entries");
-    free(j);
-    j = make_json("null", BYTELEVEL_NOSPLIT, "\"zz\": 4000000000", "", "", 0);
-    expect_error(j, "id 4000000000 is far beyond the 258 entries");
-    free(j);
-    j = make_json("null", BYTELEVEL_NOSPLIT, "\"zz\": -1", "", "", 0);
-    expect_error(j, "a token id must be a whole number");
-    free(j);
-    j = make_json("null", BYTELEVEL_NOSPLIT, "", "", "{\"id\": 300}", 0);
-    expect_error(j, "an added token needs \"id\" and \"content\"");
-    free(j);
+    expect_json_error("{\"type\": \"Lowercase\"}", BYTELEVEL_NOSPLIT, "", "", "",
+                      "normalizer type 'Lowercase' is not supported");
+    expect_json_error("null", "{\"type\": \"Whitespace\"}", "", "", "",
+                      "pre-tokenizer type 'Whitespace' is not supported");
+    expect_json_error("null", "null", "", "", "", "not a byte-level BPE tokenizer");
+    expect_json_error("null", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+                      "\"pattern\": {\"Regex\": \"(a\"}, \"behavior\": \"Isolated\"}, "
+                      BYTELEVEL_NOSPLIT "]}", "", "", "",
+                      "the pattern does not compile");
+    expect_json_error("null", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+                      "\"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Removed\"}, "
+                      BYTELEVEL_NOSPLIT "]}", "", "", "",
+                      "behavior \"Isolated\"");
+    expect_json_error("null", BYTELEVEL_NOSPLIT, "", "\"a zz\"", "",
+                      "merge \"a\" + \"zz\": its right part is not in the vocabulary");
+    expect_json_error("null", BYTELEVEL_NOSPLIT, "", "\"a b c\"", "", "two tokens separated by one space");
+    expect_json_error("null", BYTELEVEL_NOSPLIT, "\"zz\": 5", "", "",
+                      "id 5 is given to two vocabulary entries");
+    expect_json_error("null", BYTELEVEL_NOSPLIT, "\"zz\": 4000000000", "", "",
+                      "id 4000000000 is far beyond the 258 entries");
+    expect_json_error("null", BYTELEVEL_NOSPLIT, "\"zz\": -1", "", "", "a token id must be a whole number");
+    expect_json_error("null", BYTELEVEL_NOSPLIT, "", "", "{\"id\": 300}",
+                      "an added token needs \"id\" and \"content\"");
     expect_error("{\"pre_tokenizer\": " BYTELEVEL_NOSPLIT ", \"model\": 5}", "\"model\" must be an object");
     expect_error("{\"pre_tokenizer\": " BYTELEVEL_NOSPLIT "}", "t.json: no \"model\"");
     expect_error("{\"pre_tokenizer\": " BYTELEVEL_NOSPLIT ", \"model\": {\"type\": \"WordPiece\"}}",
