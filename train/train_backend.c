@@ -17,7 +17,8 @@
 
 int gdn_train_backend_choose(const gdn_run_config *rc, gdn_comm *comm, const gdn_backend **be) {
     const gdn_backend *cuda = gdn_backend_cuda();
-    const int n_gpu = cuda ? gdn_backend_gpu_count() : 0;
+    /* the device query starts the CUDA runtime: only when the run may use it */
+    const int n_gpu = cuda && strcmp(rc->backend, "cpu") ? gdn_backend_gpu_count() : 0;
     int have_nccl = 0;
 #ifdef GDN_HAVE_NCCL
     have_nccl = 1;
@@ -33,8 +34,8 @@ int gdn_train_backend_choose(const gdn_run_config *rc, gdn_comm *comm, const gdn
                  mixer_err);
         why = why_mixers;
     } else if (use_gpu && comm->sp > 1 && gdn_config_count_mixer(&rc->model, GDN_MIXER_A) > 0)
-        why = "--backend cuda with sp > 1: the CUDA model runs attention layers (mixer A) on whole sequences "
-              "only; use --sp 1 or --backend cpu";
+        why = "--backend cuda with sp > 1 and attention layers (mixer A): their key/value exchange over NCCL "
+              "has not run on several GPUs yet (docs/distributed.md); use --sp 1 or --backend cpu";
     else if (use_gpu && comm->sp > 1 && strcmp(rc->sp_exchange, "pass"))
         why = "--backend cuda with --sp_exchange gather: sequence parallelism on GPUs passes the delta-rule state "
               "rank to rank only; use --sp_exchange pass (the default) or --backend cpu";
