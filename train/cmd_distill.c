@@ -179,22 +179,6 @@ static int *read_windows(const char *spec, int vocab, int T, int *n, char *err, 
     return tokens;
 }
 
-/* The teacher's run configuration with the student's model (defaults when it has none). */
-static char *student_config_json(const char *teacher_json, const gdn_config *model) {
-    gdn_run_config rc;
-    char err[512];
-    if (!teacher_json || gdn_run_config_from_json_text(&rc, teacher_json, err, sizeof err))
-        if (gdn_run_config_from_json_text(&rc, "{}", err, sizeof err)) GDN_DIE("default run config: %s", err);
-    rc.model = *model;
-    io_jw jw;
-    io_jw_init(&jw, 1);
-    gdn_run_config_to_json(&rc, &jw);
-    char *s = strdup(io_jw_text(&jw));
-    io_jw_free(&jw);
-    if (!s) GDN_DIE("out of memory");
-    return s;
-}
-
 static int distill_init(int argc, char **argv) {
     init_opts o;
     int r = parse_init(argc, argv, &o);
@@ -244,7 +228,7 @@ static int distill_init(int argc, char **argv) {
         for (int h = 0; h < sc.n_heads; h++) printf(" %.4g", dist[(size_t)l * sc.n_heads + h]);
         printf("\n");
     }
-    config_json = student_config_json(info.config_json, &sc);
+    config_json = gdn_run_config_json_with_model(info.config_json, &sc, NULL);
     ckpt_contents c = {.step = 0, .tokens_seen = 0, .config_json = config_json, .model = &sc,
                        .table = &st, .params = sp};
     if (ckpt_save_atomic(o.out, &c, err, sizeof err)) {

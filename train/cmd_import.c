@@ -235,23 +235,6 @@ static int find_tokenizer(const char *dir, const gdn_config *cfg, char *abs, siz
     return 1;
 }
 
-/* The run configuration stored with the checkpoint: the defaults with the imported model and,
- * when given, its tokenizer. */
-static char *run_config_json(const gdn_config *model, const char *tokenizer) {
-    gdn_run_config rc;
-    char err[256];
-    if (gdn_run_config_from_json_text(&rc, "{}", err, sizeof err)) GDN_DIE("default run config: %s", err);
-    rc.model = *model;
-    if (tokenizer) memcpy(rc.tokenizer, tokenizer, strlen(tokenizer) + 1);
-    io_jw jw;
-    io_jw_init(&jw, 1);
-    gdn_run_config_to_json(&rc, &jw);
-    char *s = strdup(io_jw_text(&jw));
-    io_jw_free(&jw);
-    if (!s) GDN_DIE("out of memory");
-    return s;
-}
-
 int gdn_cmd_import(int argc, char **argv) {
     const char *dir = NULL, *out = NULL;
     for (int i = 1; i < argc; i++) {
@@ -308,7 +291,7 @@ int gdn_cmd_import(int argc, char **argv) {
     }
     char tok[GDN_PATH_MAX];
     const int have_tok = find_tokenizer(dir, &cfg, tok, sizeof tok);
-    config_json = run_config_json(&cfg, have_tok ? tok : NULL);
+    config_json = gdn_run_config_json_with_model(NULL, &cfg, have_tok ? tok : NULL);
     ckpt_contents c = {.step = 0, .tokens_seen = 0, .config_json = config_json, .model = &cfg,
                        .table = &t, .params = params};
     if (ckpt_save_atomic(out, &c, err, sizeof err)) {

@@ -443,22 +443,6 @@ static void run_defaults(const char *config_json, lin_opts *o) {
     if (!o->seq_len) o->seq_len = rc.seq_len;
 }
 
-/* The teacher's run configuration with the student's model (defaults when it has none). */
-static char *student_config_json(const char *teacher_json, const gdn_config *model) {
-    gdn_run_config rc;
-    char err[512];
-    if (!teacher_json || gdn_run_config_from_json_text(&rc, teacher_json, err, sizeof err))
-        if (gdn_run_config_from_json_text(&rc, "{}", err, sizeof err)) GDN_DIE("default run config: %s", err);
-    rc.model = *model;
-    io_jw jw;
-    io_jw_init(&jw, 1);
-    gdn_run_config_to_json(&rc, &jw);
-    char *s = strdup(io_jw_text(&jw));
-    io_jw_free(&jw);
-    if (!s) GDN_DIE("out of memory");
-    return s;
-}
-
 /* Writes the student of r to o->out (step 0, weights only). Returns 0, or 1 with a message. */
 static int write_student(const lin_opts *o, const gdn_param_table *tt, const float *tp, const gdn_config *sc,
                          const lin_result *r, const char *teacher_json) {
@@ -466,7 +450,7 @@ static int write_student(const lin_opts *o, const gdn_param_table *tt, const flo
     gdn_param_table_build(&st, sc);
     float *sp = GDN_MALLOC(sizeof *sp * st.total);
     lin_student_params(tt, tp, &st, sp, r->lambda_s);
-    char *config_json = student_config_json(teacher_json, sc);
+    char *config_json = gdn_run_config_json_with_model(teacher_json, sc, NULL);
     ckpt_contents c = {.step = 0, .tokens_seen = 0, .config_json = config_json, .model = sc, .table = &st,
                        .params = sp};
     char err[1024];

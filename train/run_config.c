@@ -7,9 +7,12 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "model/check.h"
 
 #include "io/checkpoint.h"
 #include "io/docs.h"
@@ -596,4 +599,20 @@ void gdn_run_config_print(const gdn_run_config *rc, FILE *f) {
         case F_ENUM: fprintf(f, "%s\n", fd->names->name(*(const int *)src)); break;
         }
     }
+}
+
+char *gdn_run_config_json_with_model(const char *base_json, const gdn_config *model, const char *tokenizer) {
+    gdn_run_config rc;
+    char err[512];
+    if (!base_json || gdn_run_config_from_json_text(&rc, base_json, err, sizeof err))
+        if (gdn_run_config_from_json_text(&rc, "{}", err, sizeof err)) GDN_DIE("default run config: %s", err);
+    rc.model = *model;
+    if (tokenizer) snprintf(rc.tokenizer, sizeof rc.tokenizer, "%s", tokenizer);
+    io_jw jw;
+    io_jw_init(&jw, 1);
+    gdn_run_config_to_json(&rc, &jw);
+    char *s = strdup(io_jw_text(&jw));
+    io_jw_free(&jw);
+    if (!s) GDN_DIE("out of memory");
+    return s;
 }

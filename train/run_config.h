@@ -61,6 +61,10 @@ int gdn_run_config_parse(gdn_run_config *rc, int argc, char **argv, char *err, i
 void gdn_run_config_to_json(const gdn_run_config *rc, io_jw *w);
 /* Reads a config saved by gdn_run_config_to_json (checkpoints, run directories). */
 int gdn_run_config_from_json_text(gdn_run_config *rc, const char *text, char *err, int err_len);
+/* The run configuration of base_json (the defaults when it is NULL or unreadable) with its model
+ * replaced by *model and, when tokenizer is not NULL, its tokenizer: the config stored with a
+ * checkpoint written from another's (an import, a student). Returns malloc'd JSON text. */
+char *gdn_run_config_json_with_model(const char *base_json, const gdn_config *model, const char *tokenizer);
 
 /* Prints every resolved setting, one per line. */
 void gdn_run_config_print(const gdn_run_config *rc, FILE *f);
