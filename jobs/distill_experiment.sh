@@ -17,10 +17,14 @@
 # PYTHON [python3] (results table, plots, and with TEACHER_HF=1 torch and transformers),
 # D_MODEL [384], LAYERS [6], HEADS [6] (head dim 64), KV_HEADS [2], D_FF [1024], SEQ [256],
 # BATCH [32], TEACHER_STEPS [1000], FRACTION [10] (percent of the teacher's tokens for each
-# student), STAGE1_PERCENT [20] (of the student's steps spent in stage 1), LR [2e-3],
-# STUDENT_LR [3e-3], TAU [1], CE_WEIGHT [0], VAL_TOKENS [200000], EVAL_WINDOWS [256],
+# student), STUDENT_BATCH [BATCH] (the students' and from-scratch runs' batch: their steps are
+# their tokens over STUDENT_BATCH x SEQ), STAGE1_PERCENT [20] (of the student's steps spent in
+# stage 1), LR [2e-3], STUDENT_LR [3e-3], TAU [1], CE_WEIGHT [0], TRAIN [all] (stage 2's
+# --train), KEEP [LAYERS-1] (the layer the hybrid keeps softmax, 0-based), STUDENTS [G H] (G:
+# the pure GDN student, H: the hybrid; each with its from-scratch run), VAL_TOKENS [200000],
+# EVAL_WINDOWS [256],
 # TEACHER_EVAL_EVERY [TEACHER_STEPS/20] and EVAL_EVERY [student steps/10] (validation passes for
-# the curves), LIN_WINDOWS [16] (held-out windows for gdn linearize), TEACHER_HF [unset].
+# the curves), LIN_WINDOWS [16] (held-out windows for gdn linearize; 0 skips it), TEACHER_HF [unset].
 # A teacher already in place (OUT_DIR/teacher/ckpt_<TEACHER_STEPS>.h5, OUT_DIR/hf/teacher.h5) is used
 # as it is (variants of the students share one). With a DIR, the shapes come from its config.json
 # and TEACHER_STEPS still sets the students' budget. Prints one table line per model (held-out
@@ -35,6 +39,7 @@ GDN=${GDN:-$src/build/gdn} DATA=${DATA:-$src/data/kjv.txt.gz} BACKEND=${BACKEND:
 D_MODEL=${D_MODEL:-384} LAYERS=${LAYERS:-6} HEADS=${HEADS:-6} KV_HEADS=${KV_HEADS:-2} D_FF=${D_FF:-1024}
 SEQ=${SEQ:-256} BATCH=${BATCH:-32} TEACHER_STEPS=${TEACHER_STEPS:-1000} FRACTION=${FRACTION:-10}
 STAGE1_PERCENT=${STAGE1_PERCENT:-20} LR=${LR:-2e-3} STUDENT_LR=${STUDENT_LR:-3e-3}
+STUDENT_BATCH=${STUDENT_BATCH:-$BATCH} TRAIN=${TRAIN:-all} STUDENTS=${STUDENTS:-G H}
 TAU=${TAU:-1} CE_WEIGHT=${CE_WEIGHT:-0} VAL_TOKENS=${VAL_TOKENS:-200000} EVAL_WINDOWS=${EVAL_WINDOWS:-256}
 LIN_WINDOWS=${LIN_WINDOWS:-16} TEACHER_HF=${TEACHER_HF:-}
 [ -x "$GDN" ] || { echo "distill_experiment: no gdn at $GDN (build it or set GDN)" >&2; exit 2; }
@@ -42,13 +47,18 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 say() { echo "+ $*" >&2; "$@"; }
 
-steps=$((TEACHER_STEPS * FRACTION / 100))
+steps=$((TEACHER_STEPS * BATCH * FRACTION / (100 * STUDENT_BATCH)))
 s1=$((steps * STAGE1_PERCENT / 100))
 [ "$steps" -ge 2 ] && [ "$s1" -ge 1 ] && [ "$s1" -lt "$steps" ] ||
   { echo "distill_experiment: TEACHER_STEPS x FRACTION gives $steps student steps; need room for both stages" >&2; exit 2; }
 TEACHER_EVAL_EVERY=${TEACHER_EVAL_EVERY:-$(( TEACHER_STEPS / 20 > 0 ? TEACHER_STEPS / 20 : 1 ))}
 EVAL_EVERY=${EVAL_EVERY:-$(( steps / 10 > 0 ? steps / 10 : 1 ))}
 common=(--data "$DATA" --seq_len "$SEQ" --batch_size "$BATCH" --val_tokens "$VAL_TOKENS" --backend "$BACKEND")
+scommon=(--data "$DATA" --seq_len "$SEQ" --batch_size "$STUDENT_BATCH" --val_tokens "$VAL_TOKENS" --backend "$BACKEND")
+for k in $STUDENTS; do
+  case $k in G | H) ;; *) echo "distill_experiment: STUDENTS: '$k' is not G or H" >&2; exit 2 ;; esac
+done
+[ -n "${STUDENTS// /}" ] || { echo "distill_experiment: STUDENTS is empty (give G, H or both)" >&2; exit 2; }
 
 # the teacher: $tckpt, its name in the table, and the directory of this run ($root)
 case $TEACHER_HF in
@@ -86,20 +96,22 @@ case $TEACHER_HF in
   tname="$tname, $pattern)"
   ;;
 esac
-hybrid=$(printf 'G%.0s' $(seq $((LAYERS - 1))))A # the last layer stays softmax
+KEEP=${KEEP:-$((LAYERS - 1))}
+[[ $KEEP =~ ^[0-9]+$ ]] && [ "$KEEP" -lt "$LAYERS" ] ||
+  { echo "distill_experiment: KEEP=$KEEP is not a layer of the $LAYERS-layer teacher (0 to $((LAYERS - 1)))" >&2; exit 2; }
+hybrid=$(for i in $(seq 0 $((LAYERS - 1))); do [ "$i" -eq "$KEEP" ] && printf A || printf G; done)
 
-# the students: every softmax layer a gated delta rule layer, and all but the last
-say "$GDN" distill init --teacher "$tckpt" --out "$root/student_G.h5" --decay teacher --data "$DATA" --seq_len "$SEQ" \
-  > "$root/init_G.log"
-say "$GDN" distill init --teacher "$tckpt" --out "$root/student_H.h5" --keep-softmax $((LAYERS - 1)) --decay teacher \
-  --data "$DATA" --seq_len "$SEQ" > "$root/init_H.log"
-for k in G H; do
-  say "$GDN" distill train --teacher "$tckpt" --student "$root/student_$k.h5" --out "$root/distill_$k" "${common[@]}" \
+# the students: every softmax layer a gated delta rule layer (G), and all but layer KEEP (H)
+for k in $STUDENTS; do
+  keep=(); [ "$k" = H ] && keep=(--keep-softmax "$KEEP")
+  say "$GDN" distill init --teacher "$tckpt" --out "$root/student_$k.h5" "${keep[@]}" --decay teacher --data "$DATA" \
+    --seq_len "$SEQ" > "$root/init_$k.log"
+  say "$GDN" distill train --teacher "$tckpt" --student "$root/student_$k.h5" --out "$root/distill_$k" "${scommon[@]}" \
     --stage1_steps "$s1" --stage2_steps $((steps - s1)) --stage1_lr "$STUDENT_LR" --stage2_lr "$STUDENT_LR" \
-    --warmup_steps $((steps / 20 + 1)) --tau "$TAU" --ce_weight "$CE_WEIGHT" --train all \
+    --warmup_steps $((steps / 20 + 1)) --tau "$TAU" --ce_weight "$CE_WEIGHT" --train "$TRAIN" \
     --eval_every "$EVAL_EVERY" > "$root/distill_$k.log"
   # the same shape from scratch on the same number of tokens
-  say "$GDN" train "${common[@]}" --out "$root/scratch_$k" --steps "$steps" --model_from "$root/student_$k.h5" \
+  say "$GDN" train "${scommon[@]}" --out "$root/scratch_$k" --steps "$steps" --model_from "$root/student_$k.h5" \
     --lr "$STUDENT_LR" --warmup_steps $((steps / 20 + 1)) --eval_every "$EVAL_EVERY" --resume auto > "$root/scratch_$k.log"
 done
 
@@ -107,21 +119,27 @@ ev() { "$GDN" eval --ckpt "$1" --data "$DATA" --val_tokens "$VAL_TOKENS" --seq_l
   --max_windows "$EVAL_WINDOWS" --json; }
 last() { ls "$1"/ckpt_*.h5 | tail -1; }
 {
-  echo "{\"teacher_tokens\": $((TEACHER_STEPS * BATCH * SEQ)), \"student_tokens\": $((steps * BATCH * SEQ)),"
+  echo "{\"teacher_tokens\": $((TEACHER_STEPS * BATCH * SEQ)), \"student_tokens\": $((steps * STUDENT_BATCH * SEQ)),"
   echo " \"models\": {"
-  echo "  \"$tname\": $(ev "$tckpt"),"
-  echo "  \"GDN student ($(printf 'G%.0s' $(seq "$LAYERS")))\": $(ev "$(last "$root/distill_G/stage2")"),"
-  echo "  \"GDN from scratch\": $(ev "$(last "$root/scratch_G")"),"
-  echo "  \"hybrid student ($hybrid)\": $(ev "$(last "$root/distill_H/stage2")"),"
-  echo "  \"hybrid from scratch\": $(ev "$(last "$root/scratch_H")")"
+  echo -n "  \"$tname\": $(ev "$tckpt")"
+  for k in $STUDENTS; do
+    if [ "$k" = G ]; then name="GDN student ($(printf 'G%.0s' $(seq "$LAYERS")))" sname="GDN from scratch"
+    else name="hybrid student ($hybrid)" sname="hybrid from scratch"; fi
+    echo ","
+    echo "  \"$name\": $(ev "$(last "$root/distill_$k/stage2")"),"
+    echo -n "  \"$sname\": $(ev "$(last "$root/scratch_$k")")"
+  done
+  echo
   echo " }}"
 } > "$root/results.json"
 
 status=0
 # the teacher's attention layers against their training-free linearisations (CPU, fp64)
-say "$GDN" linearize --teacher "$tckpt" --data "$DATA" --val_tokens "$VAL_TOKENS" --seq_len "$SEQ" \
-  --windows "$LIN_WINDOWS" --json > "$root/linearize.json.tmp" && mv "$root/linearize.json.tmp" "$root/linearize.json" ||
-  { echo "distill_experiment: gdn linearize failed (the command is above); no linearize.json" >&2; status=1; }
+if [ "$LIN_WINDOWS" != 0 ]; then
+  say "$GDN" linearize --teacher "$tckpt" --data "$DATA" --val_tokens "$VAL_TOKENS" --seq_len "$SEQ" \
+    --windows "$LIN_WINDOWS" --json > "$root/linearize.json.tmp" && mv "$root/linearize.json.tmp" "$root/linearize.json" ||
+    { echo "distill_experiment: gdn linearize failed (the command is above); no linearize.json" >&2; status=1; }
+fi
 if "$PYTHON" -c 'import matplotlib' 2>/dev/null; then
   say "$PYTHON" "$src/jobs/distill_plot.py" "$root" || status=1
   # after a transformers teacher, gdn's run (when there is one) gets teachers.png: both teachers
