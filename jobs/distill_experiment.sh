@@ -15,7 +15,8 @@
 #
 # Environment (defaults in brackets): GDN [build/gdn], DATA [data/kjv.txt.gz], BACKEND [cuda],
 # PYTHON [python3] (results table, plots, and with TEACHER_HF=1 torch and transformers),
-# D_MODEL [384], LAYERS [6], HEADS [6] (head dim 64), KV_HEADS [2], D_FF [1024], SEQ [256],
+# VOCAB [256] (the teacher's vocabulary: 256 for text read as bytes, the tokenizer's size for token
+# shards), D_MODEL [384], LAYERS [6], HEADS [6] (head dim 64), KV_HEADS [2], D_FF [1024], SEQ [256],
 # BATCH [32], TEACHER_STEPS [1000], FRACTION [10] (percent of the teacher's tokens for each
 # student), STUDENT_BATCH [BATCH] (the students' and from-scratch runs' batch: their steps are
 # their tokens over STUDENT_BATCH x SEQ), STAGE1_PERCENT [20] (of the student's steps spent in
@@ -37,7 +38,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 out=$1
 GDN=${GDN:-$src/build/gdn} DATA=${DATA:-$src/data/kjv.txt.gz} BACKEND=${BACKEND:-cuda} PYTHON=${PYTHON:-python3}
 D_MODEL=${D_MODEL:-384} LAYERS=${LAYERS:-6} HEADS=${HEADS:-6} KV_HEADS=${KV_HEADS:-2} D_FF=${D_FF:-1024}
-SEQ=${SEQ:-256} BATCH=${BATCH:-32} TEACHER_STEPS=${TEACHER_STEPS:-1000} FRACTION=${FRACTION:-10}
+VOCAB=${VOCAB:-256} SEQ=${SEQ:-256} BATCH=${BATCH:-32} TEACHER_STEPS=${TEACHER_STEPS:-1000} FRACTION=${FRACTION:-10}
 STAGE1_PERCENT=${STAGE1_PERCENT:-20} LR=${LR:-2e-3} STUDENT_LR=${STUDENT_LR:-3e-3}
 STUDENT_BATCH=${STUDENT_BATCH:-$BATCH} TRAIN=${TRAIN:-all} STUDENTS=${STUDENTS:-G H}
 TAU=${TAU:-1} CE_WEIGHT=${CE_WEIGHT:-0} VAL_TOKENS=${VAL_TOKENS:-200000} EVAL_WINDOWS=${EVAL_WINDOWS:-256}
@@ -69,7 +70,7 @@ case $TEACHER_HF in
   tname="teacher ($pattern)"
   tckpt=$out/teacher/$(printf 'ckpt_%08d.h5' "$TEACHER_STEPS")
   [ -s "$tckpt" ] || say "$GDN" train "${common[@]}" --out "$out/teacher" --steps "$TEACHER_STEPS" --mixers "$pattern" \
-    --d_model "$D_MODEL" --n_layers "$LAYERS" --n_heads "$HEADS" --n_kv_heads "$KV_HEADS" --head_dim $((D_MODEL / HEADS)) \
+    --vocab_size "$VOCAB" --d_model "$D_MODEL" --n_layers "$LAYERS" --n_heads "$HEADS" --n_kv_heads "$KV_HEADS" --head_dim $((D_MODEL / HEADS)) \
     --d_ff "$D_FF" --lr "$LR" --warmup_steps $((TEACHER_STEPS / 20 + 1)) --eval_every "$TEACHER_EVAL_EVERY" \
     --resume auto > "$out/teacher.log"
   ;;
@@ -79,7 +80,7 @@ case $TEACHER_HF in
   if [ "$TEACHER_HF" = 1 ]; then
     hf=$root/teacher
     tname="teacher (Llama by transformers"
-    [ -s "$hf/model.safetensors" ] || say env DATA="$DATA" D_MODEL="$D_MODEL" LAYERS="$LAYERS" HEADS="$HEADS" \
+    [ -s "$hf/model.safetensors" ] || say env DATA="$DATA" VOCAB="$VOCAB" D_MODEL="$D_MODEL" LAYERS="$LAYERS" HEADS="$HEADS" \
       KV_HEADS="$KV_HEADS" D_FF="$D_FF" SEQ="$SEQ" BATCH="$BATCH" STEPS="$TEACHER_STEPS" LR="$LR" \
       WARMUP=$((TEACHER_STEPS / 20 + 1)) VAL_TOKENS="$VAL_TOKENS" EVAL_EVERY="$TEACHER_EVAL_EVERY" \
       EVAL_WINDOWS="$EVAL_WINDOWS" "$PYTHON" "$src/jobs/hf_teacher.py" "$hf" > "$root/teacher.log"
