@@ -47,11 +47,18 @@ typedef struct {
     float *const *mid;
 } gdn_capture;
 
-/* The teacher's side of the end-to-end distillation loss (forward_kl). */
+typedef struct gdn_model gdn_model;
+
+/* The teacher's side of the end-to-end distillation loss (forward_kl): its logits on the same
+ * tokens, either on the host or left where the teacher computed them. */
 typedef struct {
-    const float *logits; /* [B,T,vocab] the teacher's logits on the same tokens (host) */
-    double tau;          /* temperature (> 0) of both distributions */
-    double ce_weight;    /* weight of the next-token cross-entropy added to the loss (>= 0) */
+    const float *logits;   /* [B,T,vocab] the teacher's logits (host), or NULL with teacher */
+    gdn_model *teacher;    /* or: a model on the same backend and micro-batch shape whose last
+                            * forward (grad_scale 0) ran on these tokens: its logits are read in
+                            * its own memory (no copy through the host: a GPU teacher's
+                            * [B,T,vocab] stays on the GPU) */
+    double tau;            /* temperature (> 0) of both distributions */
+    double ce_weight;      /* weight of the next-token cross-entropy added to the loss (>= 0) */
 } gdn_soft_targets;
 
 /* Told, while a backward pass runs, that the gradients [lo, hi) of the flat buffer grads (the
@@ -64,11 +71,11 @@ typedef struct gdn_backend gdn_backend;
 
 /* A model of one backend. Each backend's own state follows this header in a larger struct (the
  * header first), reached by a cast inside the backend. */
-typedef struct {
+struct gdn_model {
     const gdn_backend *backend;
     const gdn_param_table *table;
     gdn_model_shape shape; /* lo, hi, padded resolved (unsharded: 0, total, total) */
-} gdn_model;
+};
 
 struct gdn_backend {
     const char *name; /* "cpu", "cuda" */
@@ -94,7 +101,7 @@ struct gdn_backend {
      * enqueued on the model's stream; anything reading them is ordered after it). */
     void (*backward)(gdn_model *m, gdn_grads_ready_fn ready, void *ctx);
     /* Distillation (docs/distillation.md "Training"; NULL where a backend has none). forward_kl: forward as above whose loss per token with target >= 0 is
-     * tau^2 KL(softmax(z_t/tau) || softmax(z/tau)) + ce_weight CE (z_t = soft->logits, z the
+     * tau^2 KL(softmax(z_t/tau) || softmax(z/tau)) + ce_weight CE (z_t: soft's logits, z the
      * model's logits); returns its SUM, sets *n_valid and the unweighted sums *kl_sum, *ce_sum
      * (any may be NULL); grad_scale != 0 prepares backward() as forward does. mixer_mse: block
      * layer's mixer alone, teacher-forced on the residual input x_in [B,T,d_model] (host),

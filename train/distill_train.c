@@ -30,7 +30,6 @@ typedef struct {
     float *frozen_vals;        /* their values at the start (the same on every rank) */
     float *hid, *mid, *target; /* stage 1: the teacher's stream [n_layers + 1][N*D], after each mixer
                                 * [n_layers][N*D], one layer's target [N*D] */
-    float *logits;             /* stage 2: the teacher's [N*vocab] */
     gdn_train_hook hook;
 } distill_hook;
 
@@ -48,8 +47,6 @@ static void teacher_open(distill_hook *h, const gdn_model *student) {
         h->hid = GDN_MALLOC(sizeof(float) * (size_t)(h->n_layers + 1) * n * D);
         h->mid = GDN_MALLOC(sizeof(float) * (size_t)h->n_layers * n * D);
         h->target = GDN_MALLOC(sizeof(float) * n * D);
-    } else {
-        h->logits = GDN_MALLOC(sizeof(float) * n * (size_t)h->tt->cfg.vocab_size);
     }
 }
 
@@ -91,8 +88,7 @@ static double stage2_micro(distill_hook *h, gdn_model *model, const int *inputs,
                            float grad_scale, double *stats) {
     const gdn_backend *be = model->backend;
     be->forward(h->teacher, inputs, NULL, 0.0f, NULL, NULL);
-    be->logits(h->teacher, h->logits);
-    gdn_soft_targets soft = {h->logits, h->tau, h->ce_weight};
+    const gdn_soft_targets soft = {.teacher = h->teacher, .tau = h->tau, .ce_weight = h->ce_weight};
     int nv = 0;
     double kl = 0, ce = 0;
     double loss = be->forward_kl(model, inputs, targets, &soft, grad_scale, &nv, &kl, &ce);
@@ -191,7 +187,6 @@ static void hook_free(distill_hook *h) {
     free(h->hid);
     free(h->mid);
     free(h->target);
-    free(h->logits);
     memset(h, 0, sizeof *h);
 }
 

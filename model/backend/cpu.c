@@ -93,7 +93,14 @@ static double cpu_forward_kl(gdn_model *m, const int *tokens, const int *targets
                              float grad_scale, int *n_valid, double *kl_sum, double *ce_sum) {
     cpu_model *c = cpu(m);
     int nv = 0;
-    double loss = gdn_cpu_forward_kl_f32(c->acts, m->table, c->params, tokens, targets, soft->logits, soft->tau,
+    const gdn_model *t = soft->teacher;
+    if (t && (t->shape.B != m->shape.B || t->shape.T != m->shape.T ||
+              t->table->cfg.vocab_size != m->table->cfg.vocab_size))
+        GDN_DIE("distillation loss: the teacher has micro-batches of %d x %d tokens over %d ids, the student %d x %d "
+                "over %d", t->shape.B, t->shape.T, t->table->cfg.vocab_size, m->shape.B, m->shape.T,
+                m->table->cfg.vocab_size);
+    const float *zt = t ? gdn_cpu_logits_f32(cpu(soft->teacher)->acts) : soft->logits;
+    double loss = gdn_cpu_forward_kl_f32(c->acts, m->table, c->params, tokens, targets, zt, soft->tau,
                                          soft->ce_weight, grad_scale, &nv, kl_sum, ce_sum);
     if (n_valid) *n_valid = nv;
     return loss;

@@ -60,8 +60,8 @@ static double cuda_forward(gdn_model *m, const int *tokens, const int *targets, 
 
 static double cuda_forward_kl(gdn_model *m, const int *tokens, const int *targets, const gdn_soft_targets *soft,
                               float grad_scale, int *n_valid, double *kl_sum, double *ce_sum) {
-    return gdn_cuda_model_forward_kl(gpu(m), tokens, targets, soft->logits, soft->tau, soft->ce_weight, grad_scale,
-                                     n_valid, kl_sum, ce_sum);
+    return gdn_cuda_model_forward_kl(gpu(m), tokens, targets, soft->logits, soft->teacher ? gpu(soft->teacher) : NULL,
+                                     soft->tau, soft->ce_weight, grad_scale, n_valid, kl_sum, ce_sum);
 }
 
 static double cuda_mixer_mse(gdn_model *m, int layer, const float *x_in, const float *target, float grad_scale) {

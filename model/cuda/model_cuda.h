@@ -69,11 +69,13 @@ void gdn_cuda_model_download_logits(gdn_cuda_model *m, float *logits);
 void gdn_cuda_model_download_hidden(gdn_cuda_model *m, int layer, float *out);
 /* Distillation (model/backend.h forward_kl, mixer_mse, gdn_capture.mid; docs/distillation.md):
  * the forward above with the loss tau^2 KL(softmax(teacher/tau) || softmax(logits/tau)) +
- * ce_weight CE per row with target >= 0 (teacher: HOST [B,T,vocab] fp32); returns its sum and
- * the unweighted KL and CE sums. Synchronous. */
+ * ce_weight CE per row with target >= 0; the teacher's logits are teacher (HOST [B,T,vocab] fp32)
+ * or, with teacher NULL, those of the last forward of teacher_model (a model of the same B, T and
+ * vocabulary run with grad_scale 0), read on the GPU. Returns the loss sum and the unweighted KL
+ * and CE sums. Synchronous. */
 double gdn_cuda_model_forward_kl(gdn_cuda_model *m, const int *tokens, const int *targets, const float *teacher,
-                                 double tau, double ce_weight, float grad_scale, int *n_valid, double *kl_sum,
-                                 double *ce_sum);
+                                 gdn_cuda_model *teacher_model, double tau, double ce_weight, float grad_scale,
+                                 int *n_valid, double *kl_sum, double *ce_sum);
 /* The residual stream [B,T,d_model] after block `layer`'s mixer (before its MLP) of the last
  * forward, to the host. Synchronous. */
 void gdn_cuda_model_download_mid(gdn_cuda_model *m, int layer, float *out);

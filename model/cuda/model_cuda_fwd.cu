@@ -203,13 +203,25 @@ static float *distill_buf(gdn_cuda_model *m) {
 }
 
 extern "C" double gdn_cuda_model_forward_kl(gdn_cuda_model *m, const int *tokens, const int *targets,
-                                            const float *teacher, double tau, double ce_weight, float grad_scale,
-                                            int *n_valid, double *kl_sum, double *ce_sum) {
+                                            const float *teacher, gdn_cuda_model *teacher_model, double tau,
+                                            double ce_weight, float grad_scale, int *n_valid, double *kl_sum,
+                                            double *ce_sum) {
     const int N = m->N, Vv = m->cfg.vocab_size;
     if (!targets) GDN_CUDA_DIE("gdn_cuda_model_forward_kl needs targets (the rows to distil)");
     if (!(tau > 0)) GDN_CUDA_DIE("distillation loss: the temperature must be > 0 (got %g)", tau);
+    if (!teacher == !teacher_model) GDN_CUDA_DIE("gdn_cuda_model_forward_kl: give the teacher's logits or its model");
     float *zt = distill_buf(m);
-    GDN_CUDA_CHECK(cudaMemcpyAsync(zt, teacher, (size_t)N * Vv * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+    if (teacher) {
+        GDN_CUDA_CHECK(cudaMemcpyAsync(zt, teacher, (size_t)N * Vv * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+    } else { /* widen the teacher's logits in place on the GPU, after its forward */
+        const gdn_cuda_model *t = teacher_model;
+        if (t->N != N || t->cfg.vocab_size != Vv)
+            GDN_CUDA_DIE("distillation loss: the teacher has %d tokens x %d ids per micro-batch, the student %d x %d",
+                         t->N, t->cfg.vocab_size, N, Vv);
+        if (!t->has_logits) GDN_CUDA_DIE("distillation loss: the teacher has no logits (run its forward with grad_scale 0)");
+        GDN_CUDA_CHECK(cudaStreamSynchronize(t->stream));
+        gdn_cuda_from_act(t->p, zt, t->logits, (size_t)N * Vv, m->stream);
+    }
     forward_logits(m, tokens, targets, grad_scale);
     double *kl_d = m->loss_d, *ce_d = m->gnorm_d; /* two device doubles free during a forward */
     PF(PR_LOSS, gdn_cuda_distill_loss(m->p, grad_scale != 0.0f ? m->logits : NULL, m->logits, zt, m->targets_d, N, Vv,

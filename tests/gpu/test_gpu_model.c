@@ -611,6 +611,36 @@ static int in_mixer(const gdn_param *q, int l) {
     snprintf(pre, sizeof pre, "model.layers.%d.attn", l); /* attn_norm and attn.* */
     return strncmp(q->name, pre, strlen(pre)) == 0;
 }
+/* The teacher's logits read in the teacher model's own memory (gdn_soft_targets.teacher) give
+ * bitwise the loss, KL, CE and gradients of the same logits passed through the host. */
+static int soft_teacher_same(const gdn_backend *be, const gdn_param_table *t, const gdn_model_shape *s,
+                             const float *params, const int *tok, const int *tgt) {
+    const size_t nz = (size_t)s->B * s->T * t->cfg.vocab_size;
+    float *z = xmalloc(nz * sizeof(float)), *g[2] = {xmalloc(t->total * sizeof(float)), xmalloc(t->total * sizeof(float))};
+    gdn_model *tm = be->create(t, s), *m = be->create(t, s);
+    be->upload(tm, params, NULL, NULL);
+    be->upload(m, params, NULL, NULL);
+    double loss[2], kl[2], ce[2];
+    for (int k = 0; k < 2; k++) {
+        be->forward(tm, tok, NULL, 0.0f, NULL, NULL);
+        if (!k) be->logits(tm, z);
+        const gdn_soft_targets soft = {.logits = k ? NULL : z, .teacher = k ? tm : NULL, .tau = 1.5, .ce_weight = 0.25};
+        be->zero_grads(m);
+        loss[k] = be->forward_kl(m, tok, tgt, &soft, 0.01f, NULL, &kl[k], &ce[k]);
+        be->backward(m, NULL, NULL);
+        be->download_grads(m, g[k]);
+    }
+    const int ok = loss[0] == loss[1] && kl[0] == kl[1] && ce[0] == ce[1] &&
+                   memcmp(g[0], g[1], t->total * sizeof(float)) == 0;
+    printf("%-4s %-4s forward_kl with the teacher model's own logits = through the host, bitwise: %s\n",
+           s->precision == GDN_PRECISION_BF16 ? "bf16" : "fp32", be->name, ok ? "ok" : "FAIL");
+    be->free(tm);
+    be->free(m);
+    free(z);
+    free(g[0]);
+    free(g[1]);
+    return !ok;
+}
 static int distill_check(const char *what, const gdn_config *cfg, int B, int T) {
     gdn_param_table t;
     gdn_param_table_build(&t, cfg);
@@ -646,7 +676,7 @@ static int distill_check(const char *what, const gdn_config *cfg, int B, int T) 
         bc->upload(mc, pr, NULL, NULL);
         bg->upload(mg, p32, NULL, NULL);
         /* end to end: tau 2, CE weight 0.5 */
-        const gdn_soft_targets soft = {teacher, 2.0, 0.5};
+        const gdn_soft_targets soft = {.logits = teacher, .tau = 2.0, .ce_weight = 0.5};
         double kl[2], ce[2], loss[2];
         int nv[2];
         const gdn_backend *be[2] = {bc, bg};
@@ -674,6 +704,8 @@ static int distill_check(const char *what, const gdn_config *cfg, int B, int T) 
         printf("%-4s %-44s forward_kl vs CPU: loss %.1e KL %.1e CE %.1e, gradients %.1e%s%s %s\n", pi ? "bf16" : "fp32",
                what, el, ek, ec, worst, pi ? " (all)" : " worst, ", pi ? "" : worst_name, ok ? "ok" : "FAIL");
         fails += !ok;
+        fails += soft_teacher_same(bg, &t, &sg, p32, tok, tgt);
+        if (!pi) fails += soft_teacher_same(bc, &t, &sc, pr, tok, tgt);
         /* teacher-forced mixers, one layer at a time */
         double worst_sse = 0.0, worst_g = 0.0;
         int leaks = 0;
