@@ -95,7 +95,8 @@ int distill_student_config(const gdn_config *t, const char *letters, gdn_config 
                            int err_len) {
     const int Da = gdn_config_attn_dim(t);
     int has_delta = 0;
-    for (int l = 0; l < t->n_layers; l++) has_delta |= layer_kind(t, l) != 'A';
+    for (int l = 0; l < t->n_layers; l++) /* S layers carry attention's shapes, like A */
+        has_delta |= gdn_mixer_get(gdn_config_layer_mixer(t, l))->is_delta;
     /* A delta-rule layer's q/k are [H*head_dim, D] and v/o carry H*head_dim*expand_v; the
      * attention layer's q and o carry H*Da: the same width only with head_dim = Da, expand_v = 1.
      * The config has one head_dim, so the teacher's own delta-rule layers must already be so. */

@@ -252,6 +252,16 @@ def main():
         refused(["--teacher", ga, "--out", j("x.h5"), "--mixers", "DG"], ["layer 0 is 'G' in the teacher"],
                 "pattern changing a G layer")
         refused(["--teacher", ga, "--out", j("x.h5"), "--keep-softmax", "0"], ["not softmax"], "keeping a G layer")
+        # linearized (S) layers carry attention's shapes: a teacher with them and another value head
+        # dim maps, its S layers copied whole
+        must("train", "--mixers", "SA", "--n_layers", "2", "--d_model", "32", "--n_heads", "2", "--head_dim", "8",
+             "--expand_v", "2", "--d_ff", "32", "--steps", "1", "--seq_len", "16", "--batch_size", "1",
+             "--val_tokens", "1000", "--eval_batches", "1", "--data", DATA, "--backend", "cpu", "--out", j("run_sa"))
+        must("distill", "init", "--teacher", j("run_sa/ckpt_00000001.h5"), "--out", j("ssa.h5"))
+        a, b = tensors(j("run_sa/ckpt_00000001.h5")), tensors(j("ssa.h5"))
+        check(model_attrs(j("ssa.h5"))["mixers"] == "SG", "S teacher: the student is not SG")
+        check(all(np.array_equal(v, b[k]) for k, v in a.items() if k.startswith("model.layers.0.")),
+              "S teacher: the S layer is not copied bit for bit")
         refused(["--teacher", t1, "--out", j("x.h5"), "--decay", "teacher", "--data", j("none.txt")],
                 ["--data", "none.txt"], "missing --data")
         with open(j("short.txt"), "w") as f:
