@@ -227,7 +227,7 @@ class FlopsPerToken:
     mixer's terms, which at small N and a large vocabulary dominate."""
 
     def __init__(self, N, fpt):
-        xs, ys = {}, {}
+        xs = {}
         for n, f in zip(N, fpt):
             xs.setdefault(n, []).append(math.log(f))
         self.x = np.log(np.array(sorted(xs)))

@@ -14,7 +14,6 @@ import math
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 

@@ -2,7 +2,7 @@
 one run of an op through HDF5 files, relative errors and directional finite differences, and
 the list of failed checks each script reports at its end. The scripts import it from their own
 folder."""
-import os, subprocess, sys
+import os, subprocess
 import h5py
 import numpy as np
 

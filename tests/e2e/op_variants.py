@@ -56,7 +56,7 @@ def forward(var, x, scale, keep=False):
 def backward(var, x, scale):
     """Gradients of L = sum(o * do) + sum(ht * dht) by backpropagation through time."""
     m = VARIANTS[var]
-    q, k, v, do = x["q"], x["k"], x["v"], x["do"]
+    q, k, do = x["q"], x["k"], x["do"]
     o, S_end, saved = forward(var, x, scale, keep=True)
     d = {n: np.zeros(x[n].shape) for n in ["q", "k", "v", "g", "beta"]}
     dS = x["dht"].copy()

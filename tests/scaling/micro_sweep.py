@@ -79,7 +79,7 @@ try:
     check(r.returncode == 0, f"the rerun exits 0: {r.stdout}{r.stderr}")
     check(r.stdout.count("), skipped") == 6, f"the finished runs are skipped: {r.stdout}")
     log = open(os.path.join(d, "logs", "long.log")).read()
-    check(f"resuming from" in log and f"at step {step}" in log, "the stopped run resumed from its checkpoint")
+    check("resuming from" in log and f"at step {step}" in log, "the stopped run resumed from its checkpoint")
     s = json.load(open(os.path.join(d, "runs", "long", "summary.json")))
     check(s["steps"] == step + 3, f"the resumed run finished at step {step + 3} (summary: {s['steps']})")
     r = run("sweep", "run", d)

@@ -5,7 +5,6 @@ must give back its parameters within the fitter's own bootstrap intervals; the w
 empty and unfinished run directories give clear errors."""
 import importlib.util
 import json
-import math
 import os
 import sys
 import tempfile
