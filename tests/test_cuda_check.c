@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -13,6 +14,7 @@
 #include "model/check.h"
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/model_cuda.h"
+#include "model/cuda/ops_cuda.h"
 #include "model/params.h"
 
 static jmp_buf die_jump;
@@ -95,11 +97,30 @@ static void test_cu_sources_report_through_handler(void **state) {
     expect_message("model_cuda_setup.cu:", "batch 0 x length 8");
 }
 
+/* cuBLASLt is opened at first use, not linked: the build's library opens and has every function
+ * gdn calls; a path that does not exist, or a library that is not cuBLASLt, is refused with the
+ * path and the reason (the message the CUDA backend stops with). Needs no GPU. */
+static void test_cublaslt_opens_at_first_use(void **state) {
+    (void)state;
+    char path[4096], err[8192];
+    unsetenv("GDN_CUBLASLT");
+    assert_int_equal(gdn_cuda_cublaslt_probe(path, sizeof path, err, sizeof err), 0);
+    assert_non_null(strstr(path, "libcublasLt.so."));
+    setenv("GDN_CUBLASLT", "/nonexistent/libcublasLt.so.99", 1);
+    assert_int_equal(gdn_cuda_cublaslt_probe(path, sizeof path, err, sizeof err), -1);
+    if (!strstr(err, "/nonexistent/libcublasLt.so.99: ")) fail_msg("reason: \"%s\"", err);
+    setenv("GDN_CUBLASLT", "libm.so.6", 1); /* opens, but is not cuBLASLt */
+    assert_int_equal(gdn_cuda_cublaslt_probe(path, sizeof path, err, sizeof err), -1);
+    if (!strstr(err, "libm.so.6: has no cublasLtCreate")) fail_msg("reason: \"%s\"", err);
+    unsetenv("GDN_CUBLASLT");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_check_reports_through_handler),
         cmocka_unit_test(test_cuda_die_reports_through_handler),
         cmocka_unit_test(test_cu_sources_report_through_handler),
+        cmocka_unit_test(test_cublaslt_opens_at_first_use),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

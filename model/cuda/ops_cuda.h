@@ -51,6 +51,9 @@ void gdn_cuda_add_strided(gdn_cuda_precision p, void *dst, size_t dst_stride, co
  * so repeated calls give bitwise the same result; it is not for concurrent use from several host
  * threads. */
 typedef struct gdn_cuda_blas gdn_cuda_blas;
+/* cuBLASLt is opened at the first gdn_cuda_blas_create (model/cuda/cublaslt_load.cu). This opens
+ * it as that would, without a GPU: 0 and the path that opened, or -1 and every path's reason. */
+int gdn_cuda_cublaslt_probe(char *path, size_t path_len, char *err, size_t err_len);
 gdn_cuda_blas *gdn_cuda_blas_create(void *stream);
 void gdn_cuda_blas_free(gdn_cuda_blas *b);
 void gdn_cuda_linear_fwd(gdn_cuda_blas *b, gdn_cuda_precision in, gdn_cuda_precision out_p,

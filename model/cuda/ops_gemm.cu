@@ -10,9 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cublasLt.h>
-
+#include "model/cuda/cublaslt_load.cuh"
 #include "model/cuda/ops_util.cuh"
+
+#define LT (gdn_cublaslt()) /* cuBLASLt, opened at first use */
 
 /* A failed cuBLASLt call is fatal, reported as every other one (model/check.h). */
 #define GDN_CUBLASLT_CHECK(call)                                                                  \
@@ -20,7 +21,7 @@
         cublasStatus_t gdn_st_ = (call);                                                          \
         if (gdn_st_ != CUBLAS_STATUS_SUCCESS)                                                     \
             gdn_die_at(__FILE__, __LINE__, "cuBLASLt error in %s: %s", #call,                     \
-                       cublasLtGetStatusString(gdn_st_));                                         \
+                       LT->GetStatusString(gdn_st_));                                         \
     } while (0)
 
 /* cuBLAS's recommended workspace on Hopper; with it the library needs no allocation per call. */
@@ -71,24 +72,24 @@ extern "C" gdn_cuda_blas *gdn_cuda_blas_create(void *stream) {
     gdn_cuda_blas *b = (gdn_cuda_blas *)calloc(1, sizeof *b);
     if (!b) GDN_CUDA_DIE("out of host memory creating the cuBLASLt context");
     b->stream = OPS_STREAM(stream);
-    GDN_CUBLASLT_CHECK(cublasLtCreate(&b->lt));
+    GDN_CUBLASLT_CHECK(LT->Create(&b->lt));
     GDN_CUDA_CHECK(cudaMalloc(&b->workspace, GEMM_WORKSPACE_BYTES));
     return b;
 }
 
 static void plan_destroy(gemm_plan *p) {
     if (!p->used) return;
-    GDN_CUBLASLT_CHECK(cublasLtMatrixLayoutDestroy(p->a));
-    GDN_CUBLASLT_CHECK(cublasLtMatrixLayoutDestroy(p->b));
-    GDN_CUBLASLT_CHECK(cublasLtMatrixLayoutDestroy(p->c));
-    GDN_CUBLASLT_CHECK(cublasLtMatmulDescDestroy(p->op));
+    GDN_CUBLASLT_CHECK(LT->MatrixLayoutDestroy(p->a));
+    GDN_CUBLASLT_CHECK(LT->MatrixLayoutDestroy(p->b));
+    GDN_CUBLASLT_CHECK(LT->MatrixLayoutDestroy(p->c));
+    GDN_CUBLASLT_CHECK(LT->MatmulDescDestroy(p->op));
     p->used = 0;
 }
 
 extern "C" void gdn_cuda_blas_free(gdn_cuda_blas *b) {
     if (!b) return;
     for (int i = 0; i < GEMM_PLANS; i++) plan_destroy(&b->plan[i]);
-    GDN_CUBLASLT_CHECK(cublasLtDestroy(b->lt));
+    GDN_CUBLASLT_CHECK(LT->Destroy(b->lt));
     GDN_CUDA_CHECK(cudaFree(b->workspace));
     free(b);
 }
@@ -99,33 +100,33 @@ static const char *type_name(int t) { return t == CUDA_R_16BF ? "bf16" : "fp32";
 static void plan_build(gdn_cuda_blas *b, gemm_plan *p, const gemm_key *k) {
     const cublasOperation_t ta = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cudaDataType_t in_t = (cudaDataType_t)k->in_t, out_t = (cudaDataType_t)k->out_t;
-    GDN_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    GDN_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    GDN_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    GDN_CUBLASLT_CHECK(LT->MatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    GDN_CUBLASLT_CHECK(LT->MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    GDN_CUBLASLT_CHECK(LT->MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     /* layouts describe the stored (untransposed) matrices */
-    GDN_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->a, in_t, k->trans_a ? k->k : k->m, k->trans_a ? k->m : k->k, k->lda));
-    GDN_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->b, in_t, k->trans_b ? k->n : k->k, k->trans_b ? k->k : k->n, k->ldb));
-    GDN_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_t, k->m, k->n, k->ldc));
+    GDN_CUBLASLT_CHECK(LT->MatrixLayoutCreate(&p->a, in_t, k->trans_a ? k->k : k->m, k->trans_a ? k->m : k->k, k->lda));
+    GDN_CUBLASLT_CHECK(LT->MatrixLayoutCreate(&p->b, in_t, k->trans_b ? k->n : k->k, k->trans_b ? k->k : k->n, k->ldb));
+    GDN_CUBLASLT_CHECK(LT->MatrixLayoutCreate(&p->c, out_t, k->m, k->n, k->ldc));
 
     cublasLtMatmulPreference_t pref;
-    GDN_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    GDN_CUBLASLT_CHECK(LT->MatmulPreferenceCreate(&pref));
     const uint64_t ws = GEMM_WORKSPACE_BYTES;
-    GDN_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    GDN_CUBLASLT_CHECK(LT->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4; i++)
-        GDN_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &k->align[i], sizeof k->align[i]));
+        GDN_CUBLASLT_CHECK(LT->MatmulPreferenceSetAttribute(pref, align_attr[i], &k->align[i], sizeof k->align[i]));
     if (out_t == CUDA_R_16BF) { /* split-K partial sums stay fp32: no reduction in the bf16 output type */
         const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
         GDN_CUBLASLT_CHECK(
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask));
+            LT->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask));
     }
     cublasLtMatmulHeuristicResult_t res;
     memset(&res, 0, sizeof res);
     int n_res = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(b->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &n_res);
-    GDN_CUBLASLT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    const cublasStatus_t st = LT->MatmulAlgoGetHeuristic(b->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &n_res);
+    GDN_CUBLASLT_CHECK(LT->MatmulPreferenceDestroy(pref));
     if (st != CUBLAS_STATUS_SUCCESS || n_res < 1 || res.state != CUBLAS_STATUS_SUCCESS)
         GDN_CUDA_DIE("cuBLASLt has no algorithm for the column-major product D[%d,%d] = op%s(A) op%s(B) + beta C, "
                      "K %d, lda %d ldb %d ldc %d, %s operands, %s output, C %s D, alignment A %u B %u C %u D %u "
@@ -133,7 +134,7 @@ static void plan_build(gdn_cuda_blas *b, gemm_plan *p, const gemm_key *k) {
                      k->m, k->n, k->trans_a ? "^T" : "", k->trans_b ? "^T" : "", k->k, k->lda, k->ldb, k->ldc,
                      type_name(k->in_t), type_name(k->out_t), k->c_ne_d ? "!=" : "==", k->align[0], k->align[1],
                      k->align[2], k->align[3],
-                     st != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(st) : "no heuristic result");
+                     st != CUBLAS_STATUS_SUCCESS ? LT->GetStatusString(st) : "no heuristic result");
     p->algo = res.algo;
     p->key = *k;
     p->used = 1;
@@ -175,7 +176,7 @@ static void gemm_rm(gdn_cuda_blas *b, int transA, int transB, int M, int N, int 
     k.align[3] = ptr_align(D);
     const gemm_plan *p = plan_get(b, &k);
     const float alpha = 1.0f;
-    GDN_CUBLASLT_CHECK(cublasLtMatmul(b->lt, p->op, &alpha, B, p->a, A, p->b, &beta, C, p->c, D, p->c, &p->algo,
+    GDN_CUBLASLT_CHECK(LT->Matmul(b->lt, p->op, &alpha, B, p->a, A, p->b, &beta, C, p->c, D, p->c, &p->algo,
                                       b->workspace, GEMM_WORKSPACE_BYTES, b->stream));
 }
 
