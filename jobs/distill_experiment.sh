@@ -54,8 +54,11 @@ s1=$((steps * STAGE1_PERCENT / 100))
   { echo "distill_experiment: TEACHER_STEPS x FRACTION gives $steps student steps; need room for both stages" >&2; exit 2; }
 TEACHER_EVAL_EVERY=${TEACHER_EVAL_EVERY:-$(( TEACHER_STEPS / 20 > 0 ? TEACHER_STEPS / 20 : 1 ))}
 EVAL_EVERY=${EVAL_EVERY:-$(( steps / 10 > 0 ? steps / 10 : 1 ))}
-common=(--data "$DATA" --seq_len "$SEQ" --batch_size "$BATCH" --val_tokens "$VAL_TOKENS" --backend "$BACKEND")
-scommon=(--data "$DATA" --seq_len "$SEQ" --batch_size "$STUDENT_BATCH" --val_tokens "$VAL_TOKENS" --backend "$BACKEND")
+# validation passes on the first EVAL_WINDOWS held-out windows, the ones the table evaluates
+common=(--data "$DATA" --seq_len "$SEQ" --batch_size "$BATCH" --val_tokens "$VAL_TOKENS" --backend "$BACKEND"
+        --eval_batches $(( EVAL_WINDOWS / BATCH > 0 ? EVAL_WINDOWS / BATCH : 1 )))
+scommon=(--data "$DATA" --seq_len "$SEQ" --batch_size "$STUDENT_BATCH" --val_tokens "$VAL_TOKENS" --backend "$BACKEND"
+         --eval_batches $(( EVAL_WINDOWS / STUDENT_BATCH > 0 ? EVAL_WINDOWS / STUDENT_BATCH : 1 )))
 for k in $STUDENTS; do
   case $k in G | H) ;; *) echo "distill_experiment: STUDENTS: '$k' is not G or H" >&2; exit 2 ;; esac
 done
