@@ -25,7 +25,7 @@ static void distill_usage(FILE *f) {
     fprintf(f,
             "usage: gdn distill init --teacher TEACHER.h5 --out STUDENT.h5\n"
             "                        [--mixers PATTERN | --keep-softmax L1,L2,...]\n"
-            "                        [--gate zero|default] [--conv identity|default]\n"
+            "                        [--gate zero|default|value] [--conv identity|default]\n"
             "                        [--decay default|teacher --data SPEC]\n"
             "                        [--windows N] [--seq_len T] [--seed N]\n\n"
             "Writes a student checkpoint (step 0, weights only) from a teacher with softmax-attention\n"
@@ -38,6 +38,7 @@ static void distill_usage(FILE *f) {
             "  --keep-softmax LIST   layers (0-based) that stay softmax attention\n"
             "  --gate zero           g_proj = 0: every new mixer outputs exactly 0 (default)\n"
             "  --gate default        g_proj keeps its fresh random initialisation\n"
+            "  --gate value          g_proj = 0.01 v_proj: each new mixer starts slightly open\n"
             "  --conv identity       short convolutions pass q, k, v through: last tap 1 (default)\n"
             "  --conv default        short convolutions keep their fresh random initialisation\n"
             "  --decay default       A_log, dt_bias, a_proj keep their fresh initialisation (default)\n"
@@ -74,13 +75,24 @@ static void distill_usage(FILE *f) {
 
 typedef struct {
     const char *teacher, *out, *mixers, *keep, *data;
-    int gate_zero, conv_identity, decay_teacher, windows, seq_len;
+    distill_gate gate;
+    int conv_identity, decay_teacher, windows, seq_len;
     uint64_t seed;
 } init_opts;
 
 /* 0, 1 (help printed) or 2 (usage error, message printed). */
+/* --gate's words, in distill_gate's order. */
+static const char *const gate_names[] = {
+    [DISTILL_GATE_ZERO] = "zero", [DISTILL_GATE_DEFAULT] = "default", [DISTILL_GATE_VALUE] = "value"};
+
+static int gate_named(const char *v) {
+    for (int i = 0; i < (int)(sizeof gate_names / sizeof *gate_names); i++)
+        if (!strcmp(v, gate_names[i])) return i;
+    return -1;
+}
+
 static int parse_init(int argc, char **argv, init_opts *o) {
-    *o = (init_opts){.gate_zero = 1, .conv_identity = 1, .windows = 4, .seq_len = 128, .seed = 1};
+    *o = (init_opts){.gate = DISTILL_GATE_ZERO, .conv_identity = 1, .windows = 4, .seq_len = 128, .seed = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -98,15 +110,15 @@ static int parse_init(int argc, char **argv, init_opts *o) {
         else if (!strcmp(a, "--mixers")) o->mixers = v;
         else if (!strcmp(a, "--keep-softmax")) o->keep = v;
         else if (!strcmp(a, "--data")) o->data = v;
-        else if (!strcmp(a, "--gate") && (!strcmp(v, "zero") || !strcmp(v, "default")))
-            o->gate_zero = !strcmp(v, "zero");
+        else if (!strcmp(a, "--gate") && gate_named(v) >= 0)
+            o->gate = (distill_gate)gate_named(v);
         else if (!strcmp(a, "--decay") && (!strcmp(v, "teacher") || !strcmp(v, "default")))
             o->decay_teacher = !strcmp(v, "teacher");
         else if (!strcmp(a, "--conv") && (!strcmp(v, "identity") || !strcmp(v, "default")))
             o->conv_identity = !strcmp(v, "identity");
         else if (!strcmp(a, "--gate") || !strcmp(a, "--decay") || !strcmp(a, "--conv")) {
             fprintf(stderr, "gdn distill init: %s must be %s (got '%s')\n", a,
-                    !strcmp(a, "--gate") ? "zero or default" : !strcmp(a, "--conv") ? "identity or default"
+                    !strcmp(a, "--gate") ? "zero, default or value" : !strcmp(a, "--conv") ? "identity or default"
                                                                                      : "default or teacher", v);
             return 2;
         } else if (!strcmp(a, "--windows") || !strcmp(a, "--seq_len")) {
@@ -217,7 +229,7 @@ static int distill_init(int argc, char **argv) {
     gdn_param_table_build(&st, &sc);
     sp = GDN_MALLOC(st.total * sizeof *sp);
     gdn_params_init(sp, &st, o.seed);
-    distill_init_opts mo = {.gate_zero = o.gate_zero, .conv_identity = o.conv_identity, .dist = dist};
+    distill_init_opts mo = {.gate = o.gate, .conv_identity = o.conv_identity, .dist = dist};
     distill_map_params(&tt, tp, &st, sp, &mo);
     int converted = 0;
     for (int l = 0; l < sc.n_layers; l++) {
@@ -239,7 +251,7 @@ static int distill_init(int argc, char **argv) {
     printf("gdn distill init: %s (mixers \"%s\") -> %s: mixers \"%s\", %d of %d layers converted, "
            "head_dim %d, expand_v 1, gate %s, conv %s, decay %s, %zu parameters\n",
            o.teacher, gdn_config_mixers(tc), o.out, sc.mixers, converted, sc.n_layers, sc.head_dim,
-           o.gate_zero ? "zero" : "default", o.conv_identity ? "identity" : "default", o.decay_teacher ? "teacher" : "default", st.total);
+           gate_names[o.gate], o.conv_identity ? "identity" : "default", o.decay_teacher ? "teacher" : "default", st.total);
     if (converted && (tc->qkv_bias || tc->qk_norm))
         printf("gdn distill init: note: the converted layers drop the teacher's %s%s%s: the delta rule has "
                "none (it L2-normalises q and k instead)\n", tc->qkv_bias ? "q/k/v biases" : "",

@@ -197,7 +197,9 @@ void distill_map_params(const gdn_param_table *tt, const float *tp, const gdn_pa
         repeat_heads(sp + so->k_proj, tp + to->k_proj, H, Hkv, Da, D);
         repeat_heads(sp + so->v_proj, tp + to->v_proj, H, Hkv, Da, D);
         /* silu(0) = 0 in the gated norm: the mixer's output is exactly zero until g_proj learns */
-        if (o->gate_zero) memset(sp + so->g_proj, 0, sizeof *sp * HD * DD);
+        if (o->gate == DISTILL_GATE_ZERO) memset(sp + so->g_proj, 0, sizeof *sp * HD * DD);
+        if (o->gate == DISTILL_GATE_VALUE) /* g_proj and v_proj are both [H*Da, D] here */
+            for (size_t i = 0; i < HD * DD; i++) sp[so->g_proj + i] = DISTILL_GATE_VALUE_SCALE * sp[so->v_proj + i];
         /* identity short convolutions (tap W-1 reads the current token): the copied q, k, v
          * reach the delta rule unchanged rather than mixed with random neighbours */
         const size_t convs[3] = {so->q_conv, so->k_conv, so->v_conv};

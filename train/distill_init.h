@@ -31,8 +31,17 @@ int distill_student_mixers(const gdn_config *teacher, const char *pattern, const
 int distill_student_config(const gdn_config *teacher, const char *letters, gdn_config *student,
                            char *err, int err_len);
 
+/* The output gate of a converted layer (g_proj [n_heads*Da, d_model]) at the start. */
+typedef enum {
+    DISTILL_GATE_ZERO,    /* 0: each new mixer outputs exactly 0 */
+    DISTILL_GATE_DEFAULT, /* the fresh random initialisation */
+    DISTILL_GATE_VALUE    /* DISTILL_GATE_VALUE_SCALE * v_proj (after the head repeat): a small
+                           * gate, open where the value is, so each mixer starts slightly on */
+} distill_gate;
+#define DISTILL_GATE_VALUE_SCALE 0.01f
+
 typedef struct {
-    int gate_zero;        /* g_proj = 0: each new mixer outputs exactly 0 at the start */
+    distill_gate gate;
     int conv_identity;    /* short convolutions pass q, k, v through (else their fresh init) */
     const double *dist;   /* [n_layers * n_heads] mean attention distances, or NULL: fresh decay */
 } distill_init_opts;
@@ -40,7 +49,7 @@ typedef struct {
 /* Fills the student's parameters sp (already initialised by gdn_params_init) from the teacher's:
  * every tensor of an unchanged layer and the embeddings, final norm and head bit for bit; in a
  * converted layer the norms, MLP, q_proj and o_proj bit for bit, k_proj and v_proj with each
- * key/value head repeated for its query heads, g_proj zero (gate_zero), the short convolutions
+ * key/value head repeated for its query heads, g_proj as o->gate says, the short convolutions
  * the identity (last tap 1; conv_identity), and with dist the decay of distill_decay_params and a_proj zero. */
 void distill_map_params(const gdn_param_table *tt, const float *tp, const gdn_param_table *st,
                         float *sp, const distill_init_opts *o);

@@ -181,6 +181,18 @@ def main():
         must("distill", "init", "--teacher", t1, "--out", j("s1d.h5"), "--keep-softmax", "2", "--gate", "default")
         diff = float(np.abs(logits(j("s1d.h5"), ids, tmp) - logits(ref1, ids, tmp)).max())
         check(diff > 1e-4, f"--gate default: the student still equals the reference ({diff})")
+        # --gate value: g_proj = 0.01 v_proj (the repeated heads) in every converted layer, the rest as
+        # with the zero gate; a small gate, so the student moves off the reference, but not far
+        must("distill", "init", "--teacher", t1, "--out", j("s1v.h5"), "--keep-softmax", "2", "--gate", "value")
+        z, v = tensors(j("s1.h5")), tensors(j("s1v.h5"))
+        for l in (0, 1, 3):
+            p = f"model.layers.{l}.attn."
+            check(np.array_equal(v[p + "g_proj.weight"], np.float32(0.01) * v[p + "v_proj.weight"]),
+                  f"--gate value: layer {l} g_proj is not 0.01 v_proj")
+        check(all(np.array_equal(z[k], x) for k, x in v.items() if not k.endswith("g_proj.weight")),
+              "--gate value changed a tensor other than g_proj")
+        diff = float(np.abs(logits(j("s1v.h5"), ids, tmp) - logits(ref1, ids, tmp)).max())
+        check(1e-6 < diff < 0.5, f"--gate value: logits {diff} from the reference (want small but not zero)")
         # --conv default: the fresh convolutions (U(-1/sqrt(W), 1/sqrt(W))), still a no-op with the zero gate
         must("distill", "init", "--teacher", t1, "--out", j("s1c.h5"), "--keep-softmax", "2", "--conv", "default")
         w = tensors(j("s1c.h5"))["model.layers.0.attn.q_conv1d.weight"]
@@ -241,7 +253,8 @@ def main():
                 "--mixers with --keep-softmax")
         refused(["--teacher", t1, "--out", t1], ["destroy"], "--out is the teacher")
         refused(["--teacher", j("nope.h5"), "--out", j("x.h5")], ["--teacher", "nope.h5"], "missing teacher")
-        refused(["--teacher", t1, "--out", j("x.h5"), "--gate", "half"], ["--gate must be zero or default"], "bad gate")
+        refused(["--teacher", t1, "--out", j("x.h5"), "--gate", "half"], ["--gate must be zero, default or value"],
+                "bad gate")
         refused(["--teacher", t1, "--out", j("x.h5"), "--conv", "ones"], ["--conv must be identity or default"], "bad conv")
         # a hybrid teacher whose delta-rule layers have another head shape cannot map
         must("train", "--mixers", "GA", "--n_layers", "2", "--d_model", "32", "--n_heads", "2", "--head_dim", "8",
