@@ -99,6 +99,29 @@ try:
           and "hybrid from scratch" in r.stdout, f"table printed: {r.stdout}")
 
     section("gdn teacher: done")
+    # ---- a variant sharing that teacher (a link to its run): the hybrid alone, keeping layer 0,
+    # in batches of 2 (twice the steps, the same tokens); the final validation pass is the
+    # table's evaluation (the same windows)
+    var = os.path.join(work, "var")
+    os.makedirs(var)
+    os.symlink(os.path.join(out, "teacher"), os.path.join(var, "teacher"))
+    r = experiment(var, STUDENTS="H", KEEP="0", STUDENT_BATCH="2", LIN_WINDOWS="0")
+    check(r.returncode == 0, f"variant exits 0: {r.stderr[-3000:]}")
+    vres = json.load(open(os.path.join(var, "results.json")))
+    check(list(vres["models"]) == ["teacher (AA)", "hybrid student (AG)", "hybrid from scratch"]
+          and vres["student_tokens"] == res["student_tokens"], f"variant results.json: {vres}")
+    check(vres["models"]["teacher (AA)"]["loss"] == res["models"]["teacher (AA)"]["loss"], "the shared teacher")
+    scratch = [json.loads(l) for l in open(os.path.join(var, "scratch_H", "metrics.jsonl"))]
+    check(len(scratch) == 12 and abs(scratch[-1]["val_loss"] - vres["models"]["hybrid from scratch"]["loss"]) < 1e-6,
+          f"12 steps of 2 windows; the last validation is the table's: {scratch[-1]} {vres['models']}")
+    check(not os.path.exists(os.path.join(var, "linearize.json")) and not os.path.exists(os.path.join(var, "student_G.h5")),
+          "LIN_WINDOWS=0 skips linearize; STUDENTS=H makes no GDN student")
+    for bad, words in ((dict(KEEP="2"), "KEEP=2 is not a layer of the 2-layer teacher"),
+                       (dict(STUDENTS="G X"), "STUDENTS: 'X' is not G or H"),
+                       (dict(STUDENTS=" "), "STUDENTS is empty")):
+        r = experiment(var, **bad)
+        check(r.returncode == 2 and words in r.stderr, f"{bad}: exit {r.returncode}, {r.stderr[-600:]}")
+    section("variant: done")
     # ---- an imported transformers Llama (TEACHER_HF=DIR), by a python without matplotlib: the
     # experiment ends all the same and says why there are no curves; distill_plot draws them
     fake = os.path.join(work, "nompl")
