@@ -11,7 +11,7 @@
     allow 1e-4 over 50 steps; measured here ~4e-8), and the final parameters within 1e-5 of the
     one-rank run's (measured ~3e-8);
   - a hybrid: a teacher with a delta-rule layer (mixers AGA) and a student that keeps softmax
-    attention in layer 0 (AGG), every tensor training in stage 2, sp 2 with the gather exchange:
+    attention in layer 0 (AGG), every tensor training in stage 2, sp 2 with either exchange:
     the teacher's and the student's attention keys and values and delta-rule states cross the
     ranks; the same comparison.
 
@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 
+import h5py
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
@@ -104,6 +105,9 @@ with tempfile.TemporaryDirectory() as tmp:
     r = must([*MPIEXEC, "2", GDN, *args, "--out", j("two")])
     check("dp 2 x sp 1" in r.stdout, f"two data-parallel ranks: {r.stdout[-400:]}")
     same_run(j("one"), j("two"), "dp 2", 1e-5)
+    for s in (1, 2):
+        with h5py.File(j("two", f"stage{s}", "ckpt_00000004.h5"), "r") as f:
+            check(int(f["state"].attrs["distill_stage"]) == s, f"dp 2: stage {s}'s checkpoint records its stage")
 
     # sequence parallel: halves of each sequence, 2 micro-batches per step; dp 2 x sp 2
     r = must([*MPIEXEC, "2", GDN, *args, "--batch_tokens", "128", "--sp", "2", "--out", j("sp2")])
@@ -123,9 +127,10 @@ with tempfile.TemporaryDirectory() as tmp:
     must([GDN, "distill", "init", "--teacher", teacher_h, "--out", j("h.h5"), "--keep-softmax", "0"])
     hargs = distill(teacher_h, j("h.h5"), 3) + ["--batch_tokens", "128", "--train", "all"]
     must([GDN, *hargs, "--out", j("h_one")])
-    must([*MPIEXEC, "2", GDN, *hargs, "--sp", "2", "--sp_exchange", "gather", "--out", j("h_sp2")])
-    w = same_run(j("h_one"), j("h_sp2"), "hybrid sp 2", 1e-5, steps=(3, 3))
-    p = same_params(j("h_one"), j("h_sp2"), "hybrid sp 2", 3, 1e-5)
-    print(f"hybrid AGA -> AGG, sp 2 (gather): per-step values within a relative {w:.1e}, parameters within {p:.1e}")
+    for mode in ("pass", "gather"):
+        must([*MPIEXEC, "2", GDN, *hargs, "--sp", "2", "--sp_exchange", mode, "--out", j(f"h_{mode}")])
+        w = same_run(j("h_one"), j(f"h_{mode}"), f"hybrid sp 2 ({mode})", 1e-5, steps=(3, 3))
+        p = same_params(j("h_one"), j(f"h_{mode}"), f"hybrid sp 2 ({mode})", 3, 1e-5)
+        print(f"hybrid AGA -> AGG, sp 2 ({mode}): per-step values within a relative {w:.1e}, parameters within {p:.1e}")
 
 finish("distill_mpi")
