@@ -273,13 +273,16 @@ static int teacher_sp_check(const gdn_config *tc, const gdn_run_config *rc, cons
     if (sp <= 1) return 0;
     const int T_seg = rc->seq_len / sp;
     if (T_seg < tc->conv_width - 1) {
-        if (comm->rank == 0) fprintf(stderr, "gdn distill train: sp = %d leaves %d tokens per rank; the teacher %s needs at least its "
-                "conv_width - 1 = %d: use a smaller sp or a longer seq_len\n", sp, T_seg, teacher, tc->conv_width - 1);
+        if (comm->rank == 0)
+            fprintf(stderr, "gdn distill train: sp = %d leaves %d tokens per rank; the teacher %s needs at least "
+                    "its conv_width - 1 = %d: use a smaller sp or a longer seq_len\n", sp, T_seg, teacher,
+                    tc->conv_width - 1);
         return -1;
     }
     if (gdn_config_count_mixer(tc, GDN_MIXER_S)) {
-        if (comm->rank == 0) fprintf(stderr, "gdn distill train: sp = %d: the teacher %s has linearized layers (mixer S in mixers "
-                "\"%s\"), which run on whole sequences only: use --sp 1\n", sp, teacher, gdn_config_mixers(tc));
+        if (comm->rank == 0)
+            fprintf(stderr, "gdn distill train: sp = %d: the teacher %s has linearized layers (mixer S in mixers "
+                    "\"%s\"), which run on whole sequences only: use --sp 1\n", sp, teacher, gdn_config_mixers(tc));
         return -1;
     }
     return 0;
