@@ -108,8 +108,9 @@ struct gdn_backend {
      * against target [B,T,d_model] (host; the teacher's mixer output): returns the sum of
      * squared errors of its output x_mid - x_in, and with grad_scale != 0 ACCUMULATES
      * d(sse * grad_scale) into the gradients of that block's mixer and input norm (no
-     * gradient reaches anything else). Both run whole sequences (no sequence-parallel hooks);
-     * mixer_mse replaces the activations of the last forward. */
+     * gradient reaches anything else). The CPU runs both under sequence-parallel hooks (each
+     * segment's part; the CUDA model whole sequences only); mixer_mse replaces the activations
+     * of the last forward. */
     double (*forward_kl)(gdn_model *m, const int *tokens, const int *targets, const gdn_soft_targets *soft,
                          float grad_scale, int *n_valid, double *kl_sum, double *ce_sum);
     double (*mixer_mse)(gdn_model *m, int layer, const float *x_in, const float *target, float grad_scale);

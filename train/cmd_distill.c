@@ -69,8 +69,10 @@ static void distill_usage(FILE *f) {
             "Every other gdn train setting applies to both stages (--data, --batch_size, --seq_len, --lr,\n"
             "--ckpt_every, --eval_every, --preset, --config, ...). Run again with the same command to\n"
             "continue: a finished stage is skipped and the current one resumes from its newest checkpoint\n"
-            "(exit status 75 after SIGTERM/SIGUSR1: checkpoint written, run again). Data-parallel over\n"
-            "MPI ranks (mpiexec -n N); CPU backend; sp = 1. docs/distillation.md (Training).\n");
+            "(exit status 75 after SIGTERM/SIGUSR1: checkpoint written, run again). Over MPI ranks\n"
+            "(mpiexec -n N): data-parallel, and with --sp N sequence-parallel on the CPU backend (the\n"
+            "teacher and both stages run each rank's segment; --backend cuda needs sp = 1).\n"
+            "docs/distillation.md (Training).\n");
 }
 
 typedef struct {
@@ -364,9 +366,10 @@ static int distill_train(int argc, char **argv) {
                 "would not see the document starts the student sees); leave documents off\n");
         status = GDN_EXIT_USAGE;
     }
-    if (!status && rc.sp > 1) {
-        fprintf(stderr, "gdn distill train: sp = %d: sequence parallelism is not supported for distillation yet "
-                "(the teacher-forced mixers run whole sequences); use sp = 1 and data parallelism\n", rc.sp);
+    if (!status && rc.sp > 1 && !strcmp(rc.backend, "cuda")) { /* --backend auto runs several ranks on the CPU */
+        fprintf(stderr, "gdn distill train: sp = %d with --backend cuda: sequence parallelism for distillation runs "
+                "on the CPU backend only (the teacher's and the student's exchanges over NCCL have not run on "
+                "several GPUs); use --backend cpu, or sp = 1 on the GPU\n", rc.sp);
         status = GDN_EXIT_USAGE;
     }
     if (status) {

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "comm/seqpar.h"
 #include "io/checkpoint.h"
 #include "io/json.h"
 #include "model/check.h"
@@ -22,6 +23,9 @@ typedef struct {
     const gdn_param_table *tt; /* the teacher */
     const float *tp;
     gdn_model *teacher;        /* made on the first micro-batch, on the student's backend and shape */
+    gdn_comm *comm;
+    gdn_sp_exchange sp_mode;   /* sp > 1: the teacher's exchange, the student's (--sp_exchange) */
+    gdn_seqpar *teacher_sp;    /* sp > 1: the teacher's own hooks (its buffers are per model) */
     const int *converted;      /* [n_layers] 1: the student's mixer differs from the teacher's */
     int n_layers;
     double tau, ce_weight;
@@ -42,6 +46,13 @@ static void teacher_open(distill_hook *h, const gdn_model *student) {
                              .lo = 0, .hi = 0, .padded = h->tt->total};
     h->teacher = be->create(h->tt, &shape);
     be->upload(h->teacher, h->tp, NULL, NULL);
+    if (h->comm->sp > 1) { /* the teacher runs this rank's segment of each sequence, as the student */
+        if (be != &gdn_backend_cpu) /* gdn distill train refuses this first */
+            GDN_DIE("gdn distill train: sequence parallelism for distillation runs on the CPU backend only");
+        h->teacher_sp = gdn_seqpar_create(h->comm, &h->tt->cfg, shape.B, shape.T, h->sp_mode);
+        const gdn_seq_hooks hooks = gdn_seqpar_hooks(h->teacher_sp);
+        be->set_seq_hooks(h->teacher, &hooks);
+    }
     const size_t n = (size_t)shape.B * shape.T, D = (size_t)h->tt->cfg.d_model;
     if (h->stage == 1) {
         h->hid = GDN_MALLOC(sizeof(float) * (size_t)(h->n_layers + 1) * n * D);
@@ -120,6 +131,11 @@ static double hook_micro(void *ctx, gdn_model *model, const int *inputs, const i
         free(p);
     }
     teacher_open(h, model);
+    /* sp > 1: the point-to-point sends of the last micro-batch (teacher's and student's) complete
+     * before their per-layer buffers are written again. The hooks wait for them only in a
+     * delta-rule layer 0 (forward) or last layer (backward), which stage 1's single mixers and
+     * a model with attention there may never call. */
+    if (h->comm->sp > 1) gdn_wait_sends(h->comm);
     return h->stage == 1 ? stage1_micro(h, model, inputs, grad_scale, stats)
                          : stage2_micro(h, model, inputs, targets, grad_scale, stats);
 }
@@ -181,6 +197,7 @@ static void frozen_ranges(distill_hook *h, const gdn_param_table *st, int traine
 }
 
 static void hook_free(distill_hook *h) {
+    gdn_seqpar_free(h->teacher_sp); /* completes its sends first */
     if (h->teacher) h->teacher->backend->free(h->teacher);
     free(h->frozen);
     free(h->frozen_vals);
@@ -248,6 +265,29 @@ static int match_models(const gdn_config *tc, const gdn_config *sc, int *convert
     return n;
 }
 
+/* sp > 1: the teacher runs segments of seq_len / sp tokens too (gdn_run_config_parse checked
+ * the student's side). 0, or -1 with the reason printed. */
+static int teacher_sp_check(const gdn_config *tc, const gdn_run_config *rc, const gdn_comm *comm,
+                            const char *teacher) {
+    const int sp = comm->sp;
+    if (sp <= 1) return 0;
+    const int T_seg = rc->seq_len / sp;
+    if (T_seg < tc->conv_width - 1) {
+        if (comm->rank == 0)
+            fprintf(stderr, "gdn distill train: sp = %d leaves %d tokens per rank; the teacher %s needs at least "
+                    "its conv_width - 1 = %d: use a smaller sp or a longer seq_len\n", sp, T_seg, teacher,
+                    tc->conv_width - 1);
+        return -1;
+    }
+    if (gdn_config_count_mixer(tc, GDN_MIXER_S)) {
+        if (comm->rank == 0)
+            fprintf(stderr, "gdn distill train: sp = %d: the teacher %s has linearized layers (mixer S in mixers "
+                    "\"%s\"), which run on whole sequences only: use --sp 1\n", sp, teacher, gdn_config_mixers(tc));
+        return -1;
+    }
+    return 0;
+}
+
 int distill_train_run(const gdn_run_config *base, const distill_train_opts *o, gdn_comm *comm, int argc,
                       char **argv) {
     char err[2048];
@@ -262,7 +302,7 @@ int distill_train_run(const gdn_run_config *base, const distill_train_opts *o, g
     gdn_param_table st;
     gdn_param_table_build(&st, &base->model);
     int n_conv = match_models(&tt.cfg, &base->model, converted, o->teacher);
-    if (n_conv < 0) goto done;
+    if (n_conv < 0 || teacher_sp_check(&tt.cfg, base, comm, o->teacher)) goto done;
     if (n_conv == 0 && o->steps[0] > 0) {
         fprintf(stderr, "gdn distill train: the student's mixers \"%s\" are the teacher's: no layer to fit in "
                 "stage 1 (give --stage1_steps 0, or make the student with gdn distill init)\n",
@@ -321,6 +361,9 @@ int distill_train_run(const gdn_run_config *base, const distill_train_opts *o, g
         h.stage = s + 1;
         h.tt = &tt;
         h.tp = tp;
+        h.comm = comm;
+        h.sp_mode = GDN_SP_PASS;
+        gdn_sp_exchange_parse(rc.sp_exchange, &h.sp_mode); /* checked by gdn_run_config_parse */
         h.converted = converted;
         h.n_layers = tt.cfg.n_layers;
         h.tau = o->tau;

@@ -497,13 +497,13 @@ double R(gdn_cpu_mixer_mse)(acts_t *a, const gdn_param_table *t, const real *P, 
     const gdn_config *c = &a->cfg;
     const size_t n = a->N * (size_t)c->d_model;
     if (l < 0 || l >= c->n_layers) GDN_DIE("gdn_cpu_mixer_mse: layer %d (the model has 0 to %d)", l, c->n_layers - 1);
-    if (a->seq_parallel) GDN_DIE("gdn_cpu_mixer_mse: a teacher-forced mixer runs on whole sequences, not under "
-                                 "sequence-parallel hooks");
     real *x = a->x + (size_t)l * n;
     const real *xm = a->x_mid + (size_t)l * n;
     memcpy(x, x_in, n * sizeof(real));
     a->pos0 = 0;
     a->has_grad = 0;
+    /* under sequence-parallel hooks the mixer runs this rank's segment and exchanges layer l's
+     * halo and state (or keys and values) as a whole pass does: every rank runs the same layers */
     const int delta = gdn_mixer_get(t->layer[l].mixer)->is_delta;
     if (delta) delta_forward(a, t, P, l, NULL, NULL);
     else R(gdn_cpu_attn_forward)(a, t, P, l, NULL, NULL);

@@ -89,8 +89,11 @@ double R_(gdn_cpu_forward_kl)(R_(gdn_cpu_acts) *a, const gdn_param_table *t, con
  * x_in [B,T,d_model] (the teacher's input to that block), its output y = x_mid - x_in compared
  * with target [B,T,d_model]: returns the sum of squared errors sum (y - target)^2 and, with
  * grad_scale != 0, ACCUMULATES d(sse * grad_scale)/dparams of that block's mixer and input norm
- * into grads (nothing flows into x_in). Overwrites the activations of the last forward pass;
- * not under sequence-parallel hooks. */
+ * into grads (nothing flows into x_in). Overwrites the activations of the last forward pass.
+ * Under sequence-parallel hooks it runs this segment, the layer's halo and state (or keys and
+ * values) and their gradients crossing the segments as in a whole pass: every segment calls it
+ * for the same layers in the same order, and the segments' sums and gradients add up to the
+ * whole sequence's. */
 double R_(gdn_cpu_mixer_mse)(R_(gdn_cpu_acts) *a, const gdn_param_table *t, const real_ *params,
                              real_ *grads, int layer, const real_ *x_in, const real_ *target,
                              real_ grad_scale);

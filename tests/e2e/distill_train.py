@@ -159,7 +159,10 @@ with tempfile.TemporaryDirectory() as tmp:
     base = ["--teacher", teacher, "--student", j("student.h5"), "--data", DATA, "--out", j("x")]
     refused(base + ["--steps", "3"], "--stage1_steps and --stage2_steps", "--steps")
     refused(base + ["--resume", "auto"], "resumes on its own", "--resume")
-    refused(base + ["--sp", "2", "--seq_len", "32"], "sequence parallelism is not supported", "sp 2")
+    refused(base + ["--sp", "2", "--seq_len", "32"], "sp = 2 needs 2 ranks", "sp 2 without a launcher")
+    refused(["--teacher", teacher, "--student", j("student_g.h5"), "--data", DATA, "--out", j("x"), "--sp", "2",
+             "--seq_len", "32", "--backend", "cuda"],  # all G: gdn train itself would run it
+            "sequence parallelism for distillation runs on the CPU backend only", "sp 2 on cuda")
     refused(base + ["--documents"], "distillation reads plain windows", "--documents")
     refused(base + ["--tau", "0"], "--tau", "tau 0")
     refused(base + ["--train", "some"], "--train must be mixers or all", "--train")
