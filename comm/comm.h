@@ -90,6 +90,7 @@ struct gdn_comm {
     int dp_rank, sp_rank;       /* rank = dp_rank * sp + sp_rank */
     const gdn_comm_ops *ops;    /* data plane */
     gdn_comm_bytes bytes;
+    int pending_sends;          /* point-to-point sends started and not yet waited for (MPI) */
     double wait_s;              /* time spent in data-plane calls waiting for other ranks */
     double timeout_s;           /* deadline of any single wait */
     void *impl;                 /* backend state (NULL for a world of one without MPI) */

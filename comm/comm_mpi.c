@@ -217,7 +217,7 @@ static void mpi_send(gdn_comm *c, gdn_group g, int peer, const void *buf, size_t
     }
     check_mpi(c, MPI_Isend(buf, (int)n, mpi_type(t), peer, tag, group_comm(c, g), &m->sends[m->n_sends]),
               "send", what);
-    m->n_sends++;
+    c->pending_sends = ++m->n_sends;
     c->bytes.send += n * gdn_dtype_size(t);
 }
 
@@ -232,7 +232,7 @@ static void mpi_recv(gdn_comm *c, gdn_group g, int peer, void *buf, size_t n, gd
 static void mpi_wait_sends(gdn_comm *c) {
     mpi_impl *m = impl_of(c);
     for (int i = 0; i < m->n_sends; i++) mpi_wait(c, &m->sends[i], "send", "a tensor", GDN_WORLD, -1);
-    m->n_sends = 0;
+    m->n_sends = c->pending_sends = 0;
 }
 
 static double timeout_from_env(void) {

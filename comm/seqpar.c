@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/check.h"
+#include "model/mixer.h"
 
 /* After the model headers: OpenBLAS's cblas.h pulls in <complex.h>, whose macro I would clash
  * with parameters named I in model/cpu/ops_cpu_decl.h. */
@@ -18,6 +19,7 @@ struct gdn_seqpar {
     gdn_comm *c;
     gdn_sp_exchange mode;
     int L, B, T, H, K, V, Wm1, HK, HV;
+    int first_delta, last_delta; /* the delta-rule layers where a pass starts its sends (-1: none) */
     size_t n_state, n_map, n_halo; /* B*H*K*V, B*H*K*K, B*(W-1)*(2HK+HV) */
     /* PASS: per-layer send buffers (the model's buffers change before the send completes) */
     float *send_halo, *send_state, *send_dhalo, *send_dstate; /* [L][n_halo] or [L][n_state] */
@@ -75,6 +77,12 @@ gdn_seqpar *gdn_seqpar_create(gdn_comm *c, const gdn_config *cfg, int B, int T_s
     s->c = c;
     s->mode = mode;
     s->L = cfg->n_layers;
+    s->first_delta = s->last_delta = -1;
+    for (int l = 0; l < s->L; l++)
+        if (gdn_mixer_get(gdn_config_layer_mixer(cfg, l))->is_delta) {
+            if (s->first_delta < 0) s->first_delta = l;
+            s->last_delta = l;
+        }
     s->B = B;
     s->T = T_seg;
     s->H = cfg->n_heads;
@@ -152,7 +160,9 @@ static void check_state_size(const gdn_seqpar *s, size_t n) {
                 "(batch %d): attach to a model of the same shape", n, s->n_state, s->B);
 }
 
-/* Sends started in the previous pass must be complete before their buffers are reused. */
+/* Sends started in the previous pass must be complete before their buffers are reused: called at
+ * the first point-to-point hook of a pass, the first delta-rule layer of a forward and the last
+ * one of a backward (attention layers exchange through collectives, which complete in the call). */
 static void pass_begins(gdn_seqpar *s) { gdn_wait_sends(s->c); }
 
 static int tag(int layer, int kind) { return layer * TAG_KINDS + kind; }
@@ -163,7 +173,7 @@ static void hook_fwd_halo(void *user, int l, void *const halo_v[3], const void *
     check_halo_sizes(s, n);
     float *const halo[3] = {halo_v[0], halo_v[1], halo_v[2]};
     const float *const tail[3] = {tail_v[0], tail_v[1], tail_v[2]};
-    if (l == 0) pass_begins(s);
+    if (l == s->first_delta) pass_begins(s);
     if (c->sp_rank + 1 < c->sp) {
         float *buf = s->send_halo + (size_t)l * s->n_halo;
         halo_pack(s, buf, tail);
@@ -232,7 +242,7 @@ static void *hook_bwd_state_out(void *user, int l, const void *delta, void *dS_o
     const gdn_cpu_delta_args_f32 *d = delta;
     float *dS_out = dS_out_v;
     check_state_size(s, n_state);
-    if (l == s->L - 1) pass_begins(s);
+    if (l == s->last_delta) pass_begins(s);
     if (s->mode == GDN_SP_PASS) {
         if (c->sp_rank + 1 < c->sp)
             gdn_recv(c, GDN_SP, c->sp_rank + 1, dS_out, s->n_state, GDN_F32, tag(l, TAG_DSTATE),

@@ -157,6 +157,7 @@ static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table 
     case_result res;
     double worst_loss = 0, worst_grad = 0, worst_eval = 0;
     const char *worst_name = "";
+    int pending_first = 0;
     for (int k = 0; k < N_STEPS; k++) {
         make_batch(k, Bg, T, cfg->vocab_size, tokens, targets);
         if (docs) {
@@ -189,6 +190,11 @@ static case_result run_case(int sp, gdn_sp_exchange mode, const gdn_param_table 
         const double want = (double)gdn_seqpar_bytes(cfg, b, Ts, sp, mode, 1);
         check(sent == want, "dp %d x sp %d %s: the hooks sent %.0f bytes, gdn_seqpar_bytes says %.0f", dp, sp,
               gdn_sp_exchange_name(mode), sent, want);
+        /* each pass completes the sends of the one before (the model's layer 0 is attention, which
+         * sends nothing point to point): the pending sends do not pile up from step to step */
+        if (k == 0) pending_first = c->pending_sends;
+        check(c->pending_sends == pending_first, "dp %d x sp %d %s step %d: %d sends pending, %d after step 0", dp,
+              sp, gdn_sp_exchange_name(mode), k, c->pending_sends, pending_first);
         gdn_all_reduce(c, GDN_WORLD, g, n, GDN_F32, GDN_SUM, "gradients");
         gdn_all_reduce(c, GDN_WORLD, &loss, 1, GDN_F64, GDN_SUM, "loss");
         double el = fabs(loss - loss_ref) / fabs(loss_ref);
