@@ -82,7 +82,6 @@ typedef struct {
     uint64_t seed;
 } init_opts;
 
-/* 0, 1 (help printed) or 2 (usage error, message printed). */
 /* --gate's words, in distill_gate's order. */
 static const char *const gate_names[] = {
     [DISTILL_GATE_ZERO] = "zero", [DISTILL_GATE_DEFAULT] = "default", [DISTILL_GATE_VALUE] = "value"};
@@ -93,6 +92,7 @@ static int gate_named(const char *v) {
     return -1;
 }
 
+/* 0, 1 (help printed) or 2 (usage error, message printed). */
 static int parse_init(int argc, char **argv, init_opts *o) {
     *o = (init_opts){.gate = DISTILL_GATE_ZERO, .conv_identity = 1, .windows = 4, .seq_len = 128, .seed = 1};
     for (int i = 1; i < argc; i++) {

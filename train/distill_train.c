@@ -132,9 +132,9 @@ static double hook_micro(void *ctx, gdn_model *model, const int *inputs, const i
     }
     teacher_open(h, model);
     /* sp > 1: the point-to-point sends of the last micro-batch (teacher's and student's) complete
-     * before their per-layer buffers are written again. The hooks wait for them only in a
-     * delta-rule layer 0 (forward) or last layer (backward), which stage 1's single mixers and
-     * a model with attention there may never call. */
+     * before their per-layer buffers are written again. The hooks wait for them only at a pass's
+     * first delta-rule layer (forward) or last one (backward), which stage 1's single mixers, one
+     * converted layer at a time, may never call. */
     if (h->comm->sp > 1) gdn_wait_sends(h->comm);
     return h->stage == 1 ? stage1_micro(h, model, inputs, grad_scale, stats)
                          : stage2_micro(h, model, inputs, targets, grad_scale, stats);
