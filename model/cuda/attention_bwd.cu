@@ -380,13 +380,14 @@ template <typename K> static void raise_smem(K kernel, size_t bytes) {
 }
 
 template <int D, int W>
-static void bwd_launch(const Params &p, gdn_cuda_precision prec, float *dq_acc, bool sm90a, cudaStream_t st) {
+static void bwd_launch(const Params &p, gdn_cuda_precision prec, float *dq_acc, bool sm90a, int kv_kernel, int dq_kernel,
+                       cudaStream_t st) {
     const long rows = (long)p.B * p.T * p.H, kv_rows = (long)p.B * p.Tk * p.Hkv;
     if (prec == GDN_CUDA_BF16) {
         delta_bf16_kernel<D><<<(unsigned)((rows * (D / 8) + 127) / 128), 128, 0, st>>>(p);
         GDN_CUDA_CHECK_LAUNCH();
         if (sm90a) {
-            sm90a_bwd(p, D, dq_acc, st);
+            sm90a_bwd(p, D, dq_acc, kv_kernel, dq_kernel, st);
             return;
         }
         static_assert(dkdv_smem_bytes<D, W>() <= 227 * 1024 && dq_smem_bytes<D, W>() <= 227 * 1024,
@@ -416,20 +417,30 @@ extern "C" void gdn_cuda_attention_bwd(const gdn_cuda_attention_args *a) {
     const attn::Params p = attn::make_params(a);
     cudaStream_t st = (cudaStream_t)a->stream;
     const int w = a->precision == GDN_CUDA_BF16 ? attn::block_warps(a) : 4; /* fp32 ignores it */
-    if (a->bwd_algo < 0 || a->bwd_algo > 2)
-        GDN_CUDA_DIE("attention: bwd_algo=%d: use 0 (fastest repeatable), 1 (mma.sync) or 2 (wgmma, atomic dQ)",
-                     a->bwd_algo);
+    if (a->bwd_algo < 0 || a->bwd_algo > 5)
+        GDN_CUDA_DIE("attention: bwd_algo=%d: use 0 (fastest repeatable), 1 (mma.sync), 2 (wgmma, atomic dQ), 3 "
+                     "(wgmma, warp-specialised, warpgroups taking turns), 4 (the same without turns) or 5 (wgmma, "
+                     "cp.async)", a->bwd_algo);
     bool sm90a = false;
     if (a->precision == GDN_CUDA_BF16 && a->bwd_algo != 1) {
         sm90a = gdn_cuda_attention_sm90a_available();
-        if (!sm90a && a->bwd_algo == 2)
-            GDN_CUDA_DIE("attention: bwd_algo=2 (wgmma) needs a compute capability 9.0 GPU and a build for "
-                         "architecture 90 (CMAKE_CUDA_ARCHITECTURES)");
+        if (!sm90a && a->bwd_algo >= 2)
+            GDN_CUDA_DIE("attention: bwd_algo=%d (wgmma) needs a compute capability 9.0 GPU and a build for "
+                         "architecture 90 (CMAKE_CUDA_ARCHITECTURES)", a->bwd_algo);
     }
+    /* sm90a_bwd's repeatable dK/dV and dQ kernels: 0 cp.async, 1 warp-specialised with turns, 2
+     * without. The default: the cp.async dK/dV kernel and the warp-specialised dQ kernel without
+     * turns (docs/performance.md). Where the tensors do not suit the bulk tensor copy, 0 (the
+     * same bits) */
+    const bool ws_ok = sm90a && attn::sm90a_ws_usable(p, true);
+    const int kv_kernel = ws_ok && (a->bwd_algo == 3 || a->bwd_algo == 4) ? a->bwd_algo - 2 : 0;
+    const int dq_kernel = !ws_ok ? 0 : a->bwd_algo == 3 || a->bwd_algo == 4 ? a->bwd_algo - 2 : a->bwd_algo == 0 ? 2 : 0;
     /* NULL: the repeatable two-kernel wgmma backward */
     float *dq_acc = a->bwd_algo == 2 ? (float *)a->workspace + attn::dq_acc_offset(a) : NULL;
     if (a->D == 64)
-        w == 8 ? attn::bwd_launch<64, 8>(p, a->precision, dq_acc, sm90a, st) : attn::bwd_launch<64, 4>(p, a->precision, dq_acc, sm90a, st);
+        w == 8 ? attn::bwd_launch<64, 8>(p, a->precision, dq_acc, sm90a, kv_kernel, dq_kernel, st)
+               : attn::bwd_launch<64, 4>(p, a->precision, dq_acc, sm90a, kv_kernel, dq_kernel, st);
     else
-        w == 8 ? attn::bwd_launch<128, 8>(p, a->precision, dq_acc, sm90a, st) : attn::bwd_launch<128, 4>(p, a->precision, dq_acc, sm90a, st);
+        w == 8 ? attn::bwd_launch<128, 8>(p, a->precision, dq_acc, sm90a, kv_kernel, dq_kernel, st)
+               : attn::bwd_launch<128, 4>(p, a->precision, dq_acc, sm90a, kv_kernel, dq_kernel, st);
 }

@@ -69,14 +69,24 @@ typedef struct {
     int warps;                    /* bf16 kernels: warps per block, 4 or 8 (16 rows each), or 0
                                      for the default (4); a tuning knob, same results up to the
                                      order of fp32 sums (each choice is bitwise repeatable) */
-    int fwd_algo;                 /* bf16 forward kernel: 0 the fastest this GPU runs (wgmma on
-                                     compute capability 9.0, else mma.sync), 1 mma.sync, 2 wgmma
-                                     (stops with a message where it is not available) */
+    int fwd_algo;                 /* bf16 forward kernel: 0 the fastest this GPU runs (on
+                                     compute capability 9.0: 3; elsewhere mma.sync), 1 mma.sync,
+                                     2 wgmma with cp.async loads, 3 wgmma warp-specialised (a
+                                     producer warpgroup streams tiles by TMA; the consumer
+                                     warpgroups take turns on the tensor cores), 4 the same
+                                     without turns. 2-4 stop with a message where wgmma is not
+                                     available; 3 and 4 run 2 where q, k or v is not 16-byte
+                                     aligned. 2, 3 and 4 give the same bits */
     int bwd_algo;                 /* bf16 backward: 0 the fastest bitwise repeatable kernels
-                                     this GPU runs (wgmma on compute capability 9.0: dK/dV and
-                                     dQ kernels; else mma.sync), 1 mma.sync, 2 wgmma in one
-                                     kernel with atomic fp32 dQ sums (faster; dq repeatable to
-                                     rounding only; stops where not available) */
+                                     this GPU runs (on compute capability 9.0: the cp.async
+                                     dK/dV kernel of 5 and the dQ kernel of 4; elsewhere
+                                     mma.sync), 1 mma.sync, 2 wgmma in one kernel with atomic
+                                     fp32 dQ sums (dq repeatable to rounding only), 3 wgmma
+                                     dK/dV and dQ kernels, warp-specialised with turns, 4 without
+                                     turns, 5 the same two with cp.async loads. 2-5 stop with a
+                                     message where wgmma is not available; 3 and 4 run 5 where a
+                                     tensor is not 16-byte aligned or T is not a multiple of 4.
+                                     3, 4 and 5 give the same bits */
 } gdn_cuda_attention_args;
 
 /* Dies with a message naming the field when the shape or a pointer of `a` is unusable

@@ -205,16 +205,21 @@ extern "C" void gdn_cuda_attention_fwd(const gdn_cuda_attention_args *a) {
     gdn_cuda_attention_check(a, 0);
     const attn::Params p = attn::make_params(a);
     cudaStream_t st = (cudaStream_t)a->stream;
-    if (a->fwd_algo < 0 || a->fwd_algo > 2)
-        GDN_CUDA_DIE("attention: fwd_algo=%d: use 0 (fastest available), 1 (mma.sync) or 2 (wgmma)", a->fwd_algo);
+    if (a->fwd_algo < 0 || a->fwd_algo > 4)
+        GDN_CUDA_DIE("attention: fwd_algo=%d: use 0 (fastest available), 1 (mma.sync), 2 (wgmma, cp.async), 3 (wgmma, "
+                     "warp-specialised, warpgroups taking turns) or 4 (the same without turns)", a->fwd_algo);
     if (a->precision == GDN_CUDA_BF16 && a->fwd_algo != 1) {
         if (gdn_cuda_attention_sm90a_available()) {
-            attn::sm90a_fwd(p, a->D, a->stream);
+            /* sm90a_fwd's kernel: 0 cp.async, 1 warp-specialised with turns (the fastest measured), 2
+             * without; the default takes 1. Where the tensors do not suit the bulk tensor copy, 0
+             * (the same bits) */
+            const int ws = a->fwd_algo >= 3 ? a->fwd_algo - 2 : a->fwd_algo == 0 ? 1 : 0;
+            attn::sm90a_fwd(p, a->D, attn::sm90a_ws_usable(p, false) ? ws : 0, a->stream);
             return;
         }
-        if (a->fwd_algo == 2)
-            GDN_CUDA_DIE("attention: fwd_algo=2 (wgmma) needs a compute capability 9.0 GPU and a build for "
-                         "architecture 90 (CMAKE_CUDA_ARCHITECTURES)");
+        if (a->fwd_algo >= 2)
+            GDN_CUDA_DIE("attention: fwd_algo=%d (wgmma) needs a compute capability 9.0 GPU and a build for "
+                         "architecture 90 (CMAKE_CUDA_ARCHITECTURES)", a->fwd_algo);
     }
     if (a->precision == GDN_CUDA_BF16) {
         const int w = attn::block_warps(a);

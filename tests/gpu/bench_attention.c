@@ -46,23 +46,26 @@ int main(int argc, char **argv) {
     printf("causal attention, CUDA bf16, %s (%d SMs), median of %d after %d warm-up\n", prop.name,
            prop.multiProcessorCount, repeats, warmup);
     printf("%-26s %2s %9s %9s %9s %9s %9s\n", "shape", "w", "fwd ms", "bwd ms", "f+b ms", "fwd TF/s", "f+b TF/s");
-    /* per shape: the mma.sync kernels with 4 and 8 warps per block (w 4, 8), the default (wgmma
-     * kernels where the GPU has them, bitwise repeatable; "wg"), and the wgmma backward with
-     * atomic dQ sums ("at") */
-    const int variants = gdn_cuda_attention_sm90a_available() ? 4 : 2;
+    /* per shape: the mma.sync kernels with 4 and 8 warps per block (w 4, 8); on compute capability
+     * 9.0 the wgmma kernels: with cp.async loads ("cp": fwd_algo 2, bwd_algo 5), the backward with
+     * atomic dQ sums ("at"), warp-specialised with the warpgroups taking turns ("ws": 3, 3) and
+     * without ("wn": 4, 4), and the defaults ("df": 0, 0, what the model runs) */
+    static const char *const names[] = {"4", "8", "cp", "at", "ws", "wn", "df"};
+    static const int fwd[] = {1, 1, 2, 2, 3, 4, 0}, bwd[] = {1, 1, 5, 2, 3, 4, 0};
+    const int variants = gdn_cuda_attention_sm90a_available() ? 7 : 2;
     for (int i = 0; i < n; i++)
         for (int variant = 0; variant < variants; variant++) {
             const int w = variant == 1 ? 8 : 4;
             const att_case *s = &shapes[i];
             gdn_cuda_attention_args a = att_args(s, GDN_CUDA_BF16, w);
-            a.fwd_algo = variant >= 2 ? 0 : 1;
-            a.bwd_algo = variant == 3 ? 2 : variant == 2 ? 0 : 1;
+            a.fwd_algo = fwd[variant];
+            a.bwd_algo = bwd[variant];
             gdn_cuda_attention_timing tm;
             gdn_cuda_attention_time(&a, warmup, repeats, &tm);
             const double fl = 2.0 * s->B * s->H * (double)s->T * s->T * s->D; /* causal forward */
             char name[64];
             snprintf(name, sizeof name, "B%d T%d H%d Hkv%d D%d", s->B, s->T, s->H, s->Hkv, s->D);
-            printf("%-26s %2s %9.3f %9.3f %9.3f %9.1f %9.1f\n", name, variant == 3 ? "at" : variant == 2 ? "wg" : w == 8 ? "8" : "4", tm.fwd_ms, tm.bwd_ms, tm.fwdbwd_ms,
+            printf("%-26s %2s %9.3f %9.3f %9.3f %9.1f %9.1f\n", name, names[variant], tm.fwd_ms, tm.bwd_ms, tm.fwdbwd_ms,
                    fl / (tm.fwd_ms * 1e9), 3.5 * fl / (tm.fwdbwd_ms * 1e9));
         }
     return 0;

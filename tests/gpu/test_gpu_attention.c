@@ -204,14 +204,17 @@ typedef struct {
 } att_out;
 
 /* Forward then backward on the GPU (outputs poisoned first); host float results. */
-/* algo: the kernels (gdn_cuda_attention_args.bwd_algo; the forward takes the same, 2 as 0) */
+/* algo: the kernels of both passes, as (fwd_algo, bwd_algo) of gdn_cuda_attention_args: 0 the
+ * defaults, 1 mma.sync, 2 the default forward and the atomic-dQ backward, 3 and 4 the
+ * warp-specialised kernels with and without turns, 5 the wgmma kernels with cp.async loads */
+static const int algo_fwd[] = {0, 1, 0, 3, 4, 2}, algo_bwd[] = {0, 1, 2, 3, 4, 5};
 static void run_gpu(const att_case *c, gdn_cuda_precision p, int warps, int algo, const float *q, const float *k,
                     const float *v, const float *d_o, const int *key_lo, att_out *out) {
     const size_t nq = (size_t)c->B * c->T * c->H * c->D, nk = (size_t)c->B * case_Tk(c) * c->Hkv * c->D;
     const size_t nl = (size_t)c->B * c->H * c->T, es = esize(p);
     gdn_cuda_attention_args a = att_args(c, p, warps);
-    a.fwd_algo = algo == 2 ? 0 : algo;
-    a.bwd_algo = algo;
+    a.fwd_algo = algo_fwd[algo];
+    a.bwd_algo = algo_bwd[algo];
     a.q = dev_upload(q, nq, p);
     a.k = dev_upload(k, nk, p);
     a.v = dev_upload(v, nk, p);
@@ -281,10 +284,12 @@ static void check_case(const att_case *c) {
     att_ref r;
     reference(c, scale, q, k, v, d_o, key_lo, &r);
     /* fp32; bf16 default (the wgmma kernels on compute capability 9.0); bf16 mma.sync kernels with 8
-     * warps per block; bf16 wgmma backward with atomic dQ (where available) */
-    for (int pi = 0; pi < 3 + gdn_cuda_attention_sm90a_available(); pi++) {
+     * warps per block; where available, the bf16 wgmma backward with atomic dQ and the
+     * warp-specialised kernels with and without turns, and the wgmma kernels with cp.async loads */
+    static const char *const names[] = {"fp32", "bf16", "bf16 w8", "bf16 at", "bf16 ws", "bf16 wn", "bf16 cp"};
+    for (int pi = 0; pi < 3 + 4 * gdn_cuda_attention_sm90a_available(); pi++) {
         const gdn_cuda_precision p = pi ? GDN_CUDA_BF16 : GDN_CUDA_FP32;
-        const int warps = pi == 2 ? 8 : 0, algo = pi == 2 ? 1 : pi == 3 ? 2 : 0;
+        const int warps = pi == 2 ? 8 : 0, algo = pi == 2 ? 1 : pi >= 3 ? pi - 1 : 0;
         const double tol = p == GDN_CUDA_BF16 ? 1e-2 : 1e-4, tol_lse = p == GDN_CUDA_BF16 ? 1e-3 : 1e-4;
         att_out g;
         run_gpu(c, p, warps, algo, q, k, v, d_o, key_lo, &g);
@@ -295,7 +300,7 @@ static void check_case(const att_case *c) {
         const int ok = eo < tol && ml < tol_lse && eq < tol && ek < tol && ev < tol;
         printf("%-7s D%-3d T%-4d Tk%-4d docs%-3d B%d H%d Hkv%d scale %-7s | rel (max abs): o %.1e (%.1e) lse %.1e (%.1e)"
                " dq %.1e (%.1e) dk %.1e (%.1e) dv %.1e (%.1e) | %s\n",
-               pi == 0 ? "fp32" : pi == 1 ? "bf16" : pi == 2 ? "bf16 w8" : "bf16 at", c->D, c->T, case_Tk(c), c->docs,
+               names[pi], c->D, c->T, case_Tk(c), c->docs,
                c->B, c->H, c->Hkv,
                c->scale > 0 ? "given" : "default", eo, mo, el, ml, eq, mq, ek, mk, ev, mv,
                ok ? "ok" : "FAIL");
@@ -321,21 +326,22 @@ static int within_bf16_ulp(const float *a, const float *b, size_t n) {
     return 1;
 }
 
-/* Two runs on the same inputs: every output bitwise equal, except dq of the wgmma backward with
- * atomic dQ sums (algo 2): within one bf16 ulp. */
-static void check_repeat(const att_case *c, gdn_cuda_precision p, int warps, int algo) {
+/* Runs with kernels `algo` and `other` on the same inputs: every output bitwise equal, except dq
+ * of the wgmma backward with atomic dQ sums (algo 2): within one bf16 ulp. The same algo twice:
+ * repeatable; the wgmma variants (3, 4, 5) against the default (0): the same sums. */
+static void check_same(const att_case *c, gdn_cuda_precision p, int warps, int algo, int other) {
     const size_t nq = (size_t)c->B * c->T * c->H * c->D, nk = (size_t)c->B * c->T * c->Hkv * c->D;
     const size_t nl = (size_t)c->B * c->H * c->T;
     float *q = rand_bf(nq, 2.0), *k = rand_bf(nk, 1.5), *v = rand_bf(nk, 1.0), *d_o = rand_bf(nq, 1.0);
     att_out a, b;
     run_gpu(c, p, warps, algo, q, k, v, d_o, NULL, &a);
-    run_gpu(c, p, warps, algo, q, k, v, d_o, NULL, &b);
-    const int atomic_dq = algo == 2;
+    run_gpu(c, p, warps, other, q, k, v, d_o, NULL, &b);
+    const int atomic_dq = algo == 2 || other == 2;
     const int same = !memcmp(a.o, b.o, nq * 4) && !memcmp(a.lse, b.lse, nl * 4) &&
                      (atomic_dq ? within_bf16_ulp(a.dq, b.dq, nq) : !memcmp(a.dq, b.dq, nq * 4)) &&
                      !memcmp(a.dk, b.dk, nk * 4) && !memcmp(a.dv, b.dv, nk * 4);
-    printf("%-4s w%d a%d D%-3d T%-4d B%d H%d Hkv%d repeat: %s\n", p == GDN_CUDA_BF16 ? "bf16" : "fp32", warps, algo, c->D,
-           c->T, c->B, c->H, c->Hkv, same ? "bitwise equal ok" : "outputs differ between runs FAIL");
+    printf("%-4s w%d a%d/a%d D%-3d T%-4d B%d H%d Hkv%d same bits: %s\n", p == GDN_CUDA_BF16 ? "bf16" : "fp32", warps, algo,
+           other, c->D, c->T, c->B, c->H, c->Hkv, same ? "bitwise equal ok" : "outputs differ FAIL");
     if (!same) failures++;
     out_free(&a);
     out_free(&b);
@@ -461,10 +467,16 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) check_case(&extra[i]);
         const att_case rep[] = {{2, 777, 8, 2, 128, 0, 0, 0}, {2, 515, 4, 4, 64, 0, 0, 0}};
         for (int i = 0; i < 2; i++) {
-            check_repeat(&rep[i], GDN_CUDA_BF16, 0, 0);
-            check_repeat(&rep[i], GDN_CUDA_BF16, 8, 1);
-            check_repeat(&rep[i], GDN_CUDA_FP32, 0, 0);
-            if (gdn_cuda_attention_sm90a_available()) check_repeat(&rep[i], GDN_CUDA_BF16, 0, 2);
+            check_same(&rep[i], GDN_CUDA_BF16, 0, 0, 0);
+            check_same(&rep[i], GDN_CUDA_BF16, 8, 1, 1);
+            check_same(&rep[i], GDN_CUDA_FP32, 0, 0, 0);
+            if (gdn_cuda_attention_sm90a_available()) {
+                check_same(&rep[i], GDN_CUDA_BF16, 0, 2, 2);
+                check_same(&rep[i], GDN_CUDA_BF16, 0, 3, 3);
+                check_same(&rep[i], GDN_CUDA_BF16, 0, 0, 3);
+                check_same(&rep[i], GDN_CUDA_BF16, 0, 0, 4);
+                check_same(&rep[i], GDN_CUDA_BF16, 0, 0, 5);
+            }
         }
         const att_case hw = {2, 150, 4, 2, 64, 0, 0, 0};
         check_host_wrappers(&hw, GDN_CUDA_BF16);

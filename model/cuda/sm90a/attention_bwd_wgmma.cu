@@ -28,8 +28,58 @@ constexpr int KB = 128, QB = 64, BWD_NTH = 256; /* keys per block, queries per t
 template <int D> constexpr size_t bwd_smem_bytes() {
     return (size_t)(2 * KB * D + 6 * QB * D + 2 * KB * QB) * sizeof(bf16) + 6 * QB * sizeof(float) + 1024;
 }
+/* The warp-specialised dK/dV kernel: 2 consumer warpgroups and a producer warpgroup; K and V,
+ * KV_ST stages of (Q, dO, lse, Delta: the 256-byte rows keep the bulk copies' 128-byte
+ * alignment), then the mbarriers (full K/V, full and empty per stage). */
+constexpr int KV_WS_NTH = 384, KV_ST = 3;
+template <int D> constexpr size_t kv_ws_smem_bytes() {
+    return (size_t)(2 * KB * D + 2 * KV_ST * QB * D) * sizeof(bf16) + 2 * KV_ST * QB * sizeof(float) +
+           (1 + 2 * KV_ST) * sizeof(uint64_t) + 1024;
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* The query tiles i0 .. i0+ni-1 that hold the queries seeing a key of the tile at k0: rows >=
+ * k0 - qp, up to the last row whose document starts at or before the tile's last key (key_lo
+ * rises along the rows: a binary search). */
+__device__ __forceinline__ void query_tiles(const Params &p, int b, int k0, int &i0, int &ni) {
+    const int T = p.T;
+    int r_end = T - 1;
+    if (p.key_lo) {
+        const int *lo_b = p.key_lo + (long)b * T, k_last = k0 + KB - 1;
+        int lo_r = -1, hi_r = T - 1; /* the last row with key_lo <= k_last lies in (lo_r, hi_r], or is -1 */
+        if (__ldg(lo_b + hi_r) <= k_last) lo_r = hi_r;
+        while (hi_r - lo_r > 1) {
+            const int mid = (lo_r + hi_r) / 2;
+            if (__ldg(lo_b + mid) <= k_last) lo_r = mid; else hi_r = mid;
+        }
+        r_end = lo_r;
+    }
+    const int r_first = max(0, k0 - p.qp);
+    i0 = r_first / QB;
+    ni = r_end >= r_first ? r_end / QB - i0 + 1 : 0;
+}
+
+/* dK (scaled) and dV rounded to bf16, keys inside the sequence. */
+template <int D>
+__device__ __forceinline__ void write_dkdv(const Params &p, const float (&dk)[D / 2], const float (&dv)[D / 2], int b,
+                                           int hk, int key_base, int g, int t4) {
+    const int Tk = p.Tk;
+    const long ldk = (long)p.Hkv * D;
+    bf16 *gdk = (bf16 *)p.dk + tok_off(b, 0, hk, Tk, p.Hkv, D), *gdv = (bf16 *)p.dv + tok_off(b, 0, hk, Tk, p.Hkv, D);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int key = key_base + g + 8 * r;
+        if (key >= Tk) continue;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            const long o = (long)key * ldk + 8 * n + 2 * t4;
+            *reinterpret_cast<__nv_bfloat162 *>(gdk + o) =
+                __floats2bfloat162_rn(dk[4 * n + 2 * r] * p.scale, dk[4 * n + 2 * r + 1] * p.scale);
+            *reinterpret_cast<__nv_bfloat162 *>(gdv + o) = __floats2bfloat162_rn(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+        }
+    }
+}
+
 template <int D, bool DQ, bool GEN>
 __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params pin, float *dq_acc, const BlockOrder order) {
     const Params p = GEN ? pin : causal_params(pin); /* GEN: a prefix or key_lo (see causal_params) */
@@ -53,22 +103,9 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params pin, float
     const long ldq = (long)p.H * D, ldk = (long)p.Hkv * D;
     const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, Tk, p.Hkv, D);
     const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, Tk, p.Hkv, D);
-    /* query tiles i0 .. i0+ni-1 hold the queries that see a key of this tile: rows >= k0 - qp, up
-     * to the last row whose document starts at or before the tile's last key (key_lo rises along
-     * the rows: a binary search); iteration it = (head it / ni, tile i0 + it % ni) */
-    int r_end = T - 1;
-    if (p.key_lo) {
-        const int *lo_b = p.key_lo + (long)b * T, k_last = k0 + KB - 1;
-        int lo_r = -1, hi_r = T - 1; /* the last row with key_lo <= k_last lies in (lo_r, hi_r], or is -1 */
-        if (__ldg(lo_b + hi_r) <= k_last) lo_r = hi_r;
-        while (hi_r - lo_r > 1) {
-            const int mid = (lo_r + hi_r) / 2;
-            if (__ldg(lo_b + mid) <= k_last) lo_r = mid; else hi_r = mid;
-        }
-        r_end = lo_r;
-    }
-    const int r_first = max(0, k0 - p.qp), i0 = r_first / QB;
-    const int ni = r_end >= r_first ? r_end / QB - i0 + 1 : 0, n_it = p.G * ni;
+    int i0, ni;
+    query_tiles(p, b, k0, i0, ni);
+    const int n_it = p.G * ni; /* iteration it: head it / ni, query tile i0 + it % ni */
 
     auto load_q = [&](int it, int buf) {
         const int h = hk * p.G + it / ni, q0 = (i0 + it % ni) * QB;
@@ -232,22 +269,181 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params pin, float
     }
 
     cp_async_wait<0>(); /* no query tile (keys no query sees): the first loads are still pending */
-    bf16 *gdk = (bf16 *)p.dk + tok_off(b, 0, hk, Tk, p.Hkv, D), *gdv = (bf16 *)p.dv + tok_off(b, 0, hk, Tk, p.Hkv, D);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int key = key_base + g + 8 * r;
-        if (key >= Tk) continue;
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-            const long o = (long)key * ldk + 8 * n + 2 * t4;
-            *reinterpret_cast<__nv_bfloat162 *>(gdk + o) =
-                __floats2bfloat162_rn(dk[4 * n + 2 * r] * p.scale, dk[4 * n + 2 * r + 1] * p.scale);
-            *reinterpret_cast<__nv_bfloat162 *>(gdv + o) = __floats2bfloat162_rn(dv[4 * n + 2 * r], dv[4 * n + 2 * r + 1]);
+    write_dkdv<D>(p, dk, dv, b, hk, key_base, g, t4);
+}
+
+/* dK and dV, warp-specialised: the arithmetic of bwd_kernel without dQ (the same bits), with a
+ * producer warpgroup whose first thread loads the key/value tile and streams each iteration's Q
+ * and dO tiles and lse and Delta rows by the bulk tensor copy into KV_ST stages, each with a
+ * "full" and an "empty" mbarrier. PP: the consumer warpgroups take turns on the tensor cores
+ * (named barriers 1 and 2), three times per tile (S^T and dP^T, dV, dK). */
+template <int D, bool GEN, bool PP>
+__global__ void __launch_bounds__(KV_WS_NTH, 1)
+    dkdv_ws_kernel(const Params pin, const BlockOrder order, const __grid_constant__ CUtensorMap mq,
+                   const __grid_constant__ CUtensorMap mdo, const __grid_constant__ CUtensorMap mk,
+                   const __grid_constant__ CUtensorMap mv, const __grid_constant__ CUtensorMap ml,
+                   const __grid_constant__ CUtensorMap mdl) {
+    const Params p = GEN ? pin : causal_params(pin);
+    constexpr int NQ = QB / 8, ST = KV_ST;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *sK = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][KB][64] */
+    bf16 *sV = sK + KB * D;
+    bf16 *sQ = sV + KB * D;        /* ST stages of [D/64][QB][64]: iteration it in stage it % ST */
+    bf16 *sdO = sQ + ST * QB * D;
+    float *sL = reinterpret_cast<float *>(sdO + ST * QB * D); /* ST x QB: lse */
+    float *sDl = sL + ST * QB;                                 /* ST x QB: Delta */
+    uint64_t *full_kv = reinterpret_cast<uint64_t *>(sDl + ST * QB);
+    uint64_t *full = full_kv + 1, *empty = full + ST;
+
+    int kt, pair;
+    order.map(blockIdx.x, kt, pair);
+    const int hk = pair % p.Hkv, b = pair / p.Hkv, T = p.T;
+    const int k0 = kt * KB;
+    int i0, ni;
+    query_tiles(p, b, k0, i0, ni);
+    const int n_it = p.G * ni; /* iteration it: head it / ni, query tile i0 + it % ni */
+    if (threadIdx.x == 0) {
+        mbar_init(full_kv, 1);
+        for (int s = 0; s < ST; ++s) {
+            mbar_init(full + s, 1);
+            mbar_init(empty + s, 8);
         }
+        mbar_fence_init();
     }
+    __syncthreads(); /* the last block-wide barrier */
+
+    if (threadIdx.x >= 256) { /* the producer warpgroup */
+        setmaxnreg_dec<24>();
+        if (threadIdx.x == 256) {
+            mbar_expect_tx(full_kv, 2 * KB * D * sizeof(bf16));
+#pragma unroll
+            for (int c = 0; c < D / 64; ++c) {
+                tma_load_4d(sK + c * KB * 64, &mk, full_kv, 64 * c, hk, k0, b);
+                tma_load_4d(sV + c * KB * 64, &mv, full_kv, 64 * c, hk, k0, b);
+            }
+            for (int it = 0; it < n_it; ++it) {
+                const int s = it % ST, h = hk * p.G + it / ni, q0 = (i0 + it % ni) * QB;
+                mbar_wait(empty + s, ((it / ST) & 1) ^ 1);
+                mbar_expect_tx(full + s, 2 * QB * D * sizeof(bf16) + 2 * QB * sizeof(float));
+#pragma unroll
+                for (int c = 0; c < D / 64; ++c) {
+                    tma_load_4d(sQ + s * QB * D + c * QB * 64, &mq, full + s, 64 * c, h, q0, b);
+                    tma_load_4d(sdO + s * QB * D + c * QB * 64, &mdo, full + s, 64 * c, h, q0, b);
+                }
+                /* rows past the end read as zeros, as bwd_kernel's copies */
+                tma_load_2d(sL + s * QB, &ml, full + s, q0, b * p.H + h);
+                tma_load_2d(sDl + s * QB, &mdl, full + s, q0, b * p.H + h);
+            }
+        }
+        return;
+    }
+
+    setmaxnreg_inc<240>();
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    float dk[D / 2], dv[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
+    const int key_w = k0 + wg * 64;
+    const int key_base = key_w + warp * 16;
+    const bf16 *kw = sK + wg * 64 * 64, *vw = sV + wg * 64 * 64;
+    /* turns as in fwd_ws_kernel: 3 per tile; warpgroup 1 skips its last arrival */
+    const int turns = 3 * n_it;
+    int turn = 0;
+    auto turn_begin = [&]() {
+        if (PP) bar_sync(1 + wg, 256);
+    };
+    auto turn_end = [&]() {
+        ++turn;
+        if (PP && !(wg == 1 && turn == turns)) bar_arrive(2 - wg, 256);
+    };
+    if (PP && wg == 1 && turns > 0) bar_arrive(1, 256);
+    mbar_wait(full_kv, 0); /* also when no query sees these keys: the copy must land before exit */
+
+    for (int it = 0; it < n_it; ++it) {
+        const int buf = it % ST;
+        mbar_wait(full + buf, (it / ST) & 1);
+        const int q0 = (i0 + it % ni) * QB;
+        const bf16 *tQ = sQ + buf * QB * D, *tdO = sdO + buf * QB * D;
+        const float *tL = sL + buf * QB, *tDl = sDl + buf * QB;
+
+        float st[QB / 2], dpt[QB / 2];
+        turn_begin();
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+            wgmma_ss<0, 0>(st, desc_sw128(kw + (kk >> 2) * KB * 64 + (kk & 3) * 16, 16, 1024),
+                           desc_sw128(tQ + (kk >> 2) * QB * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
+        wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+            wgmma_ss<0, 0>(dpt, desc_sw128(vw + (kk >> 2) * KB * 64 + (kk & 3) * 16, 16, 1024),
+                           desc_sw128(tdO + (kk >> 2) * QB * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
+        wgmma_commit();
+        turn_end();
+        wgmma_wait<1>();
+        fence_regs(st);
+
+        const bool need_mask = p.qp + q0 < key_base + 15 || q0 + QB > T || key_lo_at(p, b, q0 + QB - 1) > key_base;
+#pragma unroll
+        for (int n = 0; n < NQ; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int c = 8 * n + 2 * t4 + (e & 1);
+                float x = ex2(fmaf(st[4 * n + e], p.scale_log2, -tL[c] * ATTN_LOG2E));
+                if (need_mask) {
+                    const int q = q0 + c, key = key_base + g + 8 * (e >> 1);
+                    if (!key_visible(p, q, key, key_lo_at(p, b, q))) x = 0.0f;
+                }
+                st[4 * n + e] = x;
+            }
+        unsigned pf[QB / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < QB / 16; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) pf[kk][i] = pack_bf16(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
+        turn_begin();
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < QB / 16; ++kk)
+            wgmma_rs(dv, pf[kk], desc_sw128(tdO + kk * 16 * 64, QB * 128, 1024), 1);
+        wgmma_commit();
+        turn_end();
+        wgmma_wait<1>(); /* dP^T; dV may still run */
+        fence_regs(dpt);
+
+#pragma unroll
+        for (int n = 0; n < NQ; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dpt[4 * n + e] = st[4 * n + e] * (dpt[4 * n + e] - tDl[8 * n + 2 * t4 + (e & 1)]);
+        unsigned df[QB / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < QB / 16; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) df[kk][i] = pack_bf16(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
+        turn_begin();
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < QB / 16; ++kk)
+            wgmma_rs(dk, df[kk], desc_sw128(tQ + kk * 16 * 64, QB * 128, 1024), 1);
+        wgmma_commit();
+        turn_end();
+        wgmma_wait<0>();
+        fence_regs(dk);
+        fence_regs(dv);
+        fence_regs_u(pf);
+        fence_regs_u(df);
+        mbar_release_warp(empty + buf);
+    }
+    write_dkdv<D>(p, dk, dv, b, hk, key_base, g, t4);
 }
 #else
 template <int D, bool DQ, bool GEN> __global__ void bwd_kernel(const Params, float *, const BlockOrder) {} /* not built for sm_90a: never launched */
+template <int D, bool GEN, bool PP>
+__global__ void dkdv_ws_kernel(const Params, const BlockOrder, const __grid_constant__ CUtensorMap,
+                               const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap,
+                               const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap,
+                               const __grid_constant__ CUtensorMap) {}
 #endif
 
 /* dq = bf16(scale * dq_acc), 8 elements per thread (n is a multiple of 8: D is). */
@@ -284,8 +480,31 @@ constexpr int DQ_BM = 128, DQ_BN = 64;
 template <int D> constexpr size_t dq_smem_bytes() {
     return (size_t)(2 * DQ_BM * D + 6 * DQ_BN * D) * sizeof(bf16) + 1024;
 }
+/* The warp-specialised dQ kernel: 2 consumer warpgroups and a producer warpgroup; DQ_ST stages
+ * of (K, V), then the mbarriers (full Q/dO, full per stage, empty per stage). */
+constexpr int DQ_WS_NTH = 384, DQ_ST = 4;
+template <int D> constexpr size_t dq_ws_smem_bytes() {
+    return (size_t)(2 * DQ_BM * D + 2 * DQ_ST * DQ_BN * D) * sizeof(bf16) + (1 + 2 * DQ_ST) * sizeof(uint64_t) + 1024;
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* dQ's epilogue: scaled, rounded to bf16, rows inside the sequence. */
+template <int D>
+__device__ __forceinline__ void write_dq(const Params &p, const float (&dq)[D / 2], int b, int h, int row_base, int g,
+                                         int t4, long ldq) {
+    const int T = p.T;
+    bf16 *gdq = (bf16 *)p.dq + tok_off(b, 0, h, T, p.H, D);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row_base + g + 8 * r;
+        if (row >= T) continue;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+            *reinterpret_cast<__nv_bfloat162 *>(gdq + (long)row * ldq + 8 * n + 2 * t4) =
+                __floats2bfloat162_rn(dq[4 * n + 2 * r] * p.scale, dq[4 * n + 2 * r + 1] * p.scale);
+    }
+}
+
 template <int D, bool GEN>
 __global__ void __launch_bounds__(BWD_NTH, 1) dq_kernel(const Params pin, const BlockOrder order) {
     const Params p = GEN ? pin : causal_params(pin); /* GEN: a prefix or key_lo (see causal_params) */
@@ -386,19 +605,160 @@ __global__ void __launch_bounds__(BWD_NTH, 1) dq_kernel(const Params pin, const 
         fence_regs_u(df);
     }
 
-    bf16 *gdq = (bf16 *)p.dq + tok_off(b, 0, h, T, p.H, D);
+    write_dq<D>(p, dq, b, h, row_base, g, t4, ldq);
+}
+
+/* dQ alone, warp-specialised: the arithmetic of dq_kernel (the same sums in the same order, so
+ * the same bits), with a producer warpgroup whose first thread loads Q and dO once and streams
+ * the key/value tiles by the bulk tensor copy into DQ_ST stages (a "full" and an "empty" mbarrier
+ * each), and no block barrier between the consumer warpgroups. PP: they take turns on the tensor
+ * cores (named barriers 1 and 2), twice per tile (S and dP, then dQ). */
+template <int D, bool GEN, bool PP>
+__global__ void __launch_bounds__(DQ_WS_NTH, 1)
+    dq_ws_kernel(const Params pin, const BlockOrder order, const __grid_constant__ CUtensorMap mq,
+                 const __grid_constant__ CUtensorMap mdo, const __grid_constant__ CUtensorMap mk,
+                 const __grid_constant__ CUtensorMap mv) {
+    const Params p = GEN ? pin : causal_params(pin);
+    constexpr int NS = DQ_BN / 8, ST = DQ_ST;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][DQ_BM][64] */
+    bf16 *sdO = sQ + DQ_BM * D;
+    bf16 *sK = sdO + DQ_BM * D;       /* ST stages of [D/64][DQ_BN][64]: tile j in stage j % ST */
+    bf16 *sV = sK + ST * DQ_BN * D;
+    uint64_t *full_q = reinterpret_cast<uint64_t *>(sV + ST * DQ_BN * D);
+    uint64_t *full = full_q + 1, *empty = full + ST; /* per stage: its K and V tiles */
+
+    int rank, pair;
+    order.map(blockIdx.x, rank, pair);
+    const int qt = order.tiles - 1 - rank, h = pair % p.H, b = pair / p.H;
+    const int hk = h / p.G, T = p.T, Tk = p.Tk;
+    const int q0 = qt * DQ_BM;
+    const int j0 = key_lo_at(p, b, q0) / DQ_BN, nt = (p.qp + min(T, q0 + DQ_BM) + DQ_BN - 1) / DQ_BN - j0;
+    if (threadIdx.x == 0) {
+        mbar_init(full_q, 1);
+        for (int s = 0; s < ST; ++s) {
+            mbar_init(full + s, 1);
+            mbar_init(empty + s, 8); /* one arrival per consumer warp */
+        }
+        mbar_fence_init();
+    }
+    __syncthreads(); /* the last block-wide barrier */
+
+    if (threadIdx.x >= 256) { /* the producer warpgroup */
+        setmaxnreg_dec<24>();
+        if (threadIdx.x == 256) {
+            mbar_expect_tx(full_q, 2 * DQ_BM * D * sizeof(bf16));
+#pragma unroll
+            for (int c = 0; c < D / 64; ++c) {
+                tma_load_4d(sQ + c * DQ_BM * 64, &mq, full_q, 64 * c, h, q0, b);
+                tma_load_4d(sdO + c * DQ_BM * 64, &mdo, full_q, 64 * c, h, q0, b);
+            }
+            for (int j = 0; j < nt; ++j) {
+                const int s = j % ST, row = (j0 + j) * DQ_BN;
+                mbar_wait(empty + s, ((j / ST) & 1) ^ 1);
+                mbar_expect_tx(full + s, 2 * DQ_BN * D * sizeof(bf16));
+#pragma unroll
+                for (int c = 0; c < D / 64; ++c) {
+                    tma_load_4d(sK + s * DQ_BN * D + c * DQ_BN * 64, &mk, full + s, 64 * c, hk, row, b);
+                    tma_load_4d(sV + s * DQ_BN * D + c * DQ_BN * 64, &mv, full + s, 64 * c, hk, row, b);
+                }
+            }
+        }
+        return;
+    }
+
+    setmaxnreg_inc<240>();
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const long ldq = (long)p.H * D;
+    const int row_base = q0 + wg * 64 + warp * 16;
+    float lse2[2], dlt[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int row = row_base + g + 8 * r;
-        if (row >= T) continue;
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n)
-            *reinterpret_cast<__nv_bfloat162 *>(gdq + (long)row * ldq + 8 * n + 2 * t4) =
-                __floats2bfloat162_rn(dq[4 * n + 2 * r] * p.scale, dq[4 * n + 2 * r + 1] * p.scale);
+        lse2[r] = row < T ? p.lse[((long)b * p.H + h) * T + row] * ATTN_LOG2E : 0.0f;
+        dlt[r] = row < T ? p.delta[((long)b * p.H + h) * T + row] : 0.0f;
     }
+    const int lo[2] = {key_lo_at(p, b, row_base + g), key_lo_at(p, b, row_base + g + 8)};
+    const int lo_max = key_lo_at(p, b, row_base + 15);
+    float dq[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dq[i] = 0.0f;
+    const bf16 *qw = sQ + wg * 64 * 64, *ow = sdO + wg * 64 * 64;
+    /* turns as in fwd_ws_kernel: 2 per tile; warpgroup 1 skips its last arrival */
+    const int turns = 2 * nt;
+    int turn = 0;
+    auto turn_begin = [&]() {
+        if (PP) bar_sync(1 + wg, 256);
+    };
+    auto turn_end = [&]() {
+        ++turn;
+        if (PP && !(wg == 1 && turn == turns)) bar_arrive(2 - wg, 256);
+    };
+    if (PP && wg == 1) bar_arrive(1, 256);
+    mbar_wait(full_q, 0);
+
+    for (int j = 0; j < nt; ++j) {
+        const int st = j % ST;
+        mbar_wait(full + st, (j / ST) & 1);
+        const bf16 *tK = sK + st * DQ_BN * D, *tV = sV + st * DQ_BN * D;
+
+        float s[DQ_BN / 2], dp[DQ_BN / 2];
+        turn_begin();
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+            wgmma_ss<0, 0>(s, desc_sw128(qw + (kk >> 2) * DQ_BM * 64 + (kk & 3) * 16, 16, 1024),
+                           desc_sw128(tK + (kk >> 2) * DQ_BN * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
+        wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+            wgmma_ss<0, 0>(dp, desc_sw128(ow + (kk >> 2) * DQ_BM * 64 + (kk & 3) * 16, 16, 1024),
+                           desc_sw128(tV + (kk >> 2) * DQ_BN * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
+        wgmma_commit();
+        turn_end();
+        wgmma_wait<0>();
+        fence_regs(s);
+        fence_regs(dp);
+
+        const int k0 = (j0 + j) * DQ_BN;
+        const bool need_mask = k0 + DQ_BN - 1 > p.qp + row_base || k0 + DQ_BN > Tk || row_base + 16 > T || k0 < lo_max;
+#pragma unroll
+        for (int n = 0; n < NS; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float x = ex2(fmaf(s[4 * n + e], p.scale_log2, -lse2[e >> 1]));
+                if (need_mask) {
+                    const int col = k0 + 8 * n + 2 * t4 + (e & 1), row = row_base + g + 8 * (e >> 1);
+                    if (!key_visible(p, row, col, lo[e >> 1])) x = 0.0f;
+                }
+                dp[4 * n + e] = x * (dp[4 * n + e] - dlt[e >> 1]);
+            }
+        unsigned df[DQ_BN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < DQ_BN / 16; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) df[kk][i] = pack_bf16(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
+        turn_begin();
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < DQ_BN / 16; ++kk)
+            wgmma_rs(dq, df[kk], desc_sw128(tK + kk * 16 * 64, DQ_BN * 128, 1024), 1);
+        wgmma_commit();
+        turn_end();
+        wgmma_wait<0>();
+        fence_regs(dq);
+        fence_regs_u(df);
+        mbar_release_warp(empty + st);
+    }
+    write_dq<D>(p, dq, b, h, row_base, g, t4, ldq);
 }
 #else
 template <int D, bool GEN> __global__ void dq_kernel(const Params, const BlockOrder) {} /* not built for sm_90a: never launched */
+template <int D, bool GEN, bool PP>
+__global__ void dq_ws_kernel(const Params, const BlockOrder, const __grid_constant__ CUtensorMap,
+                             const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap,
+                             const __grid_constant__ CUtensorMap) {}
 #endif
 
 template <int D, bool GEN> static void dq_launch(const Params &p, cudaStream_t st) {
@@ -412,16 +772,49 @@ template <int D, bool GEN> static void dq_launch(const Params &p, cudaStream_t s
     GDN_CUDA_CHECK_LAUNCH();
 }
 
+template <int D, bool GEN, bool PP> static void dkdv_ws_launch(const Params &p, cudaStream_t st) {
+    constexpr size_t smem = kv_ws_smem_bytes<D>();
+    static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
+    GDN_CUDA_CHECK(cudaFuncSetAttribute(dkdv_ws_kernel<D, GEN, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const int tiles = (p.Tk + KB - 1) / KB;
+    if ((double)tiles * p.B * p.Hkv > 2147483647.0) GDN_CUDA_DIE("attention: B*Hkv*Tk/%d blocks over the grid limit", KB);
+    const BlockOrder order = block_order(tiles, p.B * p.Hkv, ((size_t)p.Tk * 2 + (size_t)p.T * 2 * p.G) * D * sizeof(bf16));
+    const CUtensorMap mq = tile_map(p.q, p.B, p.T, p.H, D, QB), mdo = tile_map(p.d_o, p.B, p.T, p.H, D, QB),
+                      mk = tile_map(p.k, p.B, p.Tk, p.Hkv, D, KB), mv = tile_map(p.v, p.B, p.Tk, p.Hkv, D, KB),
+                      ml = row_map(p.lse, p.B * p.H, p.T, QB), mdl = row_map(p.delta, p.B * p.H, p.T, QB);
+    dkdv_ws_kernel<D, GEN, PP><<<(unsigned)(tiles * p.B * p.Hkv), KV_WS_NTH, smem, st>>>(p, order, mq, mdo, mk, mv, ml, mdl);
+    GDN_CUDA_CHECK_LAUNCH();
+}
+
+template <int D, bool GEN, bool PP> static void dq_ws_launch(const Params &p, cudaStream_t st) {
+    constexpr size_t smem = dq_ws_smem_bytes<D>();
+    static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
+    GDN_CUDA_CHECK(cudaFuncSetAttribute(dq_ws_kernel<D, GEN, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const int tiles = (p.T + DQ_BM - 1) / DQ_BM;
+    if ((double)tiles * p.B * p.H > 2147483647.0) GDN_CUDA_DIE("attention: B*H*T/%d blocks over the grid limit", DQ_BM);
+    const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.Tk * D * 2 * sizeof(bf16));
+    const CUtensorMap mq = tile_map(p.q, p.B, p.T, p.H, D, DQ_BM), mdo = tile_map(p.d_o, p.B, p.T, p.H, D, DQ_BM),
+                      mk = tile_map(p.k, p.B, p.Tk, p.Hkv, D, DQ_BN), mv = tile_map(p.v, p.B, p.Tk, p.Hkv, D, DQ_BN);
+    dq_ws_kernel<D, GEN, PP><<<(unsigned)(tiles * p.B * p.H), DQ_WS_NTH, smem, st>>>(p, order, mq, mdo, mk, mv);
+    GDN_CUDA_CHECK_LAUNCH();
+}
+
 } // namespace sm90a
 } // namespace attn
 
-void attn::sm90a_bwd(const attn::Params &p, int D, float *dq_acc, void *stream) {
+void attn::sm90a_bwd(const attn::Params &p, int D, float *dq_acc, int kv_kernel, int dq_kernel, void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
     const bool gen = p.key_lo || p.qp; /* a prefix or documents: the general instantiation */
     if (!dq_acc) { /* deterministic: dK, dV per key tile, then dQ per query tile */
         auto run = [&](auto d, auto g) {
-            attn::sm90a::bwd_launch<decltype(d)::value, false, decltype(g)::value>(p, NULL, st);
-            attn::sm90a::dq_launch<decltype(d)::value, decltype(g)::value>(p, st);
+            constexpr int Dv = decltype(d)::value;
+            constexpr bool G = decltype(g)::value;
+            if (kv_kernel == 0) attn::sm90a::bwd_launch<Dv, false, G>(p, NULL, st);
+            else if (kv_kernel == 1) attn::sm90a::dkdv_ws_launch<Dv, G, true>(p, st);
+            else attn::sm90a::dkdv_ws_launch<Dv, G, false>(p, st);
+            if (dq_kernel == 0) attn::sm90a::dq_launch<Dv, G>(p, st);
+            else if (dq_kernel == 1) attn::sm90a::dq_ws_launch<Dv, G, true>(p, st);
+            else attn::sm90a::dq_ws_launch<Dv, G, false>(p, st);
         };
         dispatch(D, gen, run);
         return;

@@ -30,6 +30,12 @@ constexpr int BM = 128, BN = 128, NTH = 256;
 template <int D> constexpr size_t fwd_smem_bytes() {
     return (size_t)(BM + 6 * BN) * D * sizeof(bf16) + 1024; /* + room to align to 1024 bytes */
 }
+/* The warp-specialised kernel: 2 consumer warpgroups and a producer warpgroup; WS_ST key/value
+ * stages, then the mbarriers (full Q, full K, full V, empty K, empty V). */
+constexpr int WS_NTH = 384, WS_ST = 2;
+template <int D> constexpr size_t ws_smem_bytes() {
+    return (size_t)(BM + 2 * WS_ST * BN) * D * sizeof(bf16) + (1 + 4 * WS_ST) * sizeof(uint64_t) + 1024;
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* Issue S = Q K^T for this warpgroup's 64 rows (qw: its rows of the Q tile; tK: a key tile). */
@@ -97,6 +103,33 @@ __device__ __forceinline__ void pack_p(unsigned (&pf)[BN / 16][4], const float (
     for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
         for (int i = 0; i < 4; ++i) pf[kk][i] = pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+}
+
+/* The epilogue: O divided by the row sums, rounded to bf16, and the rows' log-sum-exp (natural
+ * log), for rows inside the sequence. */
+template <int D>
+__device__ __forceinline__ void write_out(const Params &p, const float (&o)[D / 2], const float (&m)[2], float (&l)[2],
+                                          int b, int h, int row_base, int g, int t4, long ldq) {
+    constexpr int NO = D / 8;
+    const int T = p.T;
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] = quad_sum(l[r]);
+        inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    }
+    bf16 *go = (bf16 *)p.o_out + tok_off(b, 0, h, T, p.H, D);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row_base + g + 8 * r;
+        if (row >= T) continue;
+        bf16 *pr = go + (long)row * ldq;
+#pragma unroll
+        for (int n = 0; n < NO; ++n)
+            *reinterpret_cast<__nv_bfloat162 *>(pr + 8 * n + 2 * t4) =
+                __floats2bfloat162_rn(o[4 * n + 2 * r] * inv[r], o[4 * n + 2 * r + 1] * inv[r]);
+        if (t4 == 0) p.lse[((long)b * p.H + h) * T + row] = (m[r] + log2f(l[r])) * ATTN_LN2;
+    }
 }
 
 /* Pipelined per warpgroup: while the tensor cores compute O += P_j V_j, the warps run the
@@ -197,27 +230,158 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params pin, const Blo
     wgmma_wait<0>();
     fence_regs(o);
 
-    float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l[r] = quad_sum(l[r]);
-        inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    write_out<D>(p, o, m, l, b, h, row_base, g, t4, ldq);
+}
+
+/* The warp-specialised forward: the same two consumer warpgroups and per-warpgroup pipeline as
+ * fwd_kernel, plus a producer warpgroup (threads 256..383) whose first thread loads the Q tile
+ * and streams the key/value tiles with the bulk tensor copy (TMA, 128-byte swizzle: the layout
+ * above) into WS_ST stages. Each stage has a "full" mbarrier (the copy's bytes) and an "empty"
+ * one (one arrival per consumer warp once its products have read the tile), so no block barrier
+ * couples the two warpgroups. PP: they take turns on the tensor cores (named barriers 1 and 2):
+ * warpgroup w issues its products for a tile only after the other issued its own, so one
+ * warpgroup's softmax runs while the other's products occupy the tensor cores. */
+template <int D, bool GEN, bool PP>
+__global__ void __launch_bounds__(WS_NTH, 1)
+    fwd_ws_kernel(const Params pin, const BlockOrder order, const __grid_constant__ CUtensorMap mq,
+                  const __grid_constant__ CUtensorMap mk, const __grid_constant__ CUtensorMap mv) {
+    const Params p = GEN ? pin : causal_params(pin);
+    constexpr int NO = D / 8, ST = WS_ST;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][BM][64] */
+    bf16 *sK = sQ + BM * D;      /* ST stages of [D/64][BN][64]: key tile i in stage i % ST */
+    bf16 *sV = sK + ST * BN * D; /* the same for values */
+    uint64_t *full_q = reinterpret_cast<uint64_t *>(sV + ST * BN * D);
+    uint64_t *full_k = full_q + 1, *full_v = full_k + ST, *empty_k = full_v + ST, *empty_v = empty_k + ST;
+
+    int rank, pair;
+    order.map(blockIdx.x, rank, pair);
+    const int qt = order.tiles - 1 - rank, h = pair % p.H, b = pair / p.H;
+    const int hk = h / p.G, T = p.T;
+    const int q0 = qt * BM;
+    const int j0 = key_lo_at(p, b, q0) / BN, nt = (p.qp + min(T, q0 + BM) + BN - 1) / BN - j0;
+    if (threadIdx.x == 0) {
+        mbar_init(full_q, 1);
+        for (int s = 0; s < ST; ++s) {
+            mbar_init(full_k + s, 1);
+            mbar_init(full_v + s, 1);
+            mbar_init(empty_k + s, 8); /* one arrival per consumer warp */
+            mbar_init(empty_v + s, 8);
+        }
+        mbar_fence_init();
     }
-    bf16 *go = (bf16 *)p.o_out + tok_off(b, 0, h, T, p.H, D);
+    __syncthreads(); /* the last block-wide barrier: from here the roles run apart */
+
+    if (threadIdx.x >= 256) { /* the producer warpgroup: one thread issues every copy */
+        setmaxnreg_dec<24>(); /* its registers go to the consumers (3 x 128 threads share 64K) */
+        if (threadIdx.x == 256) {
+            constexpr unsigned TILE = BN * D * sizeof(bf16);
+            mbar_expect_tx(full_q, BM * D * sizeof(bf16));
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int row = row_base + g + 8 * r;
-        if (row >= T) continue;
-        bf16 *pr = go + (long)row * ldq;
+            for (int c = 0; c < D / 64; ++c) tma_load_4d(sQ + c * BM * 64, &mq, full_q, 64 * c, h, q0, b);
+            for (int i = 0; i < nt; ++i) {
+                const int s = i % ST, row = (j0 + i) * BN;
+                const unsigned free_parity = ((i / ST) & 1) ^ 1; /* the consumers' release of tile i - ST */
+                mbar_wait(empty_k + s, free_parity);
+                mbar_expect_tx(full_k + s, TILE);
 #pragma unroll
-        for (int n = 0; n < NO; ++n)
-            *reinterpret_cast<__nv_bfloat162 *>(pr + 8 * n + 2 * t4) =
-                __floats2bfloat162_rn(o[4 * n + 2 * r] * inv[r], o[4 * n + 2 * r + 1] * inv[r]);
-        if (t4 == 0) p.lse[((long)b * p.H + h) * T + row] = (m[r] + log2f(l[r])) * ATTN_LN2;
+                for (int c = 0; c < D / 64; ++c) tma_load_4d(sK + s * BN * D + c * BN * 64, &mk, full_k + s, 64 * c, hk, row, b);
+                mbar_wait(empty_v + s, free_parity);
+                mbar_expect_tx(full_v + s, TILE);
+#pragma unroll
+                for (int c = 0; c < D / 64; ++c) tma_load_4d(sV + s * BN * D + c * BN * 64, &mv, full_v + s, 64 * c, hk, row, b);
+            }
+        }
+        return;
     }
+
+    setmaxnreg_inc<240>();
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const long ldq = (long)p.H * D;
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+    const int row_base = q0 + wg * 64 + warp * 16;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int lo[2] = {key_lo_at(p, b, row_base + g), key_lo_at(p, b, row_base + g + 8)};
+    const int lo_max = key_lo_at(p, b, row_base + 15);
+    const bf16 *qw = sQ + wg * 64 * 64;
+    /* turns on the tensor cores: warpgroup w waits on barrier 1 + w, which the other warpgroup
+     * arrives at after issuing; warpgroup 1 lets warpgroup 0 start, and skips its last arrival
+     * so that every barrier sees as many arrivals as waits */
+    const int turns = nt + 1;
+    int turn = 0;
+    auto turn_begin = [&]() {
+        if (PP) bar_sync(1 + wg, 256);
+    };
+    auto turn_end = [&]() {
+        ++turn;
+        if (PP && !(wg == 1 && turn == turns)) bar_arrive(2 - wg, 256);
+    };
+    if (PP && wg == 1) bar_arrive(1, 256);
+
+    float s[BN / 2];
+    unsigned pf[BN / 16][4];
+    mbar_wait(full_q, 0);
+    mbar_wait(full_k, 0);
+    turn_begin();
+    wgmma_fence();
+    issue_s<D>(s, qw, sK);
+    wgmma_commit();
+    turn_end();
+    wgmma_wait<0>();
+    fence_regs(s);
+    mbar_release_warp(empty_k);
+    softmax_tile(s, m, l, alpha, j0 * BN, row_base, p, lo, lo_max);
+    pack_p(pf, s);
+
+    for (int j = 0; j + 1 < nt; ++j) {
+        const int sn = (j + 1) % ST, sc = j % ST;
+        mbar_wait(full_k + sn, ((j + 1) / ST) & 1);
+        mbar_wait(full_v + sc, (j / ST) & 1);
+        turn_begin();
+        wgmma_fence();
+        issue_s<D>(s, qw, sK + sn * BN * D);
+        wgmma_commit();
+        issue_pv<D>(o, pf, sV + sc * BN * D);
+        wgmma_commit();
+        turn_end();
+        wgmma_wait<1>(); /* S_{j+1}; P_j V_j may still run */
+        fence_regs(s);
+        mbar_release_warp(empty_k + sn);
+        softmax_tile(s, m, l, alpha, (j0 + j + 1) * BN, row_base, p, lo, lo_max);
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs_u(pf);
+        mbar_release_warp(empty_v + sc);
+#pragma unroll
+        for (int n = 0; n < NO; ++n) {
+            o[4 * n] *= alpha[0];
+            o[4 * n + 1] *= alpha[0];
+            o[4 * n + 2] *= alpha[1];
+            o[4 * n + 3] *= alpha[1];
+        }
+        pack_p(pf, s);
+    }
+    {
+        const int sc = (nt - 1) % ST;
+        mbar_wait(full_v + sc, ((nt - 1) / ST) & 1);
+        turn_begin();
+        wgmma_fence();
+        issue_pv<D>(o, pf, sV + sc * BN * D);
+        wgmma_commit();
+        turn_end();
+        wgmma_wait<0>();
+        fence_regs(o);
+    }
+    write_out<D>(p, o, m, l, b, h, row_base, g, t4, ldq);
 }
 #else
 template <int D, bool GEN> __global__ void fwd_kernel(const Params, const BlockOrder) {} /* not built for sm_90a: never launched */
+template <int D, bool GEN, bool PP>
+__global__ void fwd_ws_kernel(const Params, const BlockOrder, const __grid_constant__ CUtensorMap,
+                              const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap) {}
 #endif
 
 /* 1 when this binary holds the sm_90a kernels for the current device's architecture. */
@@ -237,6 +401,64 @@ template <int D, bool GEN> static void fwd_launch(const Params &p, cudaStream_t 
     if ((double)tiles * p.B * p.H > 2147483647.0) GDN_CUDA_DIE("attention: B*H*T/%d blocks over the grid limit", BM);
     const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.Tk * D * 2 * sizeof(bf16));
     fwd_kernel<D, GEN><<<(unsigned)(tiles * p.B * p.H), NTH, smem, st>>>(p, order);
+    GDN_CUDA_CHECK_LAUNCH();
+}
+
+/* The driver's tensor-map encoder, looked up once through the runtime (no link to libcuda). */
+static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+    if (!fn) {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        GDN_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || !f)
+            GDN_CUDA_DIE("attention: the CUDA driver has no cuTensorMapEncodeTiled (a driver for CUDA 12 or later is needed)");
+        fn = (PFN_cuTensorMapEncodeTiled_v12000)f;
+    }
+    return fn;
+}
+
+} // namespace sm90a
+
+CUtensorMap tile_map(const void *base, int B, int rows, int heads, int D, int box_rows) {
+    CUtensorMap m;
+    const cuuint64_t dim[4] = {(cuuint64_t)D, (cuuint64_t)heads, (cuuint64_t)rows, (cuuint64_t)B};
+    const cuuint64_t stride[3] = {(cuuint64_t)D * sizeof(bf16), (cuuint64_t)heads * D * sizeof(bf16),
+                                  (cuuint64_t)rows * heads * D * sizeof(bf16)};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1}, step[4] = {1, 1, 1, 1};
+    const CUresult r = sm90a::tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void *>(base), dim, stride,
+                                            box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        GDN_CUDA_DIE("attention: cuTensorMapEncodeTiled failed (error %d) for a [%d, %d, %d, %d] bf16 tensor", (int)r, B,
+                     rows, heads, D);
+    return m;
+}
+
+CUtensorMap row_map(const float *base, int n, int T, int box) {
+    CUtensorMap m;
+    const cuuint64_t dim[2] = {(cuuint64_t)T, (cuuint64_t)n}, stride[1] = {(cuuint64_t)T * sizeof(float)};
+    const cuuint32_t boxd[2] = {(cuuint32_t)box, 1}, step[2] = {1, 1};
+    const CUresult r = sm90a::tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float *>(base), dim,
+                                                   stride, boxd, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                                   CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        GDN_CUDA_DIE("attention: cuTensorMapEncodeTiled failed (error %d) for a [%d, %d] fp32 tensor", (int)r, n, T);
+    return m;
+}
+
+namespace sm90a {
+template <int D, bool GEN, bool PP> static void fwd_ws_launch(const Params &p, cudaStream_t st) {
+    constexpr size_t smem = ws_smem_bytes<D>();
+    static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
+    GDN_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<D, GEN, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const int tiles = (p.T + BM - 1) / BM;
+    if ((double)tiles * p.B * p.H > 2147483647.0) GDN_CUDA_DIE("attention: B*H*T/%d blocks over the grid limit", BM);
+    const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.Tk * D * 2 * sizeof(bf16));
+    const CUtensorMap mq = tile_map(p.q, p.B, p.T, p.H, D, BM), mk = tile_map(p.k, p.B, p.Tk, p.Hkv, D, BN),
+                      mv = tile_map(p.v, p.B, p.Tk, p.Hkv, D, BN);
+    fwd_ws_kernel<D, GEN, PP><<<(unsigned)(tiles * p.B * p.H), WS_NTH, smem, st>>>(p, order, mq, mk, mv);
     GDN_CUDA_CHECK_LAUNCH();
 }
 
@@ -277,9 +499,20 @@ extern "C" int gdn_cuda_attention_sm90a_available(void) {
     return known;
 }
 
-void attn::sm90a_fwd(const attn::Params &p, int D, void *stream) {
+bool attn::sm90a_ws_usable(const attn::Params &p, bool backward) {
+    /* the bulk tensor copy reads from 16-byte aligned addresses with 16-byte aligned strides */
+    const uintptr_t fwd = (uintptr_t)p.q | (uintptr_t)p.k | (uintptr_t)p.v;
+    if (!backward) return fwd % 16 == 0;
+    return ((fwd | (uintptr_t)p.d_o | (uintptr_t)p.lse | (uintptr_t)p.delta) % 16 == 0) && p.T % 4 == 0;
+}
+
+void attn::sm90a_fwd(const attn::Params &p, int D, int kernel, void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
     dispatch(D, p.key_lo || p.qp, [&](auto d, auto gen) { /* a prefix or documents: the general kernel */
-        attn::sm90a::fwd_launch<decltype(d)::value, decltype(gen)::value>(p, st);
+        constexpr int Dv = decltype(d)::value;
+        constexpr bool G = decltype(gen)::value;
+        if (kernel == 0) attn::sm90a::fwd_launch<Dv, G>(p, st);
+        else if (kernel == 1) attn::sm90a::fwd_ws_launch<Dv, G, true>(p, st);
+        else attn::sm90a::fwd_ws_launch<Dv, G, false>(p, st);
     });
 }

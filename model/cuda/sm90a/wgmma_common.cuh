@@ -17,6 +17,7 @@
 #ifndef GDN_WGMMA_COMMON_CUH
 #define GDN_WGMMA_COMMON_CUH
 
+#include <cudaTypedefs.h> /* CUtensorMap and the driver's cuTensorMapEncodeTiled signature */
 #include <type_traits>
 #include "model/cuda/attention_common.cuh"
 
@@ -120,6 +121,58 @@ __device__ __forceinline__ void cp_async4(float *smem, const float *gmem, bool v
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0) : "memory");
 }
+/* mbarriers (64-bit shared-memory barriers that count arrivals and transferred bytes) and the
+ * bulk tensor copy (TMA) that signals them: the producer/consumer pipeline of the
+ * warp-specialised forward. A barrier's phase completes when its arrival count and expected
+ * bytes are reached; waiters name the phase by its parity (0 for the first, 1 for the next). */
+__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+/* After initialising barriers, before the block barrier that publishes them to the async proxy. */
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+/* One arrival that also expects `bytes` more from bulk copies in this phase. */
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+/* Until the phase of parity `parity` has completed (on a fresh barrier, parity 1 passes at once). */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(smem_addr(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* A consumer warp is done with a stage: every lane's reads of it are ordered before the warp's one
+ * arrival on the stage's "empty" barrier (count: consumer warps). */
+__device__ __forceinline__ void mbar_release_warp(uint64_t *bar) {
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) mbar_arrive(bar);
+}
+/* The box at coordinates (c0, c1, c2, c3) of a 4-d tensor map into shared memory, counted on bar. */
+__device__ __forceinline__ void tma_load_4d(void *dst, const void *map, uint64_t *bar, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\n"
+                 ::"r"(smem_addr(dst)), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+/* Registers per thread of the executing warpgroup, lowered or raised (a multiple of 8, 24..256):
+ * a producer warpgroup hands registers to the consumers. */
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+/* The same for a 2-d tensor map. */
+__device__ __forceinline__ void tma_load_2d(void *dst, const void *map, uint64_t *bar, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
+                 ::"r"(smem_addr(dst)), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+/* Named block barriers 1..15 over n threads (a multiple of 32): sync waits, arrive does not. */
+__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 /* Element (r, c) of a swizzled tile of ROWS rows. */
 template <int ROWS> __device__ __forceinline__ int sw_index(int r, int c) {
     return (c >> 6) * (ROWS * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
@@ -133,6 +186,14 @@ __device__ __forceinline__ unsigned char *smem_1024(unsigned char *raw) {
 }
 
 } // namespace sm90a
+
+/* A bf16 tensor [B, rows, heads, D] as a 4-d tensor map for the bulk tensor copy (TMA): its box is
+ * 64 columns of `box_rows` rows of one head, 128-byte swizzled (the layout of the wgmma tiles);
+ * rows past the end read as zeros. */
+CUtensorMap tile_map(const void *base, int B, int rows, int heads, int D, int box_rows);
+/* An fp32 matrix [n, T] (lse, Delta) as a 2-d tensor map whose box is `box` consecutive entries of
+ * one row; entries past T read as zeros. T must be a multiple of 4 (16-byte row strides). */
+CUtensorMap row_map(const float *base, int n, int T, int box);
 
 /* f(D, GEN) with head dim d (64 or 128) and gen as compile-time constants
  * (std::integral_constant), for the launchers of the kernel instantiations. */

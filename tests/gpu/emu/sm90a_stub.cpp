@@ -6,11 +6,12 @@
 #include "model/cuda/sm90a/attention_sm90a.h"
 
 extern "C" int gdn_cuda_attention_sm90a_available(void) { return 0; }
-void attn::sm90a_fwd(const attn::Params &, int, void *) {
+bool attn::sm90a_ws_usable(const attn::Params &, bool) { return false; }
+void attn::sm90a_fwd(const attn::Params &, int, int, void *) {
     fprintf(stderr, "emu: the wgmma kernels are not emulated\n");
     abort();
 }
-void attn::sm90a_bwd(const attn::Params &, int, float *, void *) {
+void attn::sm90a_bwd(const attn::Params &, int, float *, int, int, void *) {
     fprintf(stderr, "emu: the wgmma kernels are not emulated\n");
     abort();
 }
