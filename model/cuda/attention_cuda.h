@@ -84,8 +84,9 @@ typedef struct {
                                      fp32 dQ sums (dq repeatable to rounding only), 3 wgmma
                                      dK/dV and dQ kernels, warp-specialised with turns, 4 without
                                      turns, 5 the same two with cp.async loads. 2-5 stop with a
-                                     message where wgmma is not available; 3 and 4 run 5 where a
-                                     tensor is not 16-byte aligned or T is not a multiple of 4.
+                                     message where wgmma is not available; 3 and 4 run the
+                                     kernels of 5 where a tensor is not 16-byte aligned (dK/dV:
+                                     also where T is not a multiple of 4).
                                      3, 4 and 5 give the same bits */
 } gdn_cuda_attention_args;
 

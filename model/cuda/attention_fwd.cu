@@ -214,7 +214,7 @@ extern "C" void gdn_cuda_attention_fwd(const gdn_cuda_attention_args *a) {
              * without; the default takes 1. Where the tensors do not suit the bulk tensor copy, 0
              * (the same bits) */
             const int ws = a->fwd_algo >= 3 ? a->fwd_algo - 2 : a->fwd_algo == 0 ? 1 : 0;
-            attn::sm90a_fwd(p, a->D, attn::sm90a_ws_usable(p, false) ? ws : 0, a->stream);
+            attn::sm90a_fwd(p, a->D, attn::sm90a_ws_usable(p, attn::WS_FWD) ? ws : 0, a->stream);
             return;
         }
         if (a->fwd_algo >= 2)

@@ -59,6 +59,76 @@ __device__ __forceinline__ void query_tiles(const Params &p, int b, int k0, int 
     ni = r_end >= r_first ? r_end / QB - i0 + 1 : 0;
 }
 
+/* ---- one query tile of the dK/dV kernels (bwd_kernel, dkdv_ws_kernel): the same instructions
+ * in the same order in both, so the same bits; keys as rows, queries as columns ---- */
+
+/* Issue S^T = K Q^T, then dP^T = V dO^T (two commit groups; kw, vw: the warpgroup's 64 keys). */
+template <int D>
+__device__ __forceinline__ void kv_issue_scores(float (&st)[QB / 2], float (&dpt)[QB / 2], const bf16 *kw, const bf16 *vw,
+                                                const bf16 *tQ, const bf16 *tdO) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+        wgmma_ss<0, 0>(st, desc_sw128(kw + (kk >> 2) * KB * 64 + (kk & 3) * 16, 16, 1024),
+                       desc_sw128(tQ + (kk >> 2) * QB * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+        wgmma_ss<0, 0>(dpt, desc_sw128(vw + (kk >> 2) * KB * 64 + (kk & 3) * 16, 16, 1024),
+                       desc_sw128(tdO + (kk >> 2) * QB * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
+    wgmma_commit();
+}
+
+/* P^T = exp(scale S^T - lse) in place, masked (queries before the key, past the end or in a later
+ * document), and as bf16 A fragments; key_base: the warp's first key, tL: the tile's lse. */
+__device__ __forceinline__ void kv_probs(float (&st)[QB / 2], unsigned (&pf)[QB / 16][4], const Params &p, int b, int q0,
+                                         int key_base, const float *tL) {
+    constexpr int NQ = QB / 8;
+    const int g = (threadIdx.x & 31) >> 2, t4 = threadIdx.x & 3, T = p.T;
+    const bool need_mask = p.qp + q0 < key_base + 15 || q0 + QB > T || key_lo_at(p, b, q0 + QB - 1) > key_base;
+#pragma unroll
+    for (int n = 0; n < NQ; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int c = 8 * n + 2 * t4 + (e & 1);
+            float x = ex2(fmaf(st[4 * n + e], p.scale_log2, -tL[c] * ATTN_LOG2E));
+            if (need_mask) {
+                const int q = q0 + c, key = key_base + g + 8 * (e >> 1);
+                if (!key_visible(p, q, key, key_lo_at(p, b, q))) x = 0.0f;
+            }
+            st[4 * n + e] = x;
+        }
+#pragma unroll
+    for (int kk = 0; kk < QB / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pf[kk][i] = pack_bf16(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
+}
+
+/* Issue acc += A B (one commit group): A (64 x QB) bf16 fragments, B (QB x D) a shared tile read
+ * transposed; dV += P^T dO and dK += dS^T Q. */
+template <int D>
+__device__ __forceinline__ void kv_issue_acc(float (&acc)[D / 2], const unsigned (&a)[QB / 16][4], const bf16 *tB) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < QB / 16; ++kk) wgmma_rs(acc, a[kk], desc_sw128(tB + kk * 16 * 64, QB * 128, 1024), 1);
+    wgmma_commit();
+}
+
+/* dS^T = P^T (dP^T - Delta) in dpt, and as bf16 A fragments (tDl: the tile's Delta). */
+__device__ __forceinline__ void kv_dscores(float (&dpt)[QB / 2], const float (&st)[QB / 2], unsigned (&df)[QB / 16][4],
+                                           const float *tDl) {
+    constexpr int NQ = QB / 8;
+    const int t4 = threadIdx.x & 3;
+#pragma unroll
+    for (int n = 0; n < NQ; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dpt[4 * n + e] = st[4 * n + e] * (dpt[4 * n + e] - tDl[8 * n + 2 * t4 + (e & 1)]);
+#pragma unroll
+    for (int kk = 0; kk < QB / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) df[kk][i] = pack_bf16(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
+}
+
 /* dK (scaled) and dV rounded to bf16, keys inside the sequence. */
 template <int D>
 __device__ __forceinline__ void write_dkdv(const Params &p, const float (&dk)[D / 2], const float (&dv)[D / 2], int b,
@@ -83,7 +153,6 @@ __device__ __forceinline__ void write_dkdv(const Params &p, const float (&dk)[D 
 template <int D, bool DQ, bool GEN>
 __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params pin, float *dq_acc, const BlockOrder order) {
     const Params p = GEN ? pin : causal_params(pin); /* GEN: a prefix or key_lo (see causal_params) */
-    constexpr int NQ = QB / 8;                   /* 8-column blocks of S^T (queries) */
     constexpr int NDQ = D == 128 ? 64 : 64;      /* dQ columns per warpgroup (see above) */
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sK = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][KB][64] */
@@ -149,57 +218,18 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params pin, float
         const float *tL = sL + buf * QB, *tDl = sDl + buf * QB;
 
         float st[QB / 2], dpt[QB / 2];
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-            wgmma_ss<0, 0>(st, desc_sw128(kw + (kk >> 2) * KB * 64 + (kk & 3) * 16, 16, 1024),
-                           desc_sw128(tQ + (kk >> 2) * QB * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
-        wgmma_commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-            wgmma_ss<0, 0>(dpt, desc_sw128(vw + (kk >> 2) * KB * 64 + (kk & 3) * 16, 16, 1024),
-                           desc_sw128(tdO + (kk >> 2) * QB * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
-        wgmma_commit();
+        kv_issue_scores<D>(st, dpt, kw, vw, tQ, tdO);
         wgmma_wait<1>();
         fence_regs(st);
 
-        /* P^T: keys as rows, queries as columns; masked: queries before the key, past the end or
-         * in a later document */
-        const bool need_mask = p.qp + q0 < key_base + 15 || q0 + QB > T || key_lo_at(p, b, q0 + QB - 1) > key_base;
-#pragma unroll
-        for (int n = 0; n < NQ; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int c = 8 * n + 2 * t4 + (e & 1);
-                float x = ex2(fmaf(st[4 * n + e], p.scale_log2, -tL[c] * ATTN_LOG2E));
-                if (need_mask) {
-                    const int q = q0 + c, key = key_base + g + 8 * (e >> 1);
-                    if (!key_visible(p, q, key, key_lo_at(p, b, q))) x = 0.0f;
-                }
-                st[4 * n + e] = x;
-            }
         unsigned pf[QB / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < QB / 16; ++kk)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) pf[kk][i] = pack_bf16(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < QB / 16; ++kk)
-            wgmma_rs(dv, pf[kk], desc_sw128(tdO + kk * 16 * 64, QB * 128, 1024), 1);
-        wgmma_commit();
+        kv_probs(st, pf, p, b, q0, key_base, tL);
+        kv_issue_acc<D>(dv, pf, tdO);
         wgmma_wait<1>(); /* dP^T; dV may still run */
         fence_regs(dpt);
 
-#pragma unroll
-        for (int n = 0; n < NQ; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dpt[4 * n + e] = st[4 * n + e] * (dpt[4 * n + e] - tDl[8 * n + 2 * t4 + (e & 1)]);
         unsigned df[QB / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < QB / 16; ++kk)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) df[kk][i] = pack_bf16(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
+        kv_dscores(dpt, st, df, tDl);
         /* dS^T into shared memory for dQ: fragment i of step kk is row g + 8 (i & 1), columns
          * 16 kk + 8 (i >> 1) + 2 t4 .. +1 of the warp's 16 rows */
         bf16 *tdS = sdS + (it & 1) * KB * QB; /* last read in iteration it-2 */
@@ -212,11 +242,7 @@ __global__ void __launch_bounds__(BWD_NTH, 1) bwd_kernel(const Params pin, float
                     *reinterpret_cast<unsigned *>(tdS + sw_index<KB>(r0 + 8 * (i & 1), 16 * kk + 8 * (i >> 1) + 2 * t4)) =
                         df[kk][i];
         }
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < QB / 16; ++kk)
-            wgmma_rs(dk, df[kk], desc_sw128(tQ + kk * 16 * 64, QB * 128, 1024), 1);
-        wgmma_commit();
+        kv_issue_acc<D>(dk, df, tQ);
         if constexpr (!DQ) {
             wgmma_wait<0>();
             fence_regs(dk);
@@ -284,7 +310,7 @@ __global__ void __launch_bounds__(KV_WS_NTH, 1)
                    const __grid_constant__ CUtensorMap mv, const __grid_constant__ CUtensorMap ml,
                    const __grid_constant__ CUtensorMap mdl) {
     const Params p = GEN ? pin : causal_params(pin);
-    constexpr int NQ = QB / 8, ST = KV_ST;
+    constexpr int ST = KV_ST;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sK = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][KB][64] */
     bf16 *sV = sK + KB * D;
@@ -297,20 +323,12 @@ __global__ void __launch_bounds__(KV_WS_NTH, 1)
 
     int kt, pair;
     order.map(blockIdx.x, kt, pair);
-    const int hk = pair % p.Hkv, b = pair / p.Hkv, T = p.T;
+    const int hk = pair % p.Hkv, b = pair / p.Hkv;
     const int k0 = kt * KB;
     int i0, ni;
     query_tiles(p, b, k0, i0, ni);
     const int n_it = p.G * ni; /* iteration it: head it / ni, query tile i0 + it % ni */
-    if (threadIdx.x == 0) {
-        mbar_init(full_kv, 1);
-        for (int s = 0; s < ST; ++s) {
-            mbar_init(full + s, 1);
-            mbar_init(empty + s, 8);
-        }
-        mbar_fence_init();
-    }
-    __syncthreads(); /* the last block-wide barrier */
+    init_pipeline(full_kv, 1 + ST, ST); /* from here the roles run apart */
 
     if (threadIdx.x >= 256) { /* the producer warpgroup */
         setmaxnreg_dec<24>();
@@ -347,17 +365,7 @@ __global__ void __launch_bounds__(KV_WS_NTH, 1)
     const int key_w = k0 + wg * 64;
     const int key_base = key_w + warp * 16;
     const bf16 *kw = sK + wg * 64 * 64, *vw = sV + wg * 64 * 64;
-    /* turns as in fwd_ws_kernel: 3 per tile; warpgroup 1 skips its last arrival */
-    const int turns = 3 * n_it;
-    int turn = 0;
-    auto turn_begin = [&]() {
-        if (PP) bar_sync(1 + wg, 256);
-    };
-    auto turn_end = [&]() {
-        ++turn;
-        if (PP && !(wg == 1 && turn == turns)) bar_arrive(2 - wg, 256);
-    };
-    if (PP && wg == 1 && turns > 0) bar_arrive(1, 256);
+    Turns<PP> turns(wg, 3 * n_it); /* per tile: S^T and dP^T, dV, dK */
     mbar_wait(full_kv, 0); /* also when no query sees these keys: the copy must land before exit */
 
     for (int it = 0; it < n_it; ++it) {
@@ -368,66 +376,25 @@ __global__ void __launch_bounds__(KV_WS_NTH, 1)
         const float *tL = sL + buf * QB, *tDl = sDl + buf * QB;
 
         float st[QB / 2], dpt[QB / 2];
-        turn_begin();
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-            wgmma_ss<0, 0>(st, desc_sw128(kw + (kk >> 2) * KB * 64 + (kk & 3) * 16, 16, 1024),
-                           desc_sw128(tQ + (kk >> 2) * QB * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
-        wgmma_commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-            wgmma_ss<0, 0>(dpt, desc_sw128(vw + (kk >> 2) * KB * 64 + (kk & 3) * 16, 16, 1024),
-                           desc_sw128(tdO + (kk >> 2) * QB * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
-        wgmma_commit();
-        turn_end();
+        turns.begin();
+        kv_issue_scores<D>(st, dpt, kw, vw, tQ, tdO);
+        turns.end();
         wgmma_wait<1>();
         fence_regs(st);
 
-        const bool need_mask = p.qp + q0 < key_base + 15 || q0 + QB > T || key_lo_at(p, b, q0 + QB - 1) > key_base;
-#pragma unroll
-        for (int n = 0; n < NQ; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int c = 8 * n + 2 * t4 + (e & 1);
-                float x = ex2(fmaf(st[4 * n + e], p.scale_log2, -tL[c] * ATTN_LOG2E));
-                if (need_mask) {
-                    const int q = q0 + c, key = key_base + g + 8 * (e >> 1);
-                    if (!key_visible(p, q, key, key_lo_at(p, b, q))) x = 0.0f;
-                }
-                st[4 * n + e] = x;
-            }
         unsigned pf[QB / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < QB / 16; ++kk)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) pf[kk][i] = pack_bf16(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
-        turn_begin();
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < QB / 16; ++kk)
-            wgmma_rs(dv, pf[kk], desc_sw128(tdO + kk * 16 * 64, QB * 128, 1024), 1);
-        wgmma_commit();
-        turn_end();
+        kv_probs(st, pf, p, b, q0, key_base, tL);
+        turns.begin();
+        kv_issue_acc<D>(dv, pf, tdO);
+        turns.end();
         wgmma_wait<1>(); /* dP^T; dV may still run */
         fence_regs(dpt);
 
-#pragma unroll
-        for (int n = 0; n < NQ; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dpt[4 * n + e] = st[4 * n + e] * (dpt[4 * n + e] - tDl[8 * n + 2 * t4 + (e & 1)]);
         unsigned df[QB / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < QB / 16; ++kk)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) df[kk][i] = pack_bf16(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
-        turn_begin();
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < QB / 16; ++kk)
-            wgmma_rs(dk, df[kk], desc_sw128(tQ + kk * 16 * 64, QB * 128, 1024), 1);
-        wgmma_commit();
-        turn_end();
+        kv_dscores(dpt, st, df, tDl);
+        turns.begin();
+        kv_issue_acc<D>(dk, df, tQ);
+        turns.end();
         wgmma_wait<0>();
         fence_regs(dk);
         fence_regs(dv);
@@ -488,6 +455,62 @@ template <int D> constexpr size_t dq_ws_smem_bytes() {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* ---- one key tile of the dQ kernels (dq_kernel, dq_ws_kernel): the same instructions in the
+ * same order in both, so the same bits ---- */
+
+/* Issue S = Q K^T, then dP = dO V^T (two commit groups; qw, ow: the warpgroup's 64 rows). */
+template <int D>
+__device__ __forceinline__ void dq_issue_scores(float (&s)[DQ_BN / 2], float (&dp)[DQ_BN / 2], const bf16 *qw,
+                                                const bf16 *ow, const bf16 *tK, const bf16 *tV) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+        wgmma_ss<0, 0>(s, desc_sw128(qw + (kk >> 2) * DQ_BM * 64 + (kk & 3) * 16, 16, 1024),
+                       desc_sw128(tK + (kk >> 2) * DQ_BN * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+        wgmma_ss<0, 0>(dp, desc_sw128(ow + (kk >> 2) * DQ_BM * 64 + (kk & 3) * 16, 16, 1024),
+                       desc_sw128(tV + (kk >> 2) * DQ_BN * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
+    wgmma_commit();
+}
+
+/* dS = P (dP - Delta) in dp with P = exp(scale S - lse), masked, and as bf16 A fragments; k0: the
+ * tile's first key, row_base: the warp's first query row, lse2 / dlt: this lane's rows' lse (base
+ * 2) and Delta, lo / lo_max: their first keys and that of the warp's last row. */
+__device__ __forceinline__ void dq_dscores(const float (&s)[DQ_BN / 2], float (&dp)[DQ_BN / 2], unsigned (&df)[DQ_BN / 16][4],
+                                           const Params &p, int k0, int row_base, const float (&lse2)[2],
+                                           const float (&dlt)[2], const int (&lo)[2], int lo_max) {
+    constexpr int NS = DQ_BN / 8;
+    const int g = (threadIdx.x & 31) >> 2, t4 = threadIdx.x & 3, T = p.T, Tk = p.Tk;
+    const bool need_mask = k0 + DQ_BN - 1 > p.qp + row_base || k0 + DQ_BN > Tk || row_base + 16 > T || k0 < lo_max;
+#pragma unroll
+    for (int n = 0; n < NS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float x = ex2(fmaf(s[4 * n + e], p.scale_log2, -lse2[e >> 1]));
+            if (need_mask) {
+                const int col = k0 + 8 * n + 2 * t4 + (e & 1), row = row_base + g + 8 * (e >> 1);
+                if (!key_visible(p, row, col, lo[e >> 1])) x = 0.0f;
+            }
+            dp[4 * n + e] = x * (dp[4 * n + e] - dlt[e >> 1]);
+        }
+#pragma unroll
+    for (int kk = 0; kk < DQ_BN / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) df[kk][i] = pack_bf16(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
+}
+
+/* Issue dQ += dS K (one commit group; K read transposed). */
+template <int D>
+__device__ __forceinline__ void dq_issue_acc(float (&dq)[D / 2], const unsigned (&df)[DQ_BN / 16][4], const bf16 *tK) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < DQ_BN / 16; ++kk)
+        wgmma_rs(dq, df[kk], desc_sw128(tK + kk * 16 * 64, DQ_BN * 128, 1024), 1);
+    wgmma_commit();
+}
+
 /* dQ's epilogue: scaled, rounded to bf16, rows inside the sequence. */
 template <int D>
 __device__ __forceinline__ void write_dq(const Params &p, const float (&dq)[D / 2], int b, int h, int row_base, int g,
@@ -508,7 +531,6 @@ __device__ __forceinline__ void write_dq(const Params &p, const float (&dq)[D / 
 template <int D, bool GEN>
 __global__ void __launch_bounds__(BWD_NTH, 1) dq_kernel(const Params pin, const BlockOrder order) {
     const Params p = GEN ? pin : causal_params(pin); /* GEN: a prefix or key_lo (see causal_params) */
-    constexpr int NS = DQ_BN / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][DQ_BM][64] */
     bf16 *sdO = sQ + DQ_BM * D;
@@ -562,44 +584,14 @@ __global__ void __launch_bounds__(BWD_NTH, 1) dq_kernel(const Params pin, const 
         const bf16 *tK = sK + (j % 3) * DQ_BN * D, *tV = sV + (j % 3) * DQ_BN * D;
 
         float s[DQ_BN / 2], dp[DQ_BN / 2];
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-            wgmma_ss<0, 0>(s, desc_sw128(qw + (kk >> 2) * DQ_BM * 64 + (kk & 3) * 16, 16, 1024),
-                           desc_sw128(tK + (kk >> 2) * DQ_BN * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
-        wgmma_commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-            wgmma_ss<0, 0>(dp, desc_sw128(ow + (kk >> 2) * DQ_BM * 64 + (kk & 3) * 16, 16, 1024),
-                           desc_sw128(tV + (kk >> 2) * DQ_BN * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
-        wgmma_commit();
+        dq_issue_scores<D>(s, dp, qw, ow, tK, tV);
         wgmma_wait<0>();
         fence_regs(s);
         fence_regs(dp);
 
-        const int k0 = (j0 + j) * DQ_BN;
-        const bool need_mask = k0 + DQ_BN - 1 > p.qp + row_base || k0 + DQ_BN > Tk || row_base + 16 > T || k0 < lo_max;
-#pragma unroll
-        for (int n = 0; n < NS; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float x = ex2(fmaf(s[4 * n + e], p.scale_log2, -lse2[e >> 1]));
-                if (need_mask) {
-                    const int col = k0 + 8 * n + 2 * t4 + (e & 1), row = row_base + g + 8 * (e >> 1);
-                    if (!key_visible(p, row, col, lo[e >> 1])) x = 0.0f;
-                }
-                dp[4 * n + e] = x * (dp[4 * n + e] - dlt[e >> 1]);
-            }
         unsigned df[DQ_BN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < DQ_BN / 16; ++kk)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) df[kk][i] = pack_bf16(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < DQ_BN / 16; ++kk)
-            wgmma_rs(dq, df[kk], desc_sw128(tK + kk * 16 * 64, DQ_BN * 128, 1024), 1);
-        wgmma_commit();
+        dq_dscores(s, dp, df, p, (j0 + j) * DQ_BN, row_base, lse2, dlt, lo, lo_max);
+        dq_issue_acc<D>(dq, df, tK);
         wgmma_wait<0>();
         fence_regs(dq);
         fence_regs_u(df);
@@ -619,7 +611,7 @@ __global__ void __launch_bounds__(DQ_WS_NTH, 1)
                  const __grid_constant__ CUtensorMap mdo, const __grid_constant__ CUtensorMap mk,
                  const __grid_constant__ CUtensorMap mv) {
     const Params p = GEN ? pin : causal_params(pin);
-    constexpr int NS = DQ_BN / 8, ST = DQ_ST;
+    constexpr int ST = DQ_ST;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][DQ_BM][64] */
     bf16 *sdO = sQ + DQ_BM * D;
@@ -631,18 +623,10 @@ __global__ void __launch_bounds__(DQ_WS_NTH, 1)
     int rank, pair;
     order.map(blockIdx.x, rank, pair);
     const int qt = order.tiles - 1 - rank, h = pair % p.H, b = pair / p.H;
-    const int hk = h / p.G, T = p.T, Tk = p.Tk;
+    const int hk = h / p.G, T = p.T;
     const int q0 = qt * DQ_BM;
     const int j0 = key_lo_at(p, b, q0) / DQ_BN, nt = (p.qp + min(T, q0 + DQ_BM) + DQ_BN - 1) / DQ_BN - j0;
-    if (threadIdx.x == 0) {
-        mbar_init(full_q, 1);
-        for (int s = 0; s < ST; ++s) {
-            mbar_init(full + s, 1);
-            mbar_init(empty + s, 8); /* one arrival per consumer warp */
-        }
-        mbar_fence_init();
-    }
-    __syncthreads(); /* the last block-wide barrier */
+    init_pipeline(full_q, 1 + ST, ST); /* from here the roles run apart */
 
     if (threadIdx.x >= 256) { /* the producer warpgroup */
         setmaxnreg_dec<24>();
@@ -685,17 +669,7 @@ __global__ void __launch_bounds__(DQ_WS_NTH, 1)
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dq[i] = 0.0f;
     const bf16 *qw = sQ + wg * 64 * 64, *ow = sdO + wg * 64 * 64;
-    /* turns as in fwd_ws_kernel: 2 per tile; warpgroup 1 skips its last arrival */
-    const int turns = 2 * nt;
-    int turn = 0;
-    auto turn_begin = [&]() {
-        if (PP) bar_sync(1 + wg, 256);
-    };
-    auto turn_end = [&]() {
-        ++turn;
-        if (PP && !(wg == 1 && turn == turns)) bar_arrive(2 - wg, 256);
-    };
-    if (PP && wg == 1) bar_arrive(1, 256);
+    Turns<PP> turns(wg, 2 * nt); /* per tile: S and dP, dQ */
     mbar_wait(full_q, 0);
 
     for (int j = 0; j < nt; ++j) {
@@ -704,48 +678,18 @@ __global__ void __launch_bounds__(DQ_WS_NTH, 1)
         const bf16 *tK = sK + st * DQ_BN * D, *tV = sV + st * DQ_BN * D;
 
         float s[DQ_BN / 2], dp[DQ_BN / 2];
-        turn_begin();
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-            wgmma_ss<0, 0>(s, desc_sw128(qw + (kk >> 2) * DQ_BM * 64 + (kk & 3) * 16, 16, 1024),
-                           desc_sw128(tK + (kk >> 2) * DQ_BN * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
-        wgmma_commit();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-            wgmma_ss<0, 0>(dp, desc_sw128(ow + (kk >> 2) * DQ_BM * 64 + (kk & 3) * 16, 16, 1024),
-                           desc_sw128(tV + (kk >> 2) * DQ_BN * 64 + (kk & 3) * 16, 16, 1024), kk > 0);
-        wgmma_commit();
-        turn_end();
+        turns.begin();
+        dq_issue_scores<D>(s, dp, qw, ow, tK, tV);
+        turns.end();
         wgmma_wait<0>();
         fence_regs(s);
         fence_regs(dp);
 
-        const int k0 = (j0 + j) * DQ_BN;
-        const bool need_mask = k0 + DQ_BN - 1 > p.qp + row_base || k0 + DQ_BN > Tk || row_base + 16 > T || k0 < lo_max;
-#pragma unroll
-        for (int n = 0; n < NS; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float x = ex2(fmaf(s[4 * n + e], p.scale_log2, -lse2[e >> 1]));
-                if (need_mask) {
-                    const int col = k0 + 8 * n + 2 * t4 + (e & 1), row = row_base + g + 8 * (e >> 1);
-                    if (!key_visible(p, row, col, lo[e >> 1])) x = 0.0f;
-                }
-                dp[4 * n + e] = x * (dp[4 * n + e] - dlt[e >> 1]);
-            }
         unsigned df[DQ_BN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < DQ_BN / 16; ++kk)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) df[kk][i] = pack_bf16(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
-        turn_begin();
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < DQ_BN / 16; ++kk)
-            wgmma_rs(dq, df[kk], desc_sw128(tK + kk * 16 * 64, DQ_BN * 128, 1024), 1);
-        wgmma_commit();
-        turn_end();
+        dq_dscores(s, dp, df, p, (j0 + j) * DQ_BN, row_base, lse2, dlt, lo, lo_max);
+        turns.begin();
+        dq_issue_acc<D>(dq, df, tK);
+        turns.end();
         wgmma_wait<0>();
         fence_regs(dq);
         fence_regs_u(df);

@@ -105,6 +105,17 @@ __device__ __forceinline__ void pack_p(unsigned (&pf)[BN / 16][4], const float (
         for (int i = 0; i < 4; ++i) pf[kk][i] = pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
 }
 
+/* The output so far times alpha (per row: this lane's two rows), after a new running max. */
+template <int D> __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&alpha)[2]) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+        o[4 * n] *= alpha[0];
+        o[4 * n + 1] *= alpha[0];
+        o[4 * n + 2] *= alpha[1];
+        o[4 * n + 3] *= alpha[1];
+    }
+}
+
 /* The epilogue: O divided by the row sums, rounded to bf16, and the rows' log-sum-exp (natural
  * log), for rows inside the sequence. */
 template <int D>
@@ -139,7 +150,6 @@ __device__ __forceinline__ void write_out(const Params &p, const float (&o)[D / 
 template <int D, bool GEN>
 __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params pin, const BlockOrder order) {
     const Params p = GEN ? pin : causal_params(pin); /* GEN: a prefix or key_lo (see causal_params) */
-    constexpr int NO = D / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][BM][64] */
     bf16 *sK = sQ + BM * D;     /* 3 buffers of [D/64][BN][64]: K_i in buffer i % 3 */
@@ -211,13 +221,7 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params pin, const Blo
         wgmma_wait<0>();
         fence_regs(o);
         fence_regs_u(pf); /* P_j was read by the tensor cores until here */
-#pragma unroll
-        for (int n = 0; n < NO; ++n) {
-            o[4 * n] *= alpha[0];
-            o[4 * n + 1] *= alpha[0];
-            o[4 * n + 2] *= alpha[1];
-            o[4 * n + 3] *= alpha[1];
-        }
+        rescale<D>(o, alpha);
         pack_p(pf, s);
     }
     /* the last tile: P V only */
@@ -246,7 +250,7 @@ __global__ void __launch_bounds__(WS_NTH, 1)
     fwd_ws_kernel(const Params pin, const BlockOrder order, const __grid_constant__ CUtensorMap mq,
                   const __grid_constant__ CUtensorMap mk, const __grid_constant__ CUtensorMap mv) {
     const Params p = GEN ? pin : causal_params(pin);
-    constexpr int NO = D / 8, ST = WS_ST;
+    constexpr int ST = WS_ST;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *sQ = reinterpret_cast<bf16 *>(smem_1024(smem_raw)); /* [D/64][BM][64] */
     bf16 *sK = sQ + BM * D;      /* ST stages of [D/64][BN][64]: key tile i in stage i % ST */
@@ -260,17 +264,7 @@ __global__ void __launch_bounds__(WS_NTH, 1)
     const int hk = h / p.G, T = p.T;
     const int q0 = qt * BM;
     const int j0 = key_lo_at(p, b, q0) / BN, nt = (p.qp + min(T, q0 + BM) + BN - 1) / BN - j0;
-    if (threadIdx.x == 0) {
-        mbar_init(full_q, 1);
-        for (int s = 0; s < ST; ++s) {
-            mbar_init(full_k + s, 1);
-            mbar_init(full_v + s, 1);
-            mbar_init(empty_k + s, 8); /* one arrival per consumer warp */
-            mbar_init(empty_v + s, 8);
-        }
-        mbar_fence_init();
-    }
-    __syncthreads(); /* the last block-wide barrier: from here the roles run apart */
+    init_pipeline(full_q, 1 + 2 * ST, 2 * ST); /* from here the roles run apart */
 
     if (threadIdx.x >= 256) { /* the producer warpgroup: one thread issues every copy */
         setmaxnreg_dec<24>(); /* its registers go to the consumers (3 x 128 threads share 64K) */
@@ -307,29 +301,16 @@ __global__ void __launch_bounds__(WS_NTH, 1)
     const int lo[2] = {key_lo_at(p, b, row_base + g), key_lo_at(p, b, row_base + g + 8)};
     const int lo_max = key_lo_at(p, b, row_base + 15);
     const bf16 *qw = sQ + wg * 64 * 64;
-    /* turns on the tensor cores: warpgroup w waits on barrier 1 + w, which the other warpgroup
-     * arrives at after issuing; warpgroup 1 lets warpgroup 0 start, and skips its last arrival
-     * so that every barrier sees as many arrivals as waits */
-    const int turns = nt + 1;
-    int turn = 0;
-    auto turn_begin = [&]() {
-        if (PP) bar_sync(1 + wg, 256);
-    };
-    auto turn_end = [&]() {
-        ++turn;
-        if (PP && !(wg == 1 && turn == turns)) bar_arrive(2 - wg, 256);
-    };
-    if (PP && wg == 1) bar_arrive(1, 256);
-
+    Turns<PP> turns(wg, nt + 1); /* S of tile 0, then per tile S of the next and P V, then the last P V */
     float s[BN / 2];
     unsigned pf[BN / 16][4];
     mbar_wait(full_q, 0);
     mbar_wait(full_k, 0);
-    turn_begin();
+    turns.begin();
     wgmma_fence();
     issue_s<D>(s, qw, sK);
     wgmma_commit();
-    turn_end();
+    turns.end();
     wgmma_wait<0>();
     fence_regs(s);
     mbar_release_warp(empty_k);
@@ -340,13 +321,13 @@ __global__ void __launch_bounds__(WS_NTH, 1)
         const int sn = (j + 1) % ST, sc = j % ST;
         mbar_wait(full_k + sn, ((j + 1) / ST) & 1);
         mbar_wait(full_v + sc, (j / ST) & 1);
-        turn_begin();
+        turns.begin();
         wgmma_fence();
         issue_s<D>(s, qw, sK + sn * BN * D);
         wgmma_commit();
         issue_pv<D>(o, pf, sV + sc * BN * D);
         wgmma_commit();
-        turn_end();
+        turns.end();
         wgmma_wait<1>(); /* S_{j+1}; P_j V_j may still run */
         fence_regs(s);
         mbar_release_warp(empty_k + sn);
@@ -355,23 +336,17 @@ __global__ void __launch_bounds__(WS_NTH, 1)
         fence_regs(o);
         fence_regs_u(pf);
         mbar_release_warp(empty_v + sc);
-#pragma unroll
-        for (int n = 0; n < NO; ++n) {
-            o[4 * n] *= alpha[0];
-            o[4 * n + 1] *= alpha[0];
-            o[4 * n + 2] *= alpha[1];
-            o[4 * n + 3] *= alpha[1];
-        }
+        rescale<D>(o, alpha);
         pack_p(pf, s);
     }
     {
         const int sc = (nt - 1) % ST;
         mbar_wait(full_v + sc, ((nt - 1) / ST) & 1);
-        turn_begin();
+        turns.begin();
         wgmma_fence();
         issue_pv<D>(o, pf, sV + sc * BN * D);
         wgmma_commit();
-        turn_end();
+        turns.end();
         wgmma_wait<0>();
         fence_regs(o);
     }
@@ -499,11 +474,12 @@ extern "C" int gdn_cuda_attention_sm90a_available(void) {
     return known;
 }
 
-bool attn::sm90a_ws_usable(const attn::Params &p, bool backward) {
+bool attn::sm90a_ws_usable(const attn::Params &p, attn::WsKernel k) {
     /* the bulk tensor copy reads from 16-byte aligned addresses with 16-byte aligned strides */
-    const uintptr_t fwd = (uintptr_t)p.q | (uintptr_t)p.k | (uintptr_t)p.v;
-    if (!backward) return fwd % 16 == 0;
-    return ((fwd | (uintptr_t)p.d_o | (uintptr_t)p.lse | (uintptr_t)p.delta) % 16 == 0) && p.T % 4 == 0;
+    uintptr_t a = (uintptr_t)p.q | (uintptr_t)p.k | (uintptr_t)p.v;
+    if (k != WS_FWD) a |= (uintptr_t)p.d_o;
+    if (k == WS_DKDV) a |= (uintptr_t)p.lse | (uintptr_t)p.delta;
+    return a % 16 == 0 && (k != WS_DKDV || p.T % 4 == 0);
 }
 
 void attn::sm90a_fwd(const attn::Params &p, int D, int kernel, void *stream) {

@@ -27,19 +27,22 @@ BlockOrder block_order(int tiles, int n_heads, size_t kv_bytes);
 /* bf16 forward, D 64 or 128, asynchronous on stream (a cudaStream_t). kernel 0: every thread
  * loads tiles (cp.async) between block barriers; 1: warp-specialised (a producer warp streams
  * tiles by TMA into mbarrier stages) with the consumer warpgroups taking turns on the tensor
- * cores; 2: the same without turns. 1 and 2 need sm90a_ws_usable(p, false). */
+ * cores; 2: the same without turns. 1 and 2 need sm90a_ws_usable(p, WS_FWD). */
 void sm90a_fwd(const Params &p, int D, int kernel, void *stream);
-/* Whether the tensors suit the bulk tensor copy of the warp-specialised kernels: q, k, v (and for
- * the backward d_o, lse and Delta) 16-byte aligned; for the backward also T a multiple of 4 (the
+/* The warp-specialised kernels, by what their bulk tensor copies read. */
+enum WsKernel { WS_FWD, WS_DQ, WS_DKDV };
+/* Whether the tensors suit the bulk tensor copies of kernel `k`: q, k, v (WS_DQ, WS_DKDV: also
+ * d_o; WS_DKDV: also lse and Delta) 16-byte aligned; WS_DKDV also needs T a multiple of 4 (the
  * rows of lse and Delta). */
-bool sm90a_ws_usable(const Params &p, bool backward);
+bool sm90a_ws_usable(const Params &p, WsKernel k);
 /* bf16 backward, D 64 or 128: reads p.delta (rowsum(d_o * o), computed by the caller); writes
  * p.dq, p.dk, p.dv. dq_acc NULL: two kernels (dK, dV per key tile, then dQ per query tile),
  * bitwise repeatable. Else one kernel that adds dQ into dq_acc (B*T*H*D floats of scratch,
  * zeroed here) with atomics: faster, dq repeatable only to rounding. */
 /* kv_kernel and dq_kernel (the two-kernel path: the dK/dV kernel, then the dQ kernel): 0 every
  * thread loads tiles between block barriers; 1 and 2 warp-specialised as in sm90a_fwd (with and
- * without turns; need sm90a_ws_usable(p, true)). Every choice gives the same bits. */
+ * without turns; need sm90a_ws_usable(p, WS_DKDV) and (p, WS_DQ)). Every choice gives the same
+ * bits. */
 void sm90a_bwd(const Params &p, int D, float *dq_acc, int kv_kernel, int dq_kernel, void *stream);
 } // namespace attn
 

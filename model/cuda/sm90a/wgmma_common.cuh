@@ -138,6 +138,16 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes) {
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
+/* Thread 0 initialises n_full "full" barriers (one arrival: the producer's expect_tx) followed by
+ * n_empty "empty" ones (one arrival per consumer warp of two warpgroups), then the block
+ * synchronises: the last block-wide barrier of a warp-specialised kernel. */
+__device__ __forceinline__ void init_pipeline(uint64_t *bars, int n_full, int n_empty) {
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < n_full + n_empty; ++i) mbar_init(bars + i, i < n_full ? 1 : 8);
+        mbar_fence_init();
+    }
+    __syncthreads();
+}
 /* Until the phase of parity `parity` has completed (on a fresh barrier, parity 1 passes at once). */
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
     unsigned done;
@@ -160,19 +170,38 @@ __device__ __forceinline__ void tma_load_4d(void *dst, const void *map, uint64_t
                  ::"r"(smem_addr(dst)), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
-/* Registers per thread of the executing warpgroup, lowered or raised (a multiple of 8, 24..256):
- * a producer warpgroup hands registers to the consumers. */
-template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
-template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 /* The same for a 2-d tensor map. */
 __device__ __forceinline__ void tma_load_2d(void *dst, const void *map, uint64_t *bar, int c0, int c1) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
                  ::"r"(smem_addr(dst)), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
                  : "memory");
 }
+/* Registers per thread of the executing warpgroup, lowered or raised (a multiple of 8, 24..256):
+ * a producer warpgroup hands registers to the consumers. */
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 /* Named block barriers 1..15 over n threads (a multiple of 32): sync waits, arrive does not. */
 __device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+
+/* Turns on the tensor cores for the two consumer warpgroups of a warp-specialised kernel
+ * (threads 0..255; named barriers 1 and 2): warpgroup w waits on barrier 1 + w before it issues
+ * products, and the other warpgroup arrives there once it has issued its own. Warpgroup 1 lets
+ * warpgroup 0 start and skips its last arrival, so that each barrier sees as many arrivals as
+ * waits. ON false: every call does nothing. */
+template <bool ON> struct Turns {
+    int wg, left; /* this warpgroup; its turns still to end */
+    __device__ __forceinline__ Turns(int wg_, int turns) : wg(wg_), left(turns) {
+        if (ON && wg == 1 && turns > 0) bar_arrive(1, 256);
+    }
+    __device__ __forceinline__ void begin() const {
+        if (ON) bar_sync(1 + wg, 256);
+    }
+    __device__ __forceinline__ void end() {
+        --left;
+        if (ON && !(wg == 1 && left == 0)) bar_arrive(2 - wg, 256);
+    }
+};
 /* Element (r, c) of a swizzled tile of ROWS rows. */
 template <int ROWS> __device__ __forceinline__ int sw_index(int r, int c) {
     return (c >> 6) * (ROWS * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);

@@ -6,7 +6,7 @@
 #include "model/cuda/sm90a/attention_sm90a.h"
 
 extern "C" int gdn_cuda_attention_sm90a_available(void) { return 0; }
-bool attn::sm90a_ws_usable(const attn::Params &, bool) { return false; }
+bool attn::sm90a_ws_usable(const attn::Params &, attn::WsKernel) { return false; }
 void attn::sm90a_fwd(const attn::Params &, int, int, void *) {
     fprintf(stderr, "emu: the wgmma kernels are not emulated\n");
     abort();
