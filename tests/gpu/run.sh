@@ -2,8 +2,8 @@
 # The GPU check, in one call on the GPU machine: build with CUDA for sm_90, run the GPU tests
 # (ctest -L gpu: delta rule, causal attention, compute-sanitizer memcheck/racecheck, model ops,
 # whole model and loss curves vs the CPU), the trainer and op command on the GPU (train_gpu.sh),
-# the benchmarks (gdn bench --backend cuda, bench_attention), and print a short table last. Logs
-# and JSON go to $OUT (or build-gpu/out). Exit status 0 when everything passed. QUICK=1: the op
+# the benchmarks (gdn bench --backend cuda, bench_attention next to PyTorch SDPA), and print a
+# short table last. Logs and JSON go to $OUT (or build-gpu/out). Exit status 0 when everything passed. QUICK=1: the op
 # and model-gradient checks and the benchmarks only, for kernel iteration; BUILD_ONLY=1:
 # configure and build, nothing else.
 set -uo pipefail
@@ -46,6 +46,7 @@ if [ "${QUICK:-0}" = 1 ]; then
     ./build-gpu/tests/gpu/bench_gpu_delta 20 2>&1 | tee "$out/bench_delta.txt" || status=1
     ./build-gpu/tests/gpu/bench_attention 20 2>&1 | tee "$out/bench_attention.txt" || status=1
     python3 tests/gpu/bench_sdpa.py 20 2>&1 | tee "$out/bench_sdpa.txt"   # the reference; 77: no torch
+    python3 tests/gpu/attention_vs_sdpa.py "$out/bench_attention.txt" "$out/bench_sdpa.txt"
     ./build-gpu/gdn bench --backend cuda --what step --preset gdn512m --repeats 5 2>&1 | tail -4
     ./build-gpu/gdn bench --backend cuda --what step --preset gdn512m-hybrid --repeats 5 2>&1 | tail -4
     timeout 300 ./build-gpu/tests/gpu/test_gpu_model --bench > "$out/model_bench.txt" 2>&1 || status=1
@@ -104,5 +105,6 @@ for r in rows:
         name = f"training step {r['params']/1e6:.1f}M B{r['B']}xT{r['T']}"
         print(f"  {name:<44} {'':>8} {'':>11} {r['step_ms']:9.2f} {r['tokens_per_s']:10.0f} {100*r['mfu']:5.1f}%")
 PY
+python3 tests/gpu/attention_vs_sdpa.py "$out/bench_attention.txt" "$out/bench_sdpa.txt"
 echo "status: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 exit $status
