@@ -78,8 +78,6 @@ with tempfile.TemporaryDirectory() as tmp:
             check(first is None and last is None, f"layer {l} is not converted: mse {first}")
     check(abs(s1[-1]["loss"] - sum(s1[-1]["mse_layer"][l] for l in converted)) < 1e-9 * (1 + s1[-1]["loss"]),
           "stage 1's loss is the sum of the layers' MSE")
-    kl0, kl1 = sum(m["kl"] for m in s2[:3]) / 3, sum(m["kl"] for m in s2[-3:]) / 3
-    check(kl1 < 0.7 * kl0, f"stage 2 lowers the KL: {kl0} -> {kl1}")
     check(abs(s2[-1]["loss"] - (4 * s2[-1]["kl"] + 0.1 * s2[-1]["ce"])) < 1e-9 * (1 + s2[-1]["loss"]),
           "stage 2's loss is tau^2 KL + ce_weight CE")
     check("val_loss" in s1[-1] and "val_loss" in s2[-1], "student val loss at the end of each stage")
@@ -114,6 +112,12 @@ with tempfile.TemporaryDirectory() as tmp:
     # SIGTERM mid-stage 2: checkpoint, exit 75; run again: bitwise the same end
     long_args = ["distill", "train", *common, "--stage1_steps", "4", "--stage2_steps", "80", "--ckpt_every", "0"]
     must(*long_args, "--out", j("full"))
+    # stage 2 lowers the KL: means of the first and last 10 of these 80 steps (each step has its own
+    # batch, and the step to stage 2's learning rate first raises the KL for a few steps, so 20
+    # steps are too few to tell the trend from the batches' spread)
+    kls = [m["kl"] for m in metrics(j("full", "stage2", "metrics.jsonl"))]
+    kl0, kl1 = sum(kls[:10]) / 10, sum(kls[-10:]) / 10
+    check(len(kls) == 80 and kl1 < 0.7 * kl0, f"stage 2 lowers the KL: {kl0} -> {kl1} ({len(kls)} steps)")
     p = subprocess.Popen([GDN, *long_args, "--out", j("c")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     mpath = j("c", "stage2", "metrics.jsonl")

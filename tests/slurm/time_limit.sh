@@ -18,7 +18,9 @@ end=$((SECONDS + 150))
 until [ "$(job_field "$job" Restarts)" = 1 ]; do
     state=$(job_field "$job" JobState)
     case "$state" in
-        PENDING | RUNNING | CONFIGURING | COMPLETING | REQUEUED) ;;
+        # on the way to the requeue: SIGNALING while slurmctld delivers the USR1, STAGE_OUT and
+        # COMPLETING as the batch step ends
+        PENDING | RUNNING | CONFIGURING | SIGNALING | STAGE_OUT | COMPLETING | REQUEUED) ;;
         *) fail "job $job ended (state '$state') without being requeued" ;;
     esac
     [ $SECONDS -lt $end ] || fail "job $job was not signalled and requeued before its time limit"
