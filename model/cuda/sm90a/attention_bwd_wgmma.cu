@@ -15,7 +15,11 @@
  * warpgroups split dQ's columns (D 128: 64 each) or its keys (D 64: their own 64 keys each).
  * Unlike the split kernels (attention_bwd.cu), the order of the dQ additions varies from run
  * to run: dq is repeatable to rounding, not bitwise; dk and dv are bitwise repeatable.
- * Shared memory (D 128): K, V 64 KB, 3 x (Q, dO) 96 KB, 2 x dS^T 32 KB, lse / Delta 1.5 KB. */
+ * Shared memory (D 128): K, V 64 KB, 3 x (Q, dO) 96 KB, 2 x dS^T 32 KB, lse / Delta 1.5 KB.
+ *
+ * The repeatable two-kernel path also comes warp-specialised (dkdv_ws_kernel, dq_ws_kernel: a
+ * producer warpgroup streams the tiles by the bulk tensor copy into mbarrier-guarded stages),
+ * sharing the per-tile steps with the kernels here, so every variant gives the same bits. */
 #include "model/cuda/attention_common.cuh"
 #include "model/cuda/sm90a/attention_sm90a.h"
 #include "model/cuda/sm90a/wgmma_common.cuh"

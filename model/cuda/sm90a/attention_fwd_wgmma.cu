@@ -17,7 +17,12 @@
  * D columns is stored as D/64 column blocks of R rows x 64 elements (128 bytes per row); the
  * 16-byte chunk c of row r sits at chunk c ^ (r % 8) of that row, and blocks start on 1024-byte
  * boundaries (the pattern repeats every 8 rows). Shared memory: Q + 3 K + 3 V tiles = 224 KB
- * (D 128), 112 KB (D 64). */
+ * (D 128), 112 KB (D 64).
+ *
+ * fwd_ws_kernel is the same computation, warp-specialised: a producer warpgroup streams the tiles
+ * by the bulk tensor copy (TMA) into mbarrier-guarded stages (the default on sm_90a; see there).
+ * The host side of the tensor copies (tile_map, row_map: tensor maps through the driver's encoder,
+ * looked up at run time) lives here too. */
 #include "model/cuda/attention_common.cuh"
 #include "model/cuda/sm90a/attention_sm90a.h"
 #include "model/cuda/sm90a/wgmma_common.cuh"
