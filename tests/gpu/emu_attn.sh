@@ -62,11 +62,12 @@ prog() {
     # what the model's setup asks of the delta rule and the optimizer: sizes and shape checks
     echo 'size_t gdn_cuda_delta_workspace_bytes(void) { return 0; }'
     echo 'size_t gdn_cuda_grad_norm_workspace(void) { return 0; }'
+    echo 'size_t gdn_cuda_distill_loss_workspace(void) { return 0; }' # distillation is not run here
     echo 'void gdn_cuda_delta_check_shape(void) {}'
     echo 'void *gdn_backend_cuda(void) { return NULL; }'
     nm -u "$work/$name.o" "${objs[@]}" | awk 'NF == 2 { print $2 }' | grep -E '^(gdn_|cuda)' | sort -u |
       comm -23 - <(echo "$defined") |
-      grep -vxE 'gdn_cuda_(delta_workspace_bytes|grad_norm_workspace|delta_check_shape)|gdn_backend_cuda' |
+      grep -vxE 'gdn_cuda_(delta_workspace_bytes|grad_norm_workspace|distill_loss_workspace|delta_check_shape)|gdn_backend_cuda' |
       while read -r s; do echo "void $s(void) { fprintf(stderr, \"emu_attn: $s is not emulated\\n\"); abort(); }"; done
   } > "$work/stubs_$name.c"
   gcc -std=gnu11 -w -c "$work/stubs_$name.c" -o "$work/stubs_$name.o"
