@@ -61,6 +61,17 @@ typedef struct {
     double ce_weight;      /* weight of the next-token cross-entropy added to the loss (>= 0) */
 } gdn_soft_targets;
 
+/* What a teacher-forced mixer fits (mixer_mse): the residual stream entering the block and the
+ * teacher's mixer output there, either on the host or left where the teacher computed them. */
+typedef struct {
+    const float *x_in;       /* [B,T,d_model] the stream entering the block (host), or NULL with teacher */
+    const float *target;     /* [B,T,d_model] the teacher's mixer output x_mid - x_in (host), or NULL */
+    gdn_model *teacher;      /* or: a model on the same backend, micro-batch shape and d_model whose
+                              * last forward (grad_scale 0) ran on these tokens: its stream entering
+                              * the block and its output after the block's mixer are read in its own
+                              * memory (no copy through the host: a GPU teacher's stays on the GPU) */
+} gdn_mixer_targets;
+
 /* Told, while a backward pass runs, that the gradients [lo, hi) of the flat buffer grads (the
  * model's memory) are complete for this pass. The ranges come from the end of the buffer to its
  * start, adjacent, and cover [0, total) once per pass: a reduction of a range may overlap the
@@ -104,8 +115,8 @@ struct gdn_backend {
      * tau^2 KL(softmax(z_t/tau) || softmax(z/tau)) + ce_weight CE (z_t: soft's logits, z the
      * model's logits); returns its SUM, sets *n_valid and the unweighted sums *kl_sum, *ce_sum
      * (any may be NULL); grad_scale != 0 prepares backward() as forward does. mixer_mse: block
-     * layer's mixer alone, teacher-forced on the residual input x_in [B,T,d_model] (host),
-     * against target [B,T,d_model] (host; the teacher's mixer output): returns the sum of
+     * layer's mixer alone, teacher-forced on the residual input x_in, against target (the
+     * teacher's mixer output; gdn_mixer_targets): returns the sum of
      * squared errors of its output x_mid - x_in, and with grad_scale != 0 ACCUMULATES
      * d(sse * grad_scale) into the gradients of that block's mixer and input norm (no
      * gradient reaches anything else). The CPU runs both under sequence-parallel hooks (each
@@ -113,7 +124,7 @@ struct gdn_backend {
      * of the last forward. */
     double (*forward_kl)(gdn_model *m, const int *tokens, const int *targets, const gdn_soft_targets *soft,
                          float grad_scale, int *n_valid, double *kl_sum, double *ce_sum);
-    double (*mixer_mse)(gdn_model *m, int layer, const float *x_in, const float *target, float grad_scale);
+    double (*mixer_mse)(gdn_model *m, int layer, const gdn_mixer_targets *t, float grad_scale);
     /* The flat buffers [padded] in the model's memory. */
     float *(*params)(gdn_model *m);
     float *(*grads)(gdn_model *m);

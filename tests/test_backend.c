@@ -1,6 +1,7 @@
 /* The CPU backend behind the table of model/backend.h against the CPU model and optimizer called
  * directly: forward loss, logits, gradients, captured hidden states, the AdamW step (clipped and
- * not) and the sharded AdamW range, all bitwise; memory figures. */
+ * not) and the sharded AdamW range, all bitwise; the teacher-forced mixer fed by the teacher
+ * model against the same through the host, bitwise; memory figures. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 
 #include "model/backend.h"
 #include "model/cpu/model_cpu.h"
+#include "tests/mixer_teacher_check.h"
 #include "train/optim.h"
 
 enum { B = 2, T = 21 }; /* T spans a partial second chunk */
@@ -109,6 +111,20 @@ static void test_forward_backward_capture(void **state) {
     free(g_ref);
     gdn_cpu_acts_free_f32(a);
     be->free(m);
+    fixture_free(&f);
+}
+
+/* mixer_mse with the teacher model (gdn_mixer_targets.teacher) gives bitwise the squared error and
+ * gradients of the same stream and target passed through the host from the teacher's capture. */
+static void test_mixer_teacher_model(void **state) {
+    (void)state;
+    fixture f;
+    fixture_init(&f);
+    gdn_model_shape shape = {.B = B, .T = T, .precision = GDN_PRECISION_FP32};
+    float *sp = malloc(f.t.total * sizeof(float));
+    gdn_params_init(sp, &f.t, 9); /* a student unlike its teacher */
+    assert_true(mixer_teacher_same_bits(&gdn_backend_cpu, &f.t, &shape, f.params, sp, f.tokens));
+    free(sp);
     fixture_free(&f);
 }
 
@@ -275,6 +291,7 @@ static void test_doc_starts(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_backward_capture),
+        cmocka_unit_test(test_mixer_teacher_model),
         cmocka_unit_test(test_ready_callback),
         cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_write_range),

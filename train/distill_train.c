@@ -32,8 +32,6 @@ typedef struct {
     size_t *frozen;            /* [2 n_frozen] ranges [lo, hi) of the flat buffer that do not train */
     int n_frozen;
     float *frozen_vals;        /* their values at the start (the same on every rank) */
-    float *hid, *mid, *target; /* stage 1: the teacher's stream [n_layers + 1][N*D], after each mixer
-                                * [n_layers][N*D], one layer's target [N*D] */
     gdn_train_hook hook;
 } distill_hook;
 
@@ -53,43 +51,25 @@ static void teacher_open(distill_hook *h, const gdn_model *student) {
         const gdn_seq_hooks hooks = gdn_seqpar_hooks(h->teacher_sp);
         be->set_seq_hooks(h->teacher, &hooks);
     }
-    const size_t n = (size_t)shape.B * shape.T, D = (size_t)h->tt->cfg.d_model;
-    if (h->stage == 1) {
-        h->hid = GDN_MALLOC(sizeof(float) * (size_t)(h->n_layers + 1) * n * D);
-        h->mid = GDN_MALLOC(sizeof(float) * (size_t)h->n_layers * n * D);
-        h->target = GDN_MALLOC(sizeof(float) * n * D);
-    }
 }
 
-/* Stage 1, one micro-batch: the teacher's stream x_l (entering block l) and x_mid_l; per
- * converted layer the student's mixer on x_l against the teacher's mixer output x_mid_l - x_l.
- * stats[l] += sse_l; the loss sum is sum_l sse_l / d_model, so that the trainer's division by
- * the step's tokens gives sum_l MSE_l (MSE_l: mean over tokens and d_model). */
+/* Stage 1, one micro-batch: the teacher's forward, then per converted layer the student's mixer
+ * on the teacher's stream x_l entering block l against the teacher's mixer output x_mid_l - x_l,
+ * both read in the teacher model's memory (gdn_mixer_targets.teacher: a GPU teacher's stay on
+ * the GPU). stats[l] += sse_l; the loss sum is sum_l sse_l / d_model, so that the trainer's
+ * division by the step's tokens gives sum_l MSE_l (MSE_l: mean over tokens and d_model). */
 static double stage1_micro(distill_hook *h, gdn_model *model, const int *inputs, float grad_scale, double *stats) {
     const gdn_backend *be = model->backend;
-    const int nL = h->n_layers;
-    const size_t n = (size_t)model->shape.B * model->shape.T * (size_t)h->tt->cfg.d_model;
-    int *layers = GDN_MALLOC(sizeof(int) * (size_t)(nL + 1));
-    float **out = GDN_MALLOC(sizeof(float *) * (size_t)(nL + 1) * 2), **mid = out + nL + 1;
-    for (int i = 0; i <= nL; i++) { /* entry i: the stream after block i - 1, the mixer output of block i - 1 */
-        layers[i] = i - 1;
-        out[i] = h->hid + (size_t)i * n;
-        mid[i] = i ? h->mid + (size_t)(i - 1) * n : NULL;
-    }
-    gdn_capture cap = {nL + 1, layers, out, mid};
-    be->forward(h->teacher, inputs, NULL, 0.0f, NULL, &cap);
+    be->forward(h->teacher, inputs, NULL, 0.0f, NULL, NULL);
+    const gdn_mixer_targets fit = {.teacher = h->teacher};
     const double D = (double)h->tt->cfg.d_model;
     double loss = 0;
-    for (int l = 0; l < nL; l++) {
+    for (int l = 0; l < h->n_layers; l++) {
         if (!h->converted[l]) continue;
-        const float *x = h->hid + (size_t)l * n, *xm = h->mid + (size_t)l * n;
-        for (size_t i = 0; i < n; i++) h->target[i] = xm[i] - x[i];
-        double sse = be->mixer_mse(model, l, x, h->target, (float)(grad_scale / D));
+        double sse = be->mixer_mse(model, l, &fit, (float)(grad_scale / D));
         stats[l] += sse;
         loss += sse / D;
     }
-    free(layers);
-    free(out);
     return loss;
 }
 
@@ -201,9 +181,6 @@ static void hook_free(distill_hook *h) {
     if (h->teacher) h->teacher->backend->free(h->teacher);
     free(h->frozen);
     free(h->frozen_vals);
-    free(h->hid);
-    free(h->mid);
-    free(h->target);
     memset(h, 0, sizeof *h);
 }
 

@@ -106,9 +106,24 @@ static double cpu_forward_kl(gdn_model *m, const int *tokens, const int *targets
     return loss;
 }
 
-static double cpu_mixer_mse(gdn_model *m, int layer, const float *x_in, const float *target, float grad_scale) {
+static double cpu_mixer_mse(gdn_model *m, int layer, const gdn_mixer_targets *t, float grad_scale) {
     cpu_model *c = cpu(m);
-    return gdn_cpu_mixer_mse_f32(c->acts, m->table, c->params, c->grads, layer, x_in, target, grad_scale);
+    if (!t->teacher)
+        return gdn_cpu_mixer_mse_f32(c->acts, m->table, c->params, c->grads, layer, t->x_in, t->target, grad_scale);
+    const gdn_model *tm = t->teacher;
+    if (tm->shape.B != m->shape.B || tm->shape.T != m->shape.T || tm->table->cfg.d_model != m->table->cfg.d_model)
+        GDN_DIE("teacher-forced mixer: the teacher has micro-batches of %d x %d tokens of width %d, the student %d x %d "
+                "of width %d", tm->shape.B, tm->shape.T, tm->table->cfg.d_model, m->shape.B, m->shape.T,
+                m->table->cfg.d_model);
+    /* the teacher's stream entering the block and its mixer output, as the mid-block capture reads them */
+    const gdn_cpu_acts_f32 *ta = cpu(t->teacher)->acts;
+    const float *x = gdn_cpu_hidden_f32(ta, layer - 1), *xm = gdn_cpu_hidden_mid_f32(ta, layer);
+    const size_t n = (size_t)m->shape.B * (size_t)m->shape.T * (size_t)m->table->cfg.d_model;
+    float *target = GDN_MALLOC(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) target[i] = xm[i] - x[i];
+    const double sse = gdn_cpu_mixer_mse_f32(c->acts, m->table, c->params, c->grads, layer, x, target, grad_scale);
+    free(target);
+    return sse;
 }
 
 static void cpu_logits(gdn_model *m, float *out) {

@@ -64,8 +64,8 @@ static double cuda_forward_kl(gdn_model *m, const int *tokens, const int *target
                                      soft->tau, soft->ce_weight, grad_scale, n_valid, kl_sum, ce_sum);
 }
 
-static double cuda_mixer_mse(gdn_model *m, int layer, const float *x_in, const float *target, float grad_scale) {
-    return gdn_cuda_model_mixer_mse(gpu(m), layer, x_in, target, grad_scale);
+static double cuda_mixer_mse(gdn_model *m, int layer, const gdn_mixer_targets *t, float grad_scale) {
+    return gdn_cuda_model_mixer_mse(gpu(m), layer, t->x_in, t->target, t->teacher ? gpu(t->teacher) : NULL, grad_scale);
 }
 
 static void cuda_logits(gdn_model *m, float *out) { gdn_cuda_model_download_logits(gpu(m), out); }

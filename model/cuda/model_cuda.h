@@ -82,9 +82,11 @@ void gdn_cuda_model_download_mid(gdn_cuda_model *m, int layer, float *out);
 /* Block `layer`'s input norm and mixer alone on x_in [B,T,d_model] (HOST): returns the sum of
  * squared errors of its output x_mid - x_in against target (HOST), and with grad_scale != 0
  * ACCUMULATES d(sse * grad_scale) into the gradients of that block's mixer and input norm only.
- * Replaces the activations of the last forward; whole sequences only (no hooks). Synchronous. */
+ * With teacher (x_in and target NULL): x_in and target from the teacher model's last forward (its
+ * stream entering the block; its mixer output minus that), read on the device. Replaces the
+ * activations of the last forward; whole sequences only (no hooks). Synchronous. */
 double gdn_cuda_model_mixer_mse(gdn_cuda_model *m, int layer, const float *x_in, const float *target,
-                                float grad_scale);
+                                const gdn_cuda_model *teacher, float grad_scale);
 /* Backward of the last forward (run with grad_scale != 0): ACCUMULATES into the device gradients.
  * Asynchronous. */
 void gdn_cuda_model_backward(gdn_cuda_model *m);

@@ -263,21 +263,37 @@ static void mixer_forward(gdn_cuda_model *m, int l) {
 }
 
 extern "C" double gdn_cuda_model_mixer_mse(gdn_cuda_model *m, int l, const float *x_in, const float *target,
-                                           float grad_scale) {
+                                           const gdn_cuda_model *teacher, float grad_scale) {
     const int nL = m->cfg.n_layers;
     if (l < 0 || l >= nL) GDN_CUDA_DIE("gdn_cuda_model_mixer_mse: layer %d (the model has 0 to %d)", l, nL - 1);
     if (m->seq)
         GDN_CUDA_DIE("gdn_cuda_model_mixer_mse: a teacher-forced mixer runs on whole sequences, not under "
                      "sequence-parallel hooks");
     const size_t n = (size_t)m->N * m->cfg.d_model;
-    float *x = m->x + (size_t)l * n, *xm = m->x_mid + (size_t)l * n, *tg = distill_buf(m);
+    float *x = m->x + (size_t)l * n, *xm = m->x_mid + (size_t)l * n;
+    float *tg = teacher ? NULL : distill_buf(m); /* the target through the host */
     m->has_grad = 0;
     m->has_logits = 0;
     m->has_fwd = 1;
-    GDN_CUDA_CHECK(cudaMemcpyAsync(x, x_in, n * sizeof(float), cudaMemcpyHostToDevice, m->stream));
-    GDN_CUDA_CHECK(cudaMemcpyAsync(tg, target, n * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+    const float *t_mid = NULL, *t_in = NULL; /* with a teacher model: its mixer output and input */
+    if (teacher) {
+        if (x_in || target) GDN_CUDA_DIE("gdn_cuda_model_mixer_mse: give x_in and target or the teacher's model");
+        if (teacher->N != m->N || teacher->cfg.d_model != m->cfg.d_model || l >= teacher->cfg.n_layers)
+            GDN_CUDA_DIE("teacher-forced mixer: the teacher has %d tokens of width %d and %d layers, the student %d "
+                         "tokens of width %d (layer %d)", teacher->N, teacher->cfg.d_model, teacher->cfg.n_layers,
+                         m->N, m->cfg.d_model, l);
+        if (!teacher->has_fwd) GDN_CUDA_DIE("teacher-forced mixer: the teacher has not run a forward pass");
+        t_in = teacher->x + (size_t)l * n;
+        t_mid = teacher->x_mid + (size_t)l * n;
+        GDN_CUDA_CHECK(cudaStreamSynchronize(teacher->stream));
+        GDN_CUDA_CHECK(cudaMemcpyAsync(x, t_in, n * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
+    } else {
+        GDN_CUDA_CHECK(cudaMemcpyAsync(x, x_in, n * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+        GDN_CUDA_CHECK(cudaMemcpyAsync(tg, target, n * sizeof(float), cudaMemcpyHostToDevice, m->stream));
+    }
     mixer_forward(m, l);
-    gdn_cuda_mixer_error(m->dx, xm, x, tg, n, m->stream); /* e = (x_mid - x_in) - target */
+    /* e = (x_mid - x_in) - target, target = t_mid - t_in with a teacher model */
+    gdn_cuda_mixer_error(m->dx, xm, x, tg, t_mid, t_in, n, m->stream);
     gdn_cuda_grad_sumsq(m->loss_d, m->dx, n, m->op_ws, m->stream);
     double sse = 0.0;
     GDN_CUDA_CHECK(cudaMemcpyAsync(&sse, m->loss_d, sizeof sse, cudaMemcpyDeviceToHost, m->stream));

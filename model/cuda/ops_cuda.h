@@ -296,9 +296,10 @@ size_t gdn_cuda_distill_loss_workspace(int N);
 void gdn_cuda_distill_loss(gdn_cuda_precision p, void *dlogits, const void *logits, const float *teacher,
                            const int *targets, int N, int V, float tau, float ce_weight, float grad_scale,
                            double *kl_sum, double *ce_sum, int *n_valid, void *ws, void *stream);
-/* e[i] = (x_mid[i] - x_in[i]) - target[i]: a teacher-forced mixer's error (fp32, [n]). */
-void gdn_cuda_mixer_error(float *e, const float *x_mid, const float *x_in, const float *target, size_t n,
-                          void *stream);
+/* e[i] = (x_mid[i] - x_in[i]) - target[i]: a teacher-forced mixer's error (fp32, [n]); with target
+ * NULL, target[i] = t_mid[i] - t_in[i] (the teacher's own mixer output and input). */
+void gdn_cuda_mixer_error(float *e, const float *x_mid, const float *x_in, const float *target, const float *t_mid,
+                          const float *t_in, size_t n, void *stream);
 
 /* ---- optimizer ------------------------------------------------------------------------------- */
 size_t gdn_cuda_grad_norm_workspace(size_t n);

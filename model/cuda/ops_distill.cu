@@ -98,16 +98,21 @@ extern "C" void gdn_cuda_distill_loss(gdn_cuda_precision p, void *dlogits, const
     GDN_CUDA_CHECK_LAUNCH();
 }
 
-/* e = (x_mid - x_in) - target */
-__global__ void k_mixer_error(float *e, const float *x_mid, const float *x_in, const float *target, size_t n) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        e[i] = (x_mid[i] - x_in[i]) - target[i];
+/* e = (x_mid - x_in) - target, target[i] given or (target NULL) t_mid[i] - t_in[i], rounded to
+ * fp32 as the host rounds it */
+__global__ void k_mixer_error(float *e, const float *x_mid, const float *x_in, const float *target, const float *t_mid,
+                              const float *t_in, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float tg = target ? target[i] : t_mid[i] - t_in[i];
+        e[i] = (x_mid[i] - x_in[i]) - tg;
+    }
 }
 
-extern "C" void gdn_cuda_mixer_error(float *e, const float *x_mid, const float *x_in, const float *target, size_t n,
-                                     void *stream) {
+extern "C" void gdn_cuda_mixer_error(float *e, const float *x_mid, const float *x_in, const float *target,
+                                     const float *t_mid, const float *t_in, size_t n, void *stream) {
     if (!n) return;
+    if (!target && (!t_mid || !t_in)) GDN_CUDA_DIE("gdn_cuda_mixer_error: give target or the teacher's t_mid and t_in");
     const unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
-    k_mixer_error<<<blocks, 256, 0, OPS_STREAM(stream)>>>(e, x_mid, x_in, target, n);
+    k_mixer_error<<<blocks, 256, 0, OPS_STREAM(stream)>>>(e, x_mid, x_in, target, t_mid, t_in, n);
     GDN_CUDA_CHECK_LAUNCH();
 }

@@ -8,7 +8,9 @@
 #   model: test_gpu_model.c's attention_cases with every layer an attention layer (the delta-rule
 #          kernels are not emulated): loss, logits and every gradient of the CUDA model (its
 #          host code, ops and attention kernels as they are; the GEMMs on the host in place of
-#          cuBLASLt, tests/gpu/emu_gemm.cpp) against the fp64 CPU model, fp32 and bf16.
+#          cuBLASLt, tests/gpu/emu_gemm.cpp) against the fp64 CPU model, fp32 and bf16; and the
+#          teacher-forced mixer fed by a teacher model's own stream against the same through the
+#          host (distillation's stage 1), bitwise.
 # emu_gen.py and tests/gpu/emu/gen.py turn the sources into host C++; everything is built with
 # AddressSanitizer and UBSan (the emulated device buffers are exact-size host allocations, so an
 # access outside a buffer is reported). It checks index math, buffer sizes, strides, reductions,
@@ -34,8 +36,8 @@ python3 "$emu/gen.py" "$root" "$work/gen" # the attention kernels (and mma_commo
 for f in attention_fwd attention_bwd attention_host; do
   sed -i '1i #include "tests/gpu/emu_shim.h"' "$work/gen/model/cuda/$f.cpp"
 done
-cuda=(ops_rope ops_bias ops_mem ops_norm ops_act ops_conv ops_embed ops_loss model_cuda_setup model_cuda_fwd model_cuda_bwd
-      model_cuda_attn model_cuda_bench)
+cuda=(ops_rope ops_bias ops_mem ops_norm ops_act ops_conv ops_embed ops_loss ops_distill ops_optim model_cuda_setup
+      model_cuda_fwd model_cuda_bwd model_cuda_attn model_cuda_bench)
 python3 "$root/tests/gpu/emu_gen.py" "$root" "$work/gen" "${cuda[@]/%/.cu}"
 objs=()
 for f in "${cuda[@]}" attention_fwd attention_bwd attention_host; do
@@ -59,15 +61,13 @@ prog() {
   {
     echo '#include <stdio.h>'
     echo '#include <stdlib.h>'
-    # what the model's setup asks of the delta rule and the optimizer: sizes and shape checks
+    # what the model's setup asks of the delta rule: sizes and shape checks
     echo 'size_t gdn_cuda_delta_workspace_bytes(void) { return 0; }'
-    echo 'size_t gdn_cuda_grad_norm_workspace(void) { return 0; }'
-    echo 'size_t gdn_cuda_distill_loss_workspace(void) { return 0; }' # distillation is not run here
     echo 'void gdn_cuda_delta_check_shape(void) {}'
     echo 'void *gdn_backend_cuda(void) { return NULL; }'
     nm -u "$work/$name.o" "${objs[@]}" | awk 'NF == 2 { print $2 }' | grep -E '^(gdn_|cuda)' | sort -u |
       comm -23 - <(echo "$defined") |
-      grep -vxE 'gdn_cuda_(delta_workspace_bytes|grad_norm_workspace|distill_loss_workspace|delta_check_shape)|gdn_backend_cuda' |
+      grep -vxE 'gdn_cuda_(delta_workspace_bytes|delta_check_shape)|gdn_backend_cuda' |
       while read -r s; do echo "void $s(void) { fprintf(stderr, \"emu_attn: $s is not emulated\\n\"); abort(); }"; done
   } > "$work/stubs_$name.c"
   gcc -std=gnu11 -w -c "$work/stubs_$name.c" -o "$work/stubs_$name.o"

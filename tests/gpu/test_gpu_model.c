@@ -17,8 +17,9 @@
  *    q/k/v biases, T no multiple of the attention kernels' 64-row tiles: part 1 (same limits),
  *    hidden states and AdamW steps as in 1c, and segments as in 1b (the keys and values of the
  *    prefix gathered through the attention hooks, their gradients summed back).
- * 1e. Distillation entries of the backend table (forward_kl, mixer_mse, the mid-block capture):
- *    the CUDA backend against the CPU backend (distill_check).
+ * 1e. Distillation entries of the backend table (forward_kl, mixer_mse, the mid-block capture; the
+ *     teacher's logits and stream read in the teacher model's memory, bitwise as through the host):
+ *     the CUDA backend against the CPU backend (distill_check).
  * 2. Training: 200 AdamW steps of the `tiny` preset's shape (B16 x T128, byte-level KJV text,
  *    the preset's schedule, clip 1) on the CPU (fp32) and the GPU (fp32 and bf16) from the same
  *    weights and batches. The mean loss of the last 10 steps must be within 2% of the CPU's.
@@ -50,6 +51,7 @@
 #include "model/cuda/model_cuda.h"
 #include "model/params.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/mixer_teacher_check.h"
 #include "tests/ref/fd.h"
 #include "train/optim.h"
 
@@ -641,6 +643,19 @@ static int soft_teacher_same(const gdn_backend *be, const gdn_param_table *t, co
     free(g[1]);
     return !ok;
 }
+/* The teacher-forced mixer fed by the teacher model's own stream (gdn_mixer_targets.teacher) gives
+ * bitwise the squared error and gradients of the same stream and target through the host (the
+ * teacher's capture), every layer; the student's weights differ from the teacher's. */
+static int mixer_teacher_same(const gdn_backend *be, const gdn_param_table *t, const gdn_model_shape *s,
+                              const float *params, const int *tok) {
+    float *sp = xmalloc(t->total * sizeof(float));
+    for (size_t i = 0; i < t->total; i++) sp[i] = params[i] * 0.75f;
+    const int ok = mixer_teacher_same_bits(be, t, s, params, sp, tok);
+    printf("%-4s %-4s mixer_mse with the teacher model's own stream = through the host, bitwise: %s\n",
+           s->precision == GDN_PRECISION_BF16 ? "bf16" : "fp32", be->name, ok ? "ok" : "FAIL");
+    free(sp);
+    return !ok;
+}
 static int distill_check(const char *what, const gdn_config *cfg, int B, int T) {
     gdn_param_table t;
     gdn_param_table_build(&t, cfg);
@@ -706,6 +721,8 @@ static int distill_check(const char *what, const gdn_config *cfg, int B, int T) 
         fails += !ok;
         fails += soft_teacher_same(bg, &t, &sg, p32, tok, tgt);
         if (!pi) fails += soft_teacher_same(bc, &t, &sc, pr, tok, tgt);
+        fails += mixer_teacher_same(bg, &t, &sg, p32, tok);
+        if (!pi) fails += mixer_teacher_same(bc, &t, &sc, pr, tok);
         /* teacher-forced mixers, one layer at a time */
         double worst_sse = 0.0, worst_g = 0.0;
         int leaks = 0;
@@ -713,7 +730,8 @@ static int distill_check(const char *what, const gdn_config *cfg, int B, int T) 
             double sse[2];
             for (int k = 0; k < 2; k++) {
                 be[k]->zero_grads(mm[k]);
-                sse[k] = be[k]->mixer_mse(mm[k], l, x_in, target, 1.0f / N);
+                const gdn_mixer_targets fit = {.x_in = x_in, .target = target};
+                sse[k] = be[k]->mixer_mse(mm[k], l, &fit, 1.0f / N);
                 be[k]->download_grads(mm[k], gr[k]);
             }
             const double es = fabs(sse[1] - sse[0]) / fabs(sse[0]);
