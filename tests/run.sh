@@ -3,10 +3,10 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer, then the libFuzzer harnesses for a bounded time
 # each (GDN_FUZZ_SECONDS, default 40). Installs missing system packages first, the test-only
 # ones included (clang and libFuzzer for the fuzz stage, OpenMP for clang, llvm-symbolizer for
-# readable reports).
+# readable reports, g++ for the CUDA model on the CPU emulator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash jobs/install_deps.sh --tests clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
+bash jobs/install_deps.sh --tests clang-14 libclang-rt-14-dev libomp-14-dev llvm-14 g++
 jobs=$(nproc)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"

@@ -15,11 +15,13 @@
 # AddressSanitizer and UBSan (the emulated device buffers are exact-size host allocations, so an
 # access outside a buffer is reported). It checks index math, buffer sizes, strides, reductions,
 # barrier placement and the gradients' plumbing; it says nothing about speed.
-# Usage: emu_attn.sh BUILD_DIR [ops|model|all]  (BUILD_DIR: a CPU or CUDA build of this tree,
+# Usage: [EMU_CASES="FIRST END"] emu_attn.sh BUILD_DIR [ops|model|all]  (EMU_CASES: the model
+# check's cases FIRST .. END-1 of 0..4, default all; BUILD_DIR: a CPU or CUDA build of this tree,
 # for the CPU model and references: libgdn_model.a, libgdn_real64.a, libgdn_real32.a,
 # tests/libgdn_testref.a). x86-64 Linux with g++, gcc, python3, OpenBLAS and zlib.
-# Exit 0: every comparison passed.
+# Exit 0: every comparison passed; 77: no g++.
 set -euo pipefail
+command -v g++ > /dev/null || { echo "SKIP: emu_attn.sh needs g++"; exit 77; }
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:?usage: emu_attn.sh BUILD_DIR [ops|model|all]}" && pwd)
 what=${2:-all}
@@ -81,6 +83,6 @@ if [ "$what" = ops ] || [ "$what" = all ]; then
 fi
 if [ "$what" = model ] || [ "$what" = all ]; then
   prog emu_model "$root/tests/gpu/emu_model_main.c"
-  "$work/emu_model" || status=1
+  "$work/emu_model" ${EMU_CASES:-} || status=1
 fi
 exit $status
