@@ -102,10 +102,7 @@ __device__ __forceinline__ void kv_probs(float (&st)[QB / 2], unsigned (&pf)[QB 
             }
             st[4 * n + e] = x;
         }
-#pragma unroll
-    for (int kk = 0; kk < QB / 16; ++kk)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) pf[kk][i] = pack_bf16(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
+    acc_to_frags<QB>(pf, st);
 }
 
 /* Issue acc += A B (one commit group): A (64 x QB) bf16 fragments, B (QB x D) a shared tile read
@@ -127,10 +124,7 @@ __device__ __forceinline__ void kv_dscores(float (&dpt)[QB / 2], const float (&s
     for (int n = 0; n < NQ; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) dpt[4 * n + e] = st[4 * n + e] * (dpt[4 * n + e] - tDl[8 * n + 2 * t4 + (e & 1)]);
-#pragma unroll
-    for (int kk = 0; kk < QB / 16; ++kk)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) df[kk][i] = pack_bf16(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
+    acc_to_frags<QB>(df, dpt);
 }
 
 /* dK (scaled) and dV rounded to bf16, keys inside the sequence. */
@@ -430,12 +424,11 @@ __global__ void dq_round_kernel(const float *dq_acc, bf16 *dq, long n, float sca
 template <int D, bool DQ, bool GEN> static void bwd_launch(const Params &p, float *dq_acc, cudaStream_t st) {
     constexpr size_t smem = bwd_smem_bytes<D>();
     static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
-    GDN_CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<D, DQ, GEN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int tiles = (p.Tk + KB - 1) / KB;
-    if ((double)tiles * p.B * p.Hkv > 2147483647.0) GDN_CUDA_DIE("attention: B*Hkv*Tk/%d blocks over the grid limit", KB);
+    const unsigned grid = tile_grid(bwd_kernel<D, DQ, GEN>, smem, tiles, p.B * p.Hkv, "B*Hkv*Tk", KB);
     /* per kv head: its keys and values, and the queries and output gradients of its group */
     const BlockOrder order = block_order(tiles, p.B * p.Hkv, ((size_t)p.Tk * 2 + (size_t)p.T * 2 * p.G) * D * sizeof(bf16));
-    bwd_kernel<D, DQ, GEN><<<(unsigned)(tiles * p.B * p.Hkv), BWD_NTH, smem, st>>>(p, dq_acc, order);
+    bwd_kernel<D, DQ, GEN><<<grid, BWD_NTH, smem, st>>>(p, dq_acc, order);
     GDN_CUDA_CHECK_LAUNCH();
 }
 
@@ -499,10 +492,7 @@ __device__ __forceinline__ void dq_dscores(const float (&s)[DQ_BN / 2], float (&
             }
             dp[4 * n + e] = x * (dp[4 * n + e] - dlt[e >> 1]);
         }
-#pragma unroll
-    for (int kk = 0; kk < DQ_BN / 16; ++kk)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) df[kk][i] = pack_bf16(dp[8 * kk + 2 * i], dp[8 * kk + 2 * i + 1]);
+    acc_to_frags<DQ_BN>(df, dp);
 }
 
 /* Issue dQ += dS K (one commit group; K read transposed). */
@@ -541,18 +531,14 @@ __global__ void __launch_bounds__(BWD_NTH, 1) dq_kernel(const Params pin, const 
     bf16 *sK = sdO + DQ_BM * D;      /* 3 buffers of [D/64][DQ_BN][64]: tile j in buffer j % 3 */
     bf16 *sV = sK + 3 * DQ_BN * D;   /* 3 buffers */
 
-    int rank, pair;
-    order.map(blockIdx.x, rank, pair);
-    const int qt = order.tiles - 1 - rank, h = pair % p.H, b = pair / p.H; /* later tiles are longer */
+    int b, h, q0, j0, nt; /* key tiles j0 .. j0+nt-1, as in the forward; tile j0+j in buffer j % 3 */
+    query_tile<DQ_BM, DQ_BN>(p, order, blockIdx.x, b, h, q0, j0, nt);
     const int hk = h / p.G, T = p.T, Tk = p.Tk;
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
-    const int q0 = qt * DQ_BM;
     const long ldq = (long)p.H * D, ldk = (long)p.Hkv * D;
     const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, Tk, p.Hkv, D);
     const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, Tk, p.Hkv, D);
-    /* key tiles j0 .. j0+nt-1, as in the forward; tile j0+j in buffer j % 3 */
-    const int j0 = key_lo_at(p, b, q0) / DQ_BN, nt = (p.qp + min(T, q0 + DQ_BM) + DQ_BN - 1) / DQ_BN - j0;
 
     load_sw<DQ_BM, D, BWD_NTH>(sQ, (const bf16 *)p.q + tok_off(b, 0, h, T, p.H, D), ldq, q0, T);
     load_sw<DQ_BM, D, BWD_NTH>(sdO, (const bf16 *)p.d_o + tok_off(b, 0, h, T, p.H, D), ldq, q0, T);
@@ -624,12 +610,9 @@ __global__ void __launch_bounds__(DQ_WS_NTH, 1)
     uint64_t *full_q = reinterpret_cast<uint64_t *>(sV + ST * DQ_BN * D);
     uint64_t *full = full_q + 1, *empty = full + ST; /* per stage: its K and V tiles */
 
-    int rank, pair;
-    order.map(blockIdx.x, rank, pair);
-    const int qt = order.tiles - 1 - rank, h = pair % p.H, b = pair / p.H;
+    int b, h, q0, j0, nt;
+    query_tile<DQ_BM, DQ_BN>(p, order, blockIdx.x, b, h, q0, j0, nt);
     const int hk = h / p.G, T = p.T;
-    const int q0 = qt * DQ_BM;
-    const int j0 = key_lo_at(p, b, q0) / DQ_BN, nt = (p.qp + min(T, q0 + DQ_BM) + DQ_BN - 1) / DQ_BN - j0;
     init_pipeline(full_q, 1 + ST, ST); /* from here the roles run apart */
 
     if (threadIdx.x >= 256) { /* the producer warpgroup */
@@ -712,38 +695,35 @@ __global__ void dq_ws_kernel(const Params, const BlockOrder, const __grid_consta
 template <int D, bool GEN> static void dq_launch(const Params &p, cudaStream_t st) {
     constexpr size_t smem = dq_smem_bytes<D>();
     static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
-    GDN_CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<D, GEN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int tiles = (p.T + DQ_BM - 1) / DQ_BM;
-    if ((double)tiles * p.B * p.H > 2147483647.0) GDN_CUDA_DIE("attention: B*H*T/%d blocks over the grid limit", DQ_BM);
+    const unsigned grid = tile_grid(dq_kernel<D, GEN>, smem, tiles, p.B * p.H, "B*H*T", DQ_BM);
     const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.Tk * D * 2 * sizeof(bf16));
-    dq_kernel<D, GEN><<<(unsigned)(tiles * p.B * p.H), BWD_NTH, smem, st>>>(p, order);
+    dq_kernel<D, GEN><<<grid, BWD_NTH, smem, st>>>(p, order);
     GDN_CUDA_CHECK_LAUNCH();
 }
 
 template <int D, bool GEN, bool PP> static void dkdv_ws_launch(const Params &p, cudaStream_t st) {
     constexpr size_t smem = kv_ws_smem_bytes<D>();
     static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
-    GDN_CUDA_CHECK(cudaFuncSetAttribute(dkdv_ws_kernel<D, GEN, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int tiles = (p.Tk + KB - 1) / KB;
-    if ((double)tiles * p.B * p.Hkv > 2147483647.0) GDN_CUDA_DIE("attention: B*Hkv*Tk/%d blocks over the grid limit", KB);
+    const unsigned grid = tile_grid(dkdv_ws_kernel<D, GEN, PP>, smem, tiles, p.B * p.Hkv, "B*Hkv*Tk", KB);
     const BlockOrder order = block_order(tiles, p.B * p.Hkv, ((size_t)p.Tk * 2 + (size_t)p.T * 2 * p.G) * D * sizeof(bf16));
     const CUtensorMap mq = tile_map(p.q, p.B, p.T, p.H, D, QB), mdo = tile_map(p.d_o, p.B, p.T, p.H, D, QB),
                       mk = tile_map(p.k, p.B, p.Tk, p.Hkv, D, KB), mv = tile_map(p.v, p.B, p.Tk, p.Hkv, D, KB),
                       ml = row_map(p.lse, p.B * p.H, p.T, QB), mdl = row_map(p.delta, p.B * p.H, p.T, QB);
-    dkdv_ws_kernel<D, GEN, PP><<<(unsigned)(tiles * p.B * p.Hkv), KV_WS_NTH, smem, st>>>(p, order, mq, mdo, mk, mv, ml, mdl);
+    dkdv_ws_kernel<D, GEN, PP><<<grid, KV_WS_NTH, smem, st>>>(p, order, mq, mdo, mk, mv, ml, mdl);
     GDN_CUDA_CHECK_LAUNCH();
 }
 
 template <int D, bool GEN, bool PP> static void dq_ws_launch(const Params &p, cudaStream_t st) {
     constexpr size_t smem = dq_ws_smem_bytes<D>();
     static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
-    GDN_CUDA_CHECK(cudaFuncSetAttribute(dq_ws_kernel<D, GEN, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int tiles = (p.T + DQ_BM - 1) / DQ_BM;
-    if ((double)tiles * p.B * p.H > 2147483647.0) GDN_CUDA_DIE("attention: B*H*T/%d blocks over the grid limit", DQ_BM);
+    const unsigned grid = tile_grid(dq_ws_kernel<D, GEN, PP>, smem, tiles, p.B * p.H, "B*H*T", DQ_BM);
     const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.Tk * D * 2 * sizeof(bf16));
     const CUtensorMap mq = tile_map(p.q, p.B, p.T, p.H, D, DQ_BM), mdo = tile_map(p.d_o, p.B, p.T, p.H, D, DQ_BM),
                       mk = tile_map(p.k, p.B, p.Tk, p.Hkv, D, DQ_BN), mv = tile_map(p.v, p.B, p.Tk, p.Hkv, D, DQ_BN);
-    dq_ws_kernel<D, GEN, PP><<<(unsigned)(tiles * p.B * p.H), DQ_WS_NTH, smem, st>>>(p, order, mq, mdo, mk, mv);
+    dq_ws_kernel<D, GEN, PP><<<grid, DQ_WS_NTH, smem, st>>>(p, order, mq, mdo, mk, mv);
     GDN_CUDA_CHECK_LAUNCH();
 }
 

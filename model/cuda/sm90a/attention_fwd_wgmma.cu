@@ -101,15 +101,6 @@ __device__ __forceinline__ void softmax_tile(float (&s)[BN / 2], float (&m)[2], 
     }
 }
 
-/* P as the A operand (16 keys per step): the accumulator layout of keys 16kk.. is the
- * A-fragment layout of that step. */
-__device__ __forceinline__ void pack_p(unsigned (&pf)[BN / 16][4], const float (&s)[BN / 2]) {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) pf[kk][i] = pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
-}
-
 /* The output so far times alpha (per row: this lane's two rows), after a new running max. */
 template <int D> __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&alpha)[2]) {
 #pragma unroll
@@ -160,19 +151,15 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params pin, const Blo
     bf16 *sK = sQ + BM * D;     /* 3 buffers of [D/64][BN][64]: K_i in buffer i % 3 */
     bf16 *sV = sK + 3 * BN * D; /* 3 buffers: V_i in buffer i % 3 */
 
-    int rank, pair;
-    order.map(blockIdx.x, rank, pair);
-    const int qt = order.tiles - 1 - rank, h = pair % p.H, b = pair / p.H; /* later query tiles are longer */
+    int b, h, q0, j0, nt; /* key tiles j0 .. j0+nt-1 cover keys key_lo(q0) .. qp + min(T, q0 + BM) - 1 */
+    query_tile<BM, BN>(p, order, blockIdx.x, b, h, q0, j0, nt);
     const int hk = h / p.G, T = p.T, Tk = p.Tk;
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    const int q0 = qt * BM;
     const long ldq = (long)p.H * D, ldk = (long)p.Hkv * D;
     const bf16 *gq = (const bf16 *)p.q + tok_off(b, 0, h, T, p.H, D);
     const bf16 *gk = (const bf16 *)p.k + tok_off(b, 0, hk, Tk, p.Hkv, D);
     const bf16 *gv = (const bf16 *)p.v + tok_off(b, 0, hk, Tk, p.Hkv, D);
-    /* key tiles j0 .. j0+nt-1 cover keys key_lo(q0) .. qp + min(T, q0 + BM) - 1; tile j0+i sits in
-     * buffer i % 3 */
-    const int j0 = key_lo_at(p, b, q0) / BN, nt = (p.qp + min(T, q0 + BM) + BN - 1) / BN - j0;
+    /* key tile j0+i sits in buffer i % 3 */
 
     load_sw<BM, D, NTH>(sQ, gq, ldq, q0, T);
     load_sw<BN, D, NTH>(sK, gk, ldk, j0 * BN, Tk);
@@ -203,7 +190,7 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params pin, const Blo
     wgmma_wait<0>();
     fence_regs(s);
     softmax_tile(s, m, l, alpha, j0 * BN, row_base, p, lo, lo_max);
-    pack_p(pf, s);
+    acc_to_frags<BN>(pf, s); /* P as the A operand of P V */
 
     for (int j = 0; j + 1 < nt; ++j) { /* j: this block's tile count, key tile j0 + j */
         /* three buffers: K_{j+2} and V_{j+1} overwrite K_{j-1} and V_{j-2}, whose readers
@@ -227,7 +214,7 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params pin, const Blo
         fence_regs(o);
         fence_regs_u(pf); /* P_j was read by the tensor cores until here */
         rescale<D>(o, alpha);
-        pack_p(pf, s);
+        acc_to_frags<BN>(pf, s); /* P as the A operand of P V */
     }
     /* the last tile: P V only */
     cp_async_wait<0>();
@@ -263,12 +250,9 @@ __global__ void __launch_bounds__(WS_NTH, 1)
     uint64_t *full_q = reinterpret_cast<uint64_t *>(sV + ST * BN * D);
     uint64_t *full_k = full_q + 1, *full_v = full_k + ST, *empty_k = full_v + ST, *empty_v = empty_k + ST;
 
-    int rank, pair;
-    order.map(blockIdx.x, rank, pair);
-    const int qt = order.tiles - 1 - rank, h = pair % p.H, b = pair / p.H;
-    const int hk = h / p.G, T = p.T;
-    const int q0 = qt * BM;
-    const int j0 = key_lo_at(p, b, q0) / BN, nt = (p.qp + min(T, q0 + BM) + BN - 1) / BN - j0;
+    int b, h, q0, j0, nt;
+    query_tile<BM, BN>(p, order, blockIdx.x, b, h, q0, j0, nt);
+    const int hk = h / p.G;
     init_pipeline(full_q, 1 + 2 * ST, 2 * ST); /* from here the roles run apart */
 
     if (threadIdx.x >= 256) { /* the producer warpgroup: one thread issues every copy */
@@ -320,7 +304,7 @@ __global__ void __launch_bounds__(WS_NTH, 1)
     fence_regs(s);
     mbar_release_warp(empty_k);
     softmax_tile(s, m, l, alpha, j0 * BN, row_base, p, lo, lo_max);
-    pack_p(pf, s);
+    acc_to_frags<BN>(pf, s); /* P as the A operand of P V */
 
     for (int j = 0; j + 1 < nt; ++j) {
         const int sn = (j + 1) % ST, sc = j % ST;
@@ -342,7 +326,7 @@ __global__ void __launch_bounds__(WS_NTH, 1)
         fence_regs_u(pf);
         mbar_release_warp(empty_v + sc);
         rescale<D>(o, alpha);
-        pack_p(pf, s);
+        acc_to_frags<BN>(pf, s); /* P as the A operand of P V */
     }
     {
         const int sc = (nt - 1) % ST;
@@ -376,11 +360,10 @@ __global__ void probe_kernel(int *out) {
 template <int D, bool GEN> static void fwd_launch(const Params &p, cudaStream_t st) {
     constexpr size_t smem = fwd_smem_bytes<D>();
     static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
-    GDN_CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<D, GEN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int tiles = (p.T + BM - 1) / BM;
-    if ((double)tiles * p.B * p.H > 2147483647.0) GDN_CUDA_DIE("attention: B*H*T/%d blocks over the grid limit", BM);
+    const unsigned grid = tile_grid(fwd_kernel<D, GEN>, smem, tiles, p.B * p.H, "B*H*T", BM);
     const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.Tk * D * 2 * sizeof(bf16));
-    fwd_kernel<D, GEN><<<(unsigned)(tiles * p.B * p.H), NTH, smem, st>>>(p, order);
+    fwd_kernel<D, GEN><<<grid, NTH, smem, st>>>(p, order);
     GDN_CUDA_CHECK_LAUNCH();
 }
 
@@ -432,13 +415,12 @@ namespace sm90a {
 template <int D, bool GEN, bool PP> static void fwd_ws_launch(const Params &p, cudaStream_t st) {
     constexpr size_t smem = ws_smem_bytes<D>();
     static_assert(smem <= 227 * 1024, "shared memory over the sm_90 limit");
-    GDN_CUDA_CHECK(cudaFuncSetAttribute(fwd_ws_kernel<D, GEN, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int tiles = (p.T + BM - 1) / BM;
-    if ((double)tiles * p.B * p.H > 2147483647.0) GDN_CUDA_DIE("attention: B*H*T/%d blocks over the grid limit", BM);
+    const unsigned grid = tile_grid(fwd_ws_kernel<D, GEN, PP>, smem, tiles, p.B * p.H, "B*H*T", BM);
     const BlockOrder order = block_order(tiles, p.B * p.H, (size_t)p.Tk * D * 2 * sizeof(bf16));
     const CUtensorMap mq = tile_map(p.q, p.B, p.T, p.H, D, BM), mk = tile_map(p.k, p.B, p.Tk, p.Hkv, D, BN),
                       mv = tile_map(p.v, p.B, p.Tk, p.Hkv, D, BN);
-    fwd_ws_kernel<D, GEN, PP><<<(unsigned)(tiles * p.B * p.H), WS_NTH, smem, st>>>(p, order, mq, mk, mv);
+    fwd_ws_kernel<D, GEN, PP><<<grid, WS_NTH, smem, st>>>(p, order, mq, mk, mv);
     GDN_CUDA_CHECK_LAUNCH();
 }
 

@@ -22,6 +22,22 @@ struct BlockOrder {
         pair = sec * heads + r % in_sec;
     }
 };
+/* The query tile of block `bid` in a kernel with one block per BMQ-row query tile (later tiles,
+ * which are longer, first): sequence b, query head h, rows q0 .. q0 + BMQ - 1, and the key tiles
+ * of BNK rows that those rows see, j0 .. j0 + nt - 1 (from key_lo of its first row to the last
+ * row's causal limit). */
+template <int BMQ, int BNK>
+__device__ __forceinline__ void query_tile(const Params &p, const BlockOrder &order, int bid, int &b, int &h, int &q0,
+                                           int &j0, int &nt) {
+    int rank, pair;
+    order.map(bid, rank, pair);
+    const int qt = order.tiles - 1 - rank;
+    h = pair % p.H;
+    b = pair / p.H;
+    q0 = qt * BMQ;
+    j0 = key_lo_at(p, b, q0) / BNK;
+    nt = (p.qp + min(p.T, q0 + BMQ) + BNK - 1) / BNK - j0;
+}
 /* The order for n_heads pairs of `tiles` tiles whose keys and values take kv_bytes each. */
 BlockOrder block_order(int tiles, int n_heads, size_t kv_bytes);
 /* bf16 forward, D 64 or 128, asynchronous on stream (a cudaStream_t). kernel 0: every thread

@@ -101,6 +101,16 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[32], const unsigned (&a)[4],
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 
+/* A 64 x COLS fp32 accumulator (this thread's COLS/2 values) rounded to bf16 as the A operand of
+ * the next product: its 16-column block kk is A fragment kk (P for P V, dS for dS K, ...). */
+template <int COLS>
+__device__ __forceinline__ void acc_to_frags(unsigned (&a)[COLS / 16][4], const float (&x)[COLS / 2]) {
+#pragma unroll
+    for (int kk = 0; kk < COLS / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[kk][i] = pack_bf16(x[8 * kk + 2 * i], x[8 * kk + 2 * i + 1]);
+}
+
 /* ROWS x COLS bf16 tile from global rows row0.. (row stride ldg elements) into the swizzled
  * layout; rows >= T are zero-filled. All NTH threads take part; the caller commits and waits. */
 template <int ROWS, int COLS, int NTH>
@@ -223,6 +233,16 @@ CUtensorMap tile_map(const void *base, int B, int rows, int heads, int D, int bo
 /* An fp32 matrix [n, T] (lse, Delta) as a 2-d tensor map whose box is `box` consecutive entries of
  * one row; entries past T read as zeros. T must be a multiple of 4 (16-byte row strides). */
 CUtensorMap row_map(const float *base, int n, int T, int box);
+
+/* Raises `kernel`'s dynamic shared memory to smem bytes and returns its grid: `tiles` blocks for
+ * each of `pairs` (batch, head) pairs, stopping with a message past the grid limit (what: the
+ * tiled count, rows: the rows per tile, both for the message). */
+template <class K>
+inline unsigned tile_grid(K kernel, size_t smem, int tiles, int pairs, const char *what, int rows) {
+    GDN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if ((double)tiles * pairs > 2147483647.0) GDN_CUDA_DIE("attention: %s/%d blocks over the grid limit", what, rows);
+    return (unsigned)((long)tiles * pairs);
+}
 
 /* f(D, GEN) with head dim d (64 or 128) and gen as compile-time constants
  * (std::integral_constant), for the launchers of the kernel instantiations. */
