@@ -108,6 +108,8 @@ static double cpu_forward_kl(gdn_model *m, const int *tokens, const int *targets
 
 static double cpu_mixer_mse(gdn_model *m, int layer, const gdn_mixer_targets *t, float grad_scale) {
     cpu_model *c = cpu(m);
+    if (!t->teacher && (!t->x_in || !t->target))
+        GDN_DIE("teacher-forced mixer: give the stream x_in and the target, or the teacher's model");
     if (!t->teacher)
         return gdn_cpu_mixer_mse_f32(c->acts, m->table, c->params, c->grads, layer, t->x_in, t->target, grad_scale);
     const gdn_model *tm = t->teacher;

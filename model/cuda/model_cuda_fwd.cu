@@ -288,6 +288,8 @@ extern "C" double gdn_cuda_model_mixer_mse(gdn_cuda_model *m, int l, const float
         GDN_CUDA_CHECK(cudaStreamSynchronize(teacher->stream));
         GDN_CUDA_CHECK(cudaMemcpyAsync(x, t_in, n * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
     } else {
+        if (!x_in || !target)
+            GDN_CUDA_DIE("teacher-forced mixer: give the stream x_in and the target, or the teacher's model");
         GDN_CUDA_CHECK(cudaMemcpyAsync(x, x_in, n * sizeof(float), cudaMemcpyHostToDevice, m->stream));
         GDN_CUDA_CHECK(cudaMemcpyAsync(tg, target, n * sizeof(float), cudaMemcpyHostToDevice, m->stream));
     }
