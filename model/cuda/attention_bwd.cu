@@ -429,15 +429,11 @@ extern "C" void gdn_cuda_attention_bwd(const gdn_cuda_attention_args *a) {
                          "architecture 90 (CMAKE_CUDA_ARCHITECTURES)", a->bwd_algo);
     }
     /* sm90a_bwd's repeatable dK/dV and dQ kernels: 0 cp.async, 1 warp-specialised with turns, 2
-     * without. The default: the cp.async dK/dV kernel and the warp-specialised dQ kernel without
-     * turns (docs/performance.md). Where the tensors do not suit the bulk tensor copy, 0 (the
-     * same bits) */
-    const bool ws = a->bwd_algo == 3 || a->bwd_algo == 4;
-    const int kv_kernel = ws && sm90a && attn::sm90a_ws_usable(p, attn::WS_DKDV) ? a->bwd_algo - 2 : 0;
-    const int dq_kernel = !sm90a || !attn::sm90a_ws_usable(p, attn::WS_DQ) ? 0
-                          : ws                                            ? a->bwd_algo - 2
-                          : a->bwd_algo == 0                              ? 2
-                                                                          : 0;
+     * without. The default: both warp-specialised without turns (docs/performance.md). Where the
+     * tensors do not suit the bulk tensor copy, 0 (the same bits) */
+    const int ws_kernel = a->bwd_algo == 3 ? 1 : a->bwd_algo == 4 || a->bwd_algo == 0 ? 2 : 0;
+    const int kv_kernel = sm90a && attn::sm90a_ws_usable(p, attn::WS_DKDV) ? ws_kernel : 0;
+    const int dq_kernel = sm90a && attn::sm90a_ws_usable(p, attn::WS_DQ) ? ws_kernel : 0;
     /* NULL: the repeatable two-kernel wgmma backward */
     float *dq_acc = a->bwd_algo == 2 ? (float *)a->workspace + attn::dq_acc_offset(a) : NULL;
     if (a->D == 64)

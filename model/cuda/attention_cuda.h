@@ -78,9 +78,8 @@ typedef struct {
                                      available; 3 and 4 run 2 where q, k or v is not 16-byte
                                      aligned. 2, 3 and 4 give the same bits */
     int bwd_algo;                 /* bf16 backward: 0 the fastest bitwise repeatable kernels
-                                     this GPU runs (on compute capability 9.0: the cp.async
-                                     dK/dV kernel of 5 and the dQ kernel of 4; elsewhere
-                                     mma.sync), 1 mma.sync, 2 wgmma in one kernel with atomic
+                                     this GPU runs (on compute capability 9.0: the kernels
+                                     of 4; elsewhere mma.sync), 1 mma.sync, 2 wgmma in one kernel with atomic
                                      fp32 dQ sums (dq repeatable to rounding only), 3 wgmma
                                      dK/dV and dQ kernels, warp-specialised with turns, 4 without
                                      turns, 5 the same two with cp.async loads. 2-5 stop with a

@@ -97,13 +97,13 @@ grep -h "^result:" "$out/train_gpu.txt" "$out/dp.txt" "$out/sp.txt" 2>/dev/null 
 python3 - "$out/bench.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-print(f"  {'benchmark':<44} {'fwd ms':>8} {'fwd+bwd ms':>11} {'step ms':>9} {'tokens/s':>10} {'MFU':>6}")
+print(f"  {'benchmark':<44} {'fwd ms':>8} {'fwd+bwd ms':>11} {'step ms':>9} {'tokens/s':>10} {'MFU':>6} {'GiB':>6}")
 for r in rows:
     if r["bench"] == "delta":
         print(f"  delta rule bf16 B{r['B']} T{r['T']} H{r['H']} K{r['K']} V{r['V']:<14} {r['fwd_ms']:8.3f} {r['fwdbwd_ms']:11.3f}")
     else:
         name = f"training step {r['params']/1e6:.1f}M B{r['B']}xT{r['T']}"
-        print(f"  {name:<44} {'':>8} {'':>11} {r['step_ms']:9.2f} {r['tokens_per_s']:10.0f} {100*r['mfu']:5.1f}%")
+        print(f"  {name:<44} {'':>8} {'':>11} {r['step_ms']:9.2f} {r['tokens_per_s']:10.0f} {100*r['mfu']:5.1f}% {r['device_used_gib']:6.1f}")
 PY
 python3 tests/gpu/attention_vs_sdpa.py "$out/bench_attention.txt" "$out/bench_sdpa.txt"
 echo "status: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
