@@ -5,13 +5,13 @@
 
 /* ---- backward ------------------------------------------------------------------------------------------ */
 /* The delta rule backward of layer l: dqn, dkn, dv (act), dg, dbeta from d_o (and the gradient of
- * the leaving state from the next segment under sequence parallelism). */
-static void delta_backward(gdn_cuda_model *m, const layer_acts *L, int l) {
+ * the leaving state from the next segment under sequence parallelism); v as recomputed. */
+static void delta_backward(gdn_cuda_model *m, const layer_acts *L, int l, const void *v_in) {
     const gdn_config *c = &m->cfg;
     const int N = m->N, H = c->n_heads, K = c->head_dim, V = gdn_config_head_v(c);
     const float scale = (float)(1.0 / sqrt((double)K));
     const delta_plan *d = &m->dp;
-    const void *q = L->q, *k = L->k, *v = L->v, *d_o = m->d_o;
+    const void *q = L->q, *k = L->k, *v = v_in, *d_o = m->d_o;
     const float *g = L->g, *beta = L->beta; /* NULL where the layer's mixer has none: no gradient */
     void *dq = m->dqn, *dk = m->dkn, *dv = m->dv;
     float *dg = g ? m->dg : NULL, *dbeta = beta ? m->dbeta : NULL;
@@ -25,7 +25,7 @@ static void delta_backward(gdn_cuda_model *m, const layer_acts *L, int l) {
             dk = m->pdk;
         }
         if (!d->v_same) {
-            PF(PR_PACK, gdn_cuda_heads_pack(m->p, m->pv, L->v, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream);
+            PF(PR_PACK, gdn_cuda_heads_pack(m->p, m->pv, v_in, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream);
                         gdn_cuda_heads_pack(m->p, m->po, m->d_o, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream));
             v = m->pv;
             d_o = m->po;
@@ -86,7 +86,7 @@ static void block_backward(gdn_cuda_model *m, int l) {
      * recomputed (bitwise as in the forward) into scratch. */
     void *mm = m->dup, *hs = m->hs;
     PF(PR_ACT, gdn_cuda_swiglu_fwd(p, mm, L->gp, L->up, (size_t)N * F, s));
-    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dm, dres, wgt(m, off->down_proj), N, F, D, 0.0f);
+    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, p, m->dm, dres, wgt(m, off->down_proj), N, F, D, 0.0f);
                 gdn_cuda_linear_bwd_dw(bl, p, G + off->down_proj, dres, mm, N, F, D));
     PF(PR_ACT, gdn_cuda_swiglu_bwd(p, m->dgp, m->dup, m->dm, L->gp, L->up, (size_t)N * F, s));
     PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, hs, L->rstd2, xm, P + off->mlp_norm, N, D, (float)c->norm_eps, s));
@@ -111,17 +111,31 @@ void gdn_cuda_model_mixer_backward(gdn_cuda_model *m, int l) {
         return;
     }
 
-    /* Mixer output: o_proj, gated norm. */
-    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dyo, dres, wgt(m, off->o_proj), N, HV, D, 0.0f);
-                gdn_cuda_linear_bwd_dw(bl, p, G + off->o_proj, dres, L->y, N, HV, D));
-    PF(PR_NORM, gdn_cuda_gated_rmsnorm_bwd(p, m->d_o, m->dz, G + off->o_norm, m->dyo, L->o, L->zp, P + off->o_norm,
-                                           L->rstd_o, N * H, V, ws, s));
+    /* v = silu(conv(vp)) again, bitwise as the forward computed it, into dvp (free since the
+     * previous block's input GEMMs read it): on the side stream, a memory-bound kernel beside
+     * o_proj's GEMMs, except while a step is profiled (then every launch is timed alone). */
+    const int sq = m->seq;
+    cudaStream_t vs = m->prof_on ? m->stream : m->side;
+    if (vs != m->stream) {
+        GDN_CUDA_CHECK(cudaEventRecord(m->side_ev[0], m->stream));
+        GDN_CUDA_CHECK(cudaStreamWaitEvent(vs, m->side_ev[0], 0));
+    }
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, m->dvp, L->vp, P + off->v_conv, sq ? L->halo[2] : NULL,
+                                  m->doc_d, B, T, HV, W, vs));
+    if (vs != m->stream) GDN_CUDA_CHECK(cudaEventRecord(m->side_ev[1], vs));
 
-    delta_backward(m, L, l);
+    /* Mixer output: o_proj, gated norm. The gated norm's backward writes its forward output y
+     * again (into dv, free until the delta rule's backward), for o_proj's weight gradient. */
+    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, p, m->dyo, dres, wgt(m, off->o_proj), N, HV, D, 0.0f));
+    PF(PR_NORM, gdn_cuda_gated_rmsnorm_bwd(p, m->d_o, m->dz, m->dv, G + off->o_norm, m->dyo, L->o, L->zp,
+                                           P + off->o_norm, L->rstd_o, N * H, V, ws, s));
+    PF(PR_GEMM, gdn_cuda_linear_bwd_dw(bl, p, G + off->o_proj, dres, m->dv, N, HV, D));
+
+    if (vs != m->stream) GDN_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->side_ev[1], 0));
+    delta_backward(m, L, l, m->dvp);
 
     /* q, k: L2 norm, then SiLU and convolution (one op, recomputing the convolution); v: SiLU and
      * convolution; then the gates. */
-    const int sq = m->seq;
     PF(PR_NORM, gdn_cuda_l2norm_bwd(p, m->dq1, m->dqn, L->q, L->rq, N * H, K, s));
     PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, m->dqn, G + off->q_conv, sq ? L->dhalo[0] : NULL, m->dq1,
                                   L->qp, P + off->q_conv, sq ? L->halo[0] : NULL, m->doc_d, B, T, HK, W, ws, s));

@@ -6,14 +6,14 @@
 
 #include "model/cuda/model_cuda_internal.cuh"
 
-/* The delta rule forward of layer l: o from q, k, v, g, beta (and the entering state from the
- * previous segment under sequence parallelism). */
-static void delta_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
+/* The delta rule forward of layer l: o from q, k, v ([N,HV] act, not kept), g, beta (and the
+ * entering state from the previous segment under sequence parallelism). */
+static void delta_forward(gdn_cuda_model *m, const layer_acts *L, int l, const void *v) {
     const gdn_config *c = &m->cfg;
     const int N = m->N, H = c->n_heads, K = c->head_dim, V = gdn_config_head_v(c);
     const float scale = (float)(1.0 / sqrt((double)K));
     const delta_plan *d = &m->dp;
-    const void *q = L->q, *k = L->k, *v = L->v;
+    const void *q = L->q, *k = L->k, *v_in = v;
     const float *g = L->g, *beta = L->beta; /* NULL where the layer's mixer has none */
     void *o = L->o;
     if (d->packed) {
@@ -24,8 +24,8 @@ static void delta_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
             k = m->pk;
         }
         if (!d->v_same) {
-            PF(PR_PACK, gdn_cuda_heads_pack(m->p, m->pv, L->v, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream));
-            v = m->pv;
+            PF(PR_PACK, gdn_cuda_heads_pack(m->p, m->pv, v_in, N, H, V, d->S, d->Vs, d->Vp, 1, m->stream));
+            v_in = m->pv;
             o = m->po;
         }
         if (g || beta)
@@ -36,7 +36,7 @@ static void delta_forward(gdn_cuda_model *m, const layer_acts *L, int l) {
     }
     void *S_in_ready = m->seq ? m->hooks.fwd_state_in(m->hooks.user, l, NULL, L->S_in, m->n_state) : NULL;
     gdn_cuda_delta_fwd_args da = {};
-    da.in = gdn_cuda_delta_in{layer_shape(m, l), m->p, q, k, v, g, beta, scale, m->seq ? L->S_in : NULL,
+    da.in = gdn_cuda_delta_in{layer_shape(m, l), m->p, q, k, v_in, g, beta, scale, m->seq ? L->S_in : NULL,
                               m->delta_ws, m->stream, m->doc_d};
     da.h0_ready = S_in_ready;
     da.o = o;
@@ -94,20 +94,21 @@ static void delta_mixer_forward(gdn_cuda_model *m, int l) {
 
     if (m->seq) seq_halo_forward(m, L, l);
     const void *const *halo = m->seq ? (const void *const *)L->halo : NULL;
-    void *tmp = m->dq1; /* backward scratch, free during the forward pass */
+    void *tmp = m->dq1, *vy = m->dvp; /* backward scratch, free during the forward pass; vy holds v,
+                                          then y (neither is kept: the backward recomputes both) */
     PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->qp, P + off->q_conv, halo ? halo[0] : NULL, m->doc_d, B, T, HK, W, s));
     PF(PR_NORM, gdn_cuda_l2norm_fwd(p, L->q, L->rq, tmp, N * H, K, s));
     PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, tmp, L->kp, P + off->k_conv, halo ? halo[1] : NULL, m->doc_d, B, T, HK, W, s));
     PF(PR_NORM, gdn_cuda_l2norm_fwd(p, L->k, L->rk, tmp, N * H, K, s));
-    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, L->v, L->vp, P + off->v_conv, halo ? halo[2] : NULL, m->doc_d, B, T, HV, W, s));
+    PF(PR_CONV, gdn_cuda_conv_fwd(p, GDN_CUDA_CONV_SILU, vy, L->vp, P + off->v_conv, halo ? halo[2] : NULL, m->doc_d, B, T, HV, W, s));
     if (mx->has_decay || mx->has_beta)
         PF(PR_ACT, if (mx->has_decay) gdn_cuda_decay_gate_fwd(L->g, L->ap, P + off->A_log, P + off->dt_bias, N, H, s);
                    if (mx->has_beta) gdn_cuda_beta_fwd(L->beta, L->bp, beta_scale(c), (size_t)N * H, s));
 
-    delta_forward(m, L, l);
+    delta_forward(m, L, l, vy);
 
-    PF(PR_NORM, gdn_cuda_gated_rmsnorm_fwd(p, L->y, L->rstd_o, L->o, L->zp, P + off->o_norm, N * H, V, eps, s));
-    PF(PR_GEMM, gdn_cuda_linear_fwd_add(bl, p, FP32, xm, L->y, wgt(m, off->o_proj), x, N, HV, D));
+    PF(PR_NORM, gdn_cuda_gated_rmsnorm_fwd(p, vy, L->rstd_o, L->o, L->zp, P + off->o_norm, N * H, V, eps, s));
+    PF(PR_GEMM, gdn_cuda_linear_fwd_add(bl, p, FP32, xm, vy, wgt(m, off->o_proj), x, N, HV, D));
 }
 
 /* The MLP of block l (every mixer): x_in[l+1] = x_mid + down(silu(gate(h2)) * up(h2)). */

@@ -33,7 +33,9 @@
 
 /* Activations saved by one block for its backward pass (N = B*T rows). What is cheap to
  * recompute is not saved: the norm outputs h1, h2 (from x and rstd), the convolution outputs
- * (the convolution backward recomputes them from qp, kp, vp) and silu(gp) * up. */
+ * (the convolution backward recomputes them from qp, kp, vp), v = silu(conv(vp)) (recomputed
+ * before the delta rule's backward), the gated norm's output y (its backward writes it again for
+ * o_proj's weight gradient) and silu(gp) * up. Each recomputation gives the forward's bits. */
 typedef struct {
     float *rstd1;            /* [N] */
     void *qp, *kp;           /* [N,HK] act, before the convolution */
@@ -41,11 +43,10 @@ typedef struct {
     float *ap, *bp;          /* [N,H] decay and write-strength pre-activations (NULL without them) */
     void *q, *k;             /* [N,HK] act, silu(conv(.)) L2-normalised */
     float *rq, *rk;          /* [N*H] inverse norms */
-    void *v;                 /* [N,HV] act, silu(conv(vp)) */
+    void *v;                 /* attention layers only (below); a delta-rule layer's v is not kept */
     float *g, *beta;         /* [N,H] (NULL where the layer's mixer has no decay / no beta) */
     void *o;                 /* [N,HV] act, delta-rule output */
     float *rstd_o;           /* [N*H] */
-    void *y;                 /* [N,HV] act, gated norm output */
     float *rstd2;            /* [N] */
     void *gp, *up;           /* [N,F] act */
     float *pg, *pbeta;       /* [N,H*S] packed gates (only when the plan packs heads and the mixer has them) */
@@ -78,6 +79,8 @@ struct gdn_cuda_model {
     int B, T, N;
     gdn_cuda_precision p;
     cudaStream_t stream;
+    cudaStream_t side;       /* work beside the stream's (the backward's recomputed v) */
+    cudaEvent_t side_ev[2];  /* [0] side waits for stream, [1] stream waits for side */
     gdn_cuda_blas *blas;
 
     /* allocation 1: parameters and optimizer state */
@@ -111,12 +114,13 @@ struct gdn_cuda_model {
     float *dx;               /* [N,D] residual gradient */
     void *dx_act;            /* [N,D] act copy of dx (BF16 mode; NULL in FP32 mode) */
     float *dh;               /* [N,D] sum of the projections' input gradients */
-    float *dm;               /* [N,F] */
+    void *dm;                /* [N,F] act (a GEMM's output for SwiGLU's backward) */
     void *dgp, *dup;         /* [N,F] act */
-    float *dyo;              /* [N,HV] */
+    void *dyo;               /* [N,HV] act (a GEMM's output for the gated norm's backward) */
     void *d_o, *dz;          /* [N,HV] act */
     void *dqn, *dkn, *dq1, *dk1; /* [N,HK] act (dq1 is also the forward's SiLU scratch) */
-    void *dv, *dvp;          /* [N,HV] act */
+    void *dv, *dvp;          /* [N,HV] act; dvp also holds a delta-rule layer's v (forward and
+                                backward) and y (forward), dv its y in the backward */
     float *dg, *dbeta;       /* [N,H] */
     void *dap, *dbp;         /* [N,H] act */
     /* packed heads for the delta rule (when dp.packed) */

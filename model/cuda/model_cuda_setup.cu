@@ -78,10 +78,9 @@ static size_t acts_layout(gdn_cuda_model *m, char *base) {
         if (mx->has_decay) F32(L->ap, N * H);
         if (mx->has_beta) F32(L->bp, N * H);
         A(L->q, N * HK); A(L->k, N * HK); F32(L->rq, N * H); F32(L->rk, N * H);
-        A(L->v, N * HV);
         if (mx->has_decay) F32(L->g, N * H);
         if (mx->has_beta) F32(L->beta, N * H);
-        A(L->o, N * HV); F32(L->rstd_o, N * H); A(L->y, N * HV);
+        A(L->o, N * HV); F32(L->rstd_o, N * H);
         F32(L->rstd2, N);
         A(L->gp, N * F); A(L->up, N * F);
         if (HS && mx->has_decay) F32(L->pg, N * HS);
@@ -93,8 +92,8 @@ static size_t acts_layout(gdn_cuda_model *m, char *base) {
     if (bf) A(m->dx_act, N * D);
     else m->dx_act = NULL;
     F32(m->dh, N * D);
-    F32(m->dm, N * F); A(m->dgp, N * F); A(m->dup, N * F);
-    F32(m->dyo, N * HV); A(m->d_o, N * HVs); A(m->dz, N * HV);
+    A(m->dm, N * F); A(m->dgp, N * F); A(m->dup, N * F);
+    A(m->dyo, N * HV); A(m->d_o, N * HVs); A(m->dz, N * HV);
     A(m->dqn, N * HKs); A(m->dkn, N * HKs); A(m->dq1, N * HKs); A(m->dk1, N * HKs);
     A(m->dv, N * HVs); A(m->dvp, N * HV);
     F32(m->dg, N * H); F32(m->dbeta, N * H); A(m->dap, N * H); A(m->dbp, N * H);
@@ -264,6 +263,8 @@ extern "C" gdn_cuda_model *gdn_cuda_model_create_sharded(const gdn_param_table *
     m->n_shard_runs = build_shard_runs(end, decay, m->n_runs, lo, hi, s_end, s_decay);
 
     GDN_CUDA_CHECK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
+    GDN_CUDA_CHECK(cudaStreamCreateWithFlags(&m->side, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; i++) GDN_CUDA_CHECK(cudaEventCreateWithFlags(&m->side_ev[i], cudaEventDisableTiming));
     m->blas = gdn_cuda_blas_create(m->stream);
     m->pbytes = params_layout(m, NULL);
     m->abytes = acts_layout(m, NULL);
@@ -316,6 +317,8 @@ extern "C" void gdn_cuda_model_free(gdn_cuda_model *m) {
         for (int i = 0; i < 2 * PROF_MAX; i++) GDN_CUDA_CHECK(cudaEventDestroy(m->prof_ev[i]));
         free(m->prof_ev);
     }
+    for (int i = 0; i < 2; i++) GDN_CUDA_CHECK(cudaEventDestroy(m->side_ev[i]));
+    GDN_CUDA_CHECK(cudaStreamDestroy(m->side));
     GDN_CUDA_CHECK(cudaStreamDestroy(m->stream));
     free(m->L);
     free(m->act_off_h);

@@ -23,7 +23,7 @@ __global__ void k_swiglu_fwd(T *h, const T *a, const T *b, size_t n) {
 }
 
 template <typename T, int VW>
-__global__ void k_swiglu_bwd(T *da, T *db, const float *dh, const T *a, const T *b, size_t n) {
+__global__ void k_swiglu_bwd(T *da, T *db, const T *dh, const T *a, const T *b, size_t n) {
     GRID_STRIDE(k, n / VW) {
         float g[VW], x[VW], y[VW], ra[VW], rb[VW];
         ops_ldv<VW>(dh, k * VW, g);
@@ -108,11 +108,11 @@ extern "C" void gdn_cuda_swiglu_fwd(gdn_cuda_precision p, void *h, const void *a
     GDN_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void gdn_cuda_swiglu_bwd(gdn_cuda_precision p, void *da, void *db, const float *dh, const void *a,
+extern "C" void gdn_cuda_swiglu_bwd(gdn_cuda_precision p, void *da, void *db, const void *dh, const void *a,
                                     const void *b, size_t n, void *stream) {
     if (!n) return;
     const int vec = ops_vec8(n, da, db, dh, a, b);
-    OPS_DISPATCH(p, T, ACT_VEC_LAUNCH(k_swiglu_bwd, T, vec, n, (T *)da, (T *)db, dh, (const T *)a, (const T *)b, n));
+    OPS_DISPATCH(p, T, ACT_VEC_LAUNCH(k_swiglu_bwd, T, vec, n, (T *)da, (T *)db, (const T *)dh, (const T *)a, (const T *)b, n));
     GDN_CUDA_CHECK_LAUNCH();
 }
 

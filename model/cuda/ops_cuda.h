@@ -145,12 +145,14 @@ void gdn_cuda_gated_rmsnorm_fwd(gdn_cuda_precision p,
                                 const void *z,  /* [N,D] act */
                                 const float *w, /* [D] */
                                 int N, int D, float eps, void *stream);
-/* dx, dz overwritten; dw += . */
+/* dx, dz overwritten; dw += . y: NULL, or the forward's output written again, bit for bit (so a
+ * caller can recompute it instead of keeping it). */
 void gdn_cuda_gated_rmsnorm_bwd(gdn_cuda_precision p,
                                 void *dx,          /* [N,D] act */
                                 void *dz,          /* [N,D] act */
+                                void *y,           /* [N,D] act or NULL */
                                 float *dw,         /* [D] */
-                                const float *dy,   /* [N,D] */
+                                const void *dy,    /* [N,D] act */
                                 const void *x,     /* [N,D] act */
                                 const void *z,     /* [N,D] act */
                                 const float *w,    /* [D] */
@@ -191,9 +193,9 @@ void gdn_cuda_conv_bwd(gdn_cuda_precision p, gdn_cuda_conv_act act,
 /* h = silu(a) b. */
 void gdn_cuda_swiglu_fwd(gdn_cuda_precision p, void *h /* [n] act */, const void *a /* [n] act */,
                          const void *b /* [n] act */, size_t n, void *stream);
-/* da, db from dh (fp32: the output of a GEMM). */
+/* da, db from dh (the output of a GEMM). */
 void gdn_cuda_swiglu_bwd(gdn_cuda_precision p, void *da /* [n] act */, void *db /* [n] act */,
-                         const float *dh /* [n] */, const void *a /* [n] act */,
+                         const void *dh /* [n] act */, const void *a /* [n] act */,
                          const void *b /* [n] act */, size_t n, void *stream);
 /* g = -exp(A_log[h]) softplus(a + dt_bias[h]). */
 void gdn_cuda_decay_gate_fwd(float *g,             /* [N,H] */

@@ -333,11 +333,13 @@ __global__ void k_gated_fwd(T *y, float *rstd, const T *x, const T *z, const flo
 }
 
 /* y = u s, u = x r w, s = silu(z): dz = dy u silu'(z); du = dy s goes through the RMSNorm
- * backward: dx = r w du - x r^3 / D sum(du w x), dw += sum du x r. */
+ * backward: dx = r w du - x r^3 / D sum(du w x), dw += sum du x r. y (optional) gets the forward's
+ * output again, the same expression on the same values (bitwise k_gated_fwd's), so the model
+ * need not keep it. */
 template <typename T, int VW, int NCH>
 __global__ void __launch_bounds__(NORM_BWD_BOUNDS(NCH))
-k_gated_bwd(T *dx, T *dz, float *part, const float *dy, const T *x, const T *z, const float *w, const float *rstd,
-            int N, int D) {
+k_gated_bwd(T *dx, T *dz, T *y, float *part, const T *dy, const T *x, const T *z, const float *w,
+            const float *rstd, int N, int D) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     norm_dw<VW, NCH> dw(D);
     norm_row<VW, 0, float> wr(w, 0, lane); /* the same in every row: read from cache in each pass */
@@ -345,8 +347,7 @@ k_gated_bwd(T *dx, T *dz, float *part, const float *dy, const T *x, const T *z, 
     for (int n = n0 + warp; n < n1; n += nw) {
         const size_t o = (size_t)n * D;
         const float r = rstd[n];
-        norm_row<VW, NCH, float> dyr(dy, o, lane);
-        norm_row<VW, NCH, T> xr(x, o, lane), zr(z, o, lane);
+        norm_row<VW, NCH, T> dyr(dy, o, lane), xr(x, o, lane), zr(z, o, lane);
         float dot = 0.0f;
         norm_for_row<VW, NCH>(D, lane, [&](int ch, int j) {
             const float *g = dyr.at(ch, j), *a = xr.at(ch, j), *zz = zr.at(ch, j), *ww = wr.at(ch, j);
@@ -371,6 +372,11 @@ k_gated_bwd(T *dx, T *dz, float *part, const float *dy, const T *x, const T *z, 
                 dw.add(ch, j, e, du * a[e] * r);
             }
             ops_stv<VW>(dx, o + j, d);
+            if (y) {
+#pragma unroll
+                for (int e = 0; e < VW; e++) d[e] = a[e] * r * ww[e] * ops_silu(zz[e]);
+                ops_stv<VW>(y, o + j, d);
+            }
         });
     }
     dw.finish(part, D);
@@ -387,17 +393,17 @@ extern "C" void gdn_cuda_gated_rmsnorm_fwd(gdn_cuda_precision p, void *y, float 
     GDN_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void gdn_cuda_gated_rmsnorm_bwd(gdn_cuda_precision p, void *dx, void *dz, float *dw,
-                                           const float *dy, const void *x, const void *z,
+extern "C" void gdn_cuda_gated_rmsnorm_bwd(gdn_cuda_precision p, void *dx, void *dz, void *y, float *dw,
+                                           const void *dy, const void *x, const void *z,
                                            const float *w, const float *rstd, int N, int D, void *ws,
                                            void *stream) {
     if (N <= 0 || D <= 0) return;
     const int warps = norm_bwd_warps(D, "gated rmsnorm backward"), nblk = (N + NORM_ROWS - 1) / NORM_ROWS;
     const size_t smem = (size_t)warps * D * sizeof(float);
     float *part = (float *)ws;
-    const int vec = norm_vec(D, dx, dz, dy, x, z) && ops_vec8((size_t)D, w);
+    const int vec = norm_vec(D, dx, dz, dy, x, z) && ops_vec8((size_t)D, w) && (!y || norm_vec(D, y, y));
     OPS_DISPATCH(p, T, NORM_LAUNCH(k_gated_bwd, T, vec, D, nblk, 32 * warps, smem,
-                                   (T *)dx, (T *)dz, part, dy, (const T *)x, (const T *)z, w, rstd, N, D));
+                                   (T *)dx, (T *)dz, (T *)y, part, (const T *)dy, (const T *)x, (const T *)z, w, rstd, N, D));
     GDN_CUDA_CHECK_LAUNCH();
     ops_reduce_partials(dw, part, nblk, D, OPS_STREAM(stream));
 }

@@ -326,8 +326,8 @@ static void test_gated(int N, int D) {
     const size_t n = (size_t)N * D;
     double *x = rnd(n, -2, 2), *z = rnd(n, -3, 3), *w = rnd((size_t)D, 0.5, 1.5), *dy = rnd(n, -1, 1);
     double *dw0 = rnd((size_t)D, -1, 1);
-    void *xd = up_act(x, n), *zd = up_act(z, n);
-    float *wd = up_f32(w, (size_t)D), *dyd = up_f32(dy, n), *dwd = up_f32(dw0, (size_t)D);
+    void *xd = up_act(x, n), *zd = up_act(z, n), *dyd = up_act(dy, n);
+    float *wd = up_f32(w, (size_t)D), *dwd = up_f32(dw0, (size_t)D);
     double *y = zeros(n), *rstd = zeros((size_t)N), *dx = zeros(n), *dz = zeros(n), *dw = copy_d(dw0, (size_t)D);
     gdn_gated_rmsnorm_fwd_f64(y, rstd, x, z, w, N, D, 1e-6);
     void *yd = nan_act(n);
@@ -337,10 +337,16 @@ static void test_gated(int N, int D) {
     cmp(op, "rstd", down_f32(rd, (size_t)N), rstd, (size_t)N);
     float *rstdd = up_f32(rstd, (size_t)N), *dw2 = dcopy_f32(dwd, (size_t)D);
     gdn_gated_rmsnorm_bwd_f64(dx, dz, dw, dy, x, z, w, rstd, N, D);
-    void *ws = dmalloc(gdn_cuda_norm_workspace(N, D)), *dxd = nan_act(n), *dzd = nan_act(n);
-    gdn_cuda_gated_rmsnorm_bwd(P, dxd, dzd, dwd, dyd, xd, zd, wd, rstdd, N, D, ws, NULL);
-    gdn_cuda_gated_rmsnorm_bwd(P, dxd, dzd, dw2, dyd, xd, zd, wd, rstdd, N, D, ws, NULL);
+    void *ws = dmalloc(gdn_cuda_norm_workspace(N, D)), *dxd = nan_act(n), *dzd = nan_act(n), *y2 = nan_act(n);
+    gdn_cuda_gated_rmsnorm_bwd(P, dxd, dzd, NULL, dwd, dyd, xd, zd, wd, rstdd, N, D, ws, NULL);
+    gdn_cuda_gated_rmsnorm_bwd(P, dxd, dzd, NULL, dw2, dyd, xd, zd, wd, rstdd, N, D, ws, NULL);
     same_bits(op, "dw", dwd, dw2, (size_t)D);
+    /* writing y as well, from the forward's own rstd: the forward's y bit for bit (the model keeps
+     * no y of its own) */
+    void *dx3 = nan_act(n), *dz3 = nan_act(n);
+    float *dw3 = dcopy_f32(dwd, (size_t)D);
+    gdn_cuda_gated_rmsnorm_bwd(P, dx3, dz3, y2, dw3, dyd, xd, zd, wd, rd, N, D, ws, NULL);
+    same_bytes(op, "y again", yd, y2, n * gdn_cuda_act_bytes(P));
     cmp(op, "dx", down_act(dxd, n), dx, n);
     cmp(op, "dz", down_act(dzd, n), dz, n);
     cmp(op, "dw+=", down_f32(dwd, (size_t)D), dw, (size_t)D);
@@ -424,8 +430,7 @@ static void test_swiglu(size_t n) {
     char op[64];
     snprintf(op, sizeof op, "swiglu n%zu", n);
     double *a = rnd(n, -6, 6), *b = rnd(n, -2, 2), *dh = rnd(n, -1, 1);
-    void *ad = up_act(a, n), *bd = up_act(b, n);
-    float *dhd = up_f32(dh, n);
+    void *ad = up_act(a, n), *bd = up_act(b, n), *dhd = up_act(dh, n);
     double *h = zeros(n), *da = zeros(n), *db = zeros(n);
     gdn_swiglu_fwd_f64(h, a, b, n);
     gdn_swiglu_bwd_f64(da, db, dh, a, b, n);
