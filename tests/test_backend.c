@@ -7,12 +7,14 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "model/backend.h"
+#include "model/check.h"
 #include "model/cpu/model_cpu.h"
 #include "tests/mixer_teacher_check.h"
 #include "train/optim.h"
@@ -125,6 +127,52 @@ static void test_mixer_teacher_model(void **state) {
     gdn_params_init(sp, &f.t, 9); /* a student unlike its teacher */
     assert_true(mixer_teacher_same_bits(&gdn_backend_cpu, &f.t, &shape, f.params, sp, f.tokens));
     free(sp);
+    fixture_free(&f);
+}
+
+static jmp_buf die_jump;
+static char die_message[512];
+static void die_to_test(const char *message) {
+    snprintf(die_message, sizeof die_message, "%s", message);
+    longjmp(die_jump, 1);
+}
+
+/* mixer_mse on targets `fit` for layer `layer`: 1 when it stops with a message naming `what`. */
+static int mixer_mse_refuses(gdn_model *m, int layer, const gdn_mixer_targets *fit, const char *what) {
+    die_message[0] = 0;
+    gdn_set_die_handler(die_to_test);
+    int died = 0;
+    if (setjmp(die_jump) == 0) gdn_backend_cpu.mixer_mse(m, layer, fit, 0.0f);
+    else died = 1;
+    gdn_set_die_handler(NULL);
+    return died && strstr(die_message, what) != NULL;
+}
+
+/* Targets that are not one of the two ways in, or a teacher of another shape, stop with a message. */
+static void test_mixer_targets_refused(void **state) {
+    (void)state;
+    fixture f;
+    fixture_init(&f);
+    const gdn_model_shape shape = {.B = B, .T = T};
+    gdn_model *m = fixture_model(&f, shape), *tm = fixture_model(&f, shape);
+    gdn_model *shorter = fixture_model(&f, (gdn_model_shape){.B = B, .T = T - 1});
+    const size_t n = (size_t)B * T * f.t.cfg.d_model;
+    float *x = calloc(n, sizeof(float)), *target = calloc(n, sizeof(float));
+    gdn_backend_cpu.forward(tm, f.tokens, NULL, 0.0f, NULL, NULL);
+    const gdn_mixer_targets none = {0}, x_only = {.x_in = x}, both = {.x_in = x, .target = target, .teacher = tm};
+    const gdn_mixer_targets other = {.teacher = shorter}, own = {.teacher = tm};
+    assert_true(mixer_mse_refuses(m, 1, &none, "give either"));
+    assert_true(mixer_mse_refuses(m, 1, &x_only, "give either"));
+    assert_true(mixer_mse_refuses(m, 1, &both, "give either"));
+    assert_true(mixer_mse_refuses(m, 1, &other, "the teacher has micro-batches"));
+    assert_true(mixer_mse_refuses(m, 3, &own, "(layer 3)"));
+    /* the right way in runs: the student is its teacher's copy, so its mixer matches exactly */
+    assert_true(gdn_backend_cpu.mixer_mse(m, 1, &own, 0.0f) == 0.0);
+    free(x);
+    free(target);
+    gdn_backend_cpu.free(m);
+    gdn_backend_cpu.free(tm);
+    gdn_backend_cpu.free(shorter);
     fixture_free(&f);
 }
 
@@ -292,6 +340,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_backward_capture),
         cmocka_unit_test(test_mixer_teacher_model),
+        cmocka_unit_test(test_mixer_targets_refused),
         cmocka_unit_test(test_ready_callback),
         cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_write_range),

@@ -108,15 +108,16 @@ static double cpu_forward_kl(gdn_model *m, const int *tokens, const int *targets
 
 static double cpu_mixer_mse(gdn_model *m, int layer, const gdn_mixer_targets *t, float grad_scale) {
     cpu_model *c = cpu(m);
-    if (!t->teacher && (!t->x_in || !t->target))
-        GDN_DIE("teacher-forced mixer: give the stream x_in and the target, or the teacher's model");
+    if (t->teacher ? t->x_in || t->target : !t->x_in || !t->target)
+        GDN_DIE("teacher-forced mixer: give either the stream x_in and the target or the teacher's model");
     if (!t->teacher)
         return gdn_cpu_mixer_mse_f32(c->acts, m->table, c->params, c->grads, layer, t->x_in, t->target, grad_scale);
     const gdn_model *tm = t->teacher;
-    if (tm->shape.B != m->shape.B || tm->shape.T != m->shape.T || tm->table->cfg.d_model != m->table->cfg.d_model)
-        GDN_DIE("teacher-forced mixer: the teacher has micro-batches of %d x %d tokens of width %d, the student %d x %d "
-                "of width %d", tm->shape.B, tm->shape.T, tm->table->cfg.d_model, m->shape.B, m->shape.T,
-                m->table->cfg.d_model);
+    if (tm->shape.B != m->shape.B || tm->shape.T != m->shape.T || tm->table->cfg.d_model != m->table->cfg.d_model ||
+        layer < 0 || layer >= tm->table->cfg.n_layers)
+        GDN_DIE("teacher-forced mixer: the teacher has micro-batches of %d x %d tokens of width %d and %d layers, the "
+                "student %d x %d of width %d (layer %d)", tm->shape.B, tm->shape.T, tm->table->cfg.d_model,
+                tm->table->cfg.n_layers, m->shape.B, m->shape.T, m->table->cfg.d_model, layer);
     /* the teacher's stream entering the block and its mixer output, as the mid-block capture reads them */
     const gdn_cpu_acts_f32 *ta = cpu(t->teacher)->acts;
     const float *x = gdn_cpu_hidden_f32(ta, layer - 1), *xm = gdn_cpu_hidden_mid_f32(ta, layer);

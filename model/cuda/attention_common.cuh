@@ -223,6 +223,34 @@ __device__ __forceinline__ void store_acc(E *g, long ld, int row0, int T, const 
     }
 }
 
+/* The forward's epilogue for the warp's 16 query rows from row_base: O divided by the row sums
+ * (l: this lane's partial sums, summed over its quad here), rounded to bf16, and the rows'
+ * log-sum-exp (natural log), for rows inside the sequence. o(n, e): element e of the warp's
+ * accumulator tile n of D/8 (the layout above). Every valid row saw its own key, so l >= 1. */
+template <int D, typename Acc>
+__device__ __forceinline__ void fwd_write_out(const Params &p, Acc o, const float (&m)[2], float (&l)[2], int b, int h,
+                                              int row_base) {
+    const int T = p.T;
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] = quad_sum(l[r]);
+        inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    }
+    bf16 *go = (bf16 *)p.o_out + tok_off(b, 0, h, T, p.H, D);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row_base + frag_row(2 * r);
+        if (row >= T) continue;
+        bf16 *pr = go + (long)row * p.H * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+            *reinterpret_cast<__nv_bfloat162 *>(pr + frag_col(n, 0)) =
+                __floats2bfloat162_rn(o(n, 2 * r) * inv[r], o(n, 2 * r + 1) * inv[r]);
+        if ((threadIdx.x & 3) == 0) p.lse[((long)b * p.H + h) * T + row] = (m[r] + log2f(l[r])) * ATTN_LN2;
+    }
+}
+
 } // namespace attn
 
 #endif

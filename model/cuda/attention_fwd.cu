@@ -123,26 +123,7 @@ __global__ void __launch_bounds__(W * 32) fwd_bf16_kernel(const Params p) {
         __syncthreads(); /* everyone is done with buffer buf before it is refilled */
     }
 
-    /* every valid row saw its own key, so l >= 1 there; rows >= T are not stored */
-    float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l[r] = quad_sum(l[r]);
-        inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    }
-    bf16 *go = (bf16 *)p.o_out + tok_off(b, 0, h, T, p.H, D);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int row = row_base + frag_row(2 * r);
-        if (row >= T) continue;
-        bf16 *pr = go + (long)row * ldq;
-#pragma unroll
-        for (int n = 0; n < NO; ++n)
-            *reinterpret_cast<__nv_bfloat162 *>(pr + frag_col(n, 0)) =
-                __floats2bfloat162_rn(oacc[n][2 * r] * inv[r], oacc[n][2 * r + 1] * inv[r]);
-        if ((threadIdx.x & 3) == 0)
-            p.lse[((long)b * p.H + h) * T + row] = (m[r] + log2f(l[r])) * ATTN_LN2;
-    }
+    fwd_write_out<D>(p, [&](int n, int e) { return oacc[n][e]; }, m, l, b, h, row_base);
 }
 
 /* fp32: warp per query row (b, t, h); lane holds elements lane + 32 i of q and o. */

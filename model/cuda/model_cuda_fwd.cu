@@ -278,7 +278,8 @@ extern "C" double gdn_cuda_model_mixer_mse(gdn_cuda_model *m, int l, const float
     m->has_fwd = 1;
     const float *t_mid = NULL, *t_in = NULL; /* with a teacher model: its mixer output and input */
     if (teacher) {
-        if (x_in || target) GDN_CUDA_DIE("gdn_cuda_model_mixer_mse: give x_in and target or the teacher's model");
+        if (x_in || target)
+            GDN_CUDA_DIE("teacher-forced mixer: give either the stream x_in and the target or the teacher's model");
         if (teacher->N != m->N || teacher->cfg.d_model != m->cfg.d_model || l >= teacher->cfg.n_layers)
             GDN_CUDA_DIE("teacher-forced mixer: the teacher has %d tokens of width %d and %d layers, the student %d "
                          "tokens of width %d (layer %d)", teacher->N, teacher->cfg.d_model, teacher->cfg.n_layers,
@@ -290,7 +291,7 @@ extern "C" double gdn_cuda_model_mixer_mse(gdn_cuda_model *m, int l, const float
         GDN_CUDA_CHECK(cudaMemcpyAsync(x, t_in, n * sizeof(float), cudaMemcpyDeviceToDevice, m->stream));
     } else {
         if (!x_in || !target)
-            GDN_CUDA_DIE("teacher-forced mixer: give the stream x_in and the target, or the teacher's model");
+            GDN_CUDA_DIE("teacher-forced mixer: give either the stream x_in and the target or the teacher's model");
         GDN_CUDA_CHECK(cudaMemcpyAsync(x, x_in, n * sizeof(float), cudaMemcpyHostToDevice, m->stream));
         GDN_CUDA_CHECK(cudaMemcpyAsync(tg, target, n * sizeof(float), cudaMemcpyHostToDevice, m->stream));
     }

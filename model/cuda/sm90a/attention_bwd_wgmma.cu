@@ -332,20 +332,14 @@ __global__ void __launch_bounds__(KV_WS_NTH, 1)
         setmaxnreg_dec<24>();
         if (threadIdx.x == 256) {
             mbar_expect_tx(full_kv, 2 * KB * D * sizeof(bf16));
-#pragma unroll
-            for (int c = 0; c < D / 64; ++c) {
-                tma_load_4d(sK + c * KB * 64, &mk, full_kv, 64 * c, hk, k0, b);
-                tma_load_4d(sV + c * KB * 64, &mv, full_kv, 64 * c, hk, k0, b);
-            }
+            tma_load_tile<KB, D>(sK, &mk, full_kv, hk, k0, b);
+            tma_load_tile<KB, D>(sV, &mv, full_kv, hk, k0, b);
             for (int it = 0; it < n_it; ++it) {
                 const int s = it % ST, h = hk * p.G + it / ni, q0 = (i0 + it % ni) * QB;
                 mbar_wait(empty + s, ((it / ST) & 1) ^ 1);
                 mbar_expect_tx(full + s, 2 * QB * D * sizeof(bf16) + 2 * QB * sizeof(float));
-#pragma unroll
-                for (int c = 0; c < D / 64; ++c) {
-                    tma_load_4d(sQ + s * QB * D + c * QB * 64, &mq, full + s, 64 * c, h, q0, b);
-                    tma_load_4d(sdO + s * QB * D + c * QB * 64, &mdo, full + s, 64 * c, h, q0, b);
-                }
+                tma_load_tile<QB, D>(sQ + s * QB * D, &mq, full + s, h, q0, b);
+                tma_load_tile<QB, D>(sdO + s * QB * D, &mdo, full + s, h, q0, b);
                 /* rows past the end read as zeros, as bwd_kernel's copies */
                 tma_load_2d(sL + s * QB, &ml, full + s, q0, b * p.H + h);
                 tma_load_2d(sDl + s * QB, &mdl, full + s, q0, b * p.H + h);
@@ -619,20 +613,14 @@ __global__ void __launch_bounds__(DQ_WS_NTH, 1)
         setmaxnreg_dec<24>();
         if (threadIdx.x == 256) {
             mbar_expect_tx(full_q, 2 * DQ_BM * D * sizeof(bf16));
-#pragma unroll
-            for (int c = 0; c < D / 64; ++c) {
-                tma_load_4d(sQ + c * DQ_BM * 64, &mq, full_q, 64 * c, h, q0, b);
-                tma_load_4d(sdO + c * DQ_BM * 64, &mdo, full_q, 64 * c, h, q0, b);
-            }
+            tma_load_tile<DQ_BM, D>(sQ, &mq, full_q, h, q0, b);
+            tma_load_tile<DQ_BM, D>(sdO, &mdo, full_q, h, q0, b);
             for (int j = 0; j < nt; ++j) {
                 const int s = j % ST, row = (j0 + j) * DQ_BN;
                 mbar_wait(empty + s, ((j / ST) & 1) ^ 1);
                 mbar_expect_tx(full + s, 2 * DQ_BN * D * sizeof(bf16));
-#pragma unroll
-                for (int c = 0; c < D / 64; ++c) {
-                    tma_load_4d(sK + s * DQ_BN * D + c * DQ_BN * 64, &mk, full + s, 64 * c, hk, row, b);
-                    tma_load_4d(sV + s * DQ_BN * D + c * DQ_BN * 64, &mv, full + s, 64 * c, hk, row, b);
-                }
+                tma_load_tile<DQ_BN, D>(sK + s * DQ_BN * D, &mk, full + s, hk, row, b);
+                tma_load_tile<DQ_BN, D>(sV + s * DQ_BN * D, &mv, full + s, hk, row, b);
             }
         }
         return;

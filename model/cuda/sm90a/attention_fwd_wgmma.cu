@@ -112,33 +112,6 @@ template <int D> __device__ __forceinline__ void rescale(float (&o)[D / 2], cons
     }
 }
 
-/* The epilogue: O divided by the row sums, rounded to bf16, and the rows' log-sum-exp (natural
- * log), for rows inside the sequence. */
-template <int D>
-__device__ __forceinline__ void write_out(const Params &p, const float (&o)[D / 2], const float (&m)[2], float (&l)[2],
-                                          int b, int h, int row_base, int g, int t4, long ldq) {
-    constexpr int NO = D / 8;
-    const int T = p.T;
-    float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l[r] = quad_sum(l[r]);
-        inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    }
-    bf16 *go = (bf16 *)p.o_out + tok_off(b, 0, h, T, p.H, D);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int row = row_base + g + 8 * r;
-        if (row >= T) continue;
-        bf16 *pr = go + (long)row * ldq;
-#pragma unroll
-        for (int n = 0; n < NO; ++n)
-            *reinterpret_cast<__nv_bfloat162 *>(pr + 8 * n + 2 * t4) =
-                __floats2bfloat162_rn(o[4 * n + 2 * r] * inv[r], o[4 * n + 2 * r + 1] * inv[r]);
-        if (t4 == 0) p.lse[((long)b * p.H + h) * T + row] = (m[r] + log2f(l[r])) * ATTN_LN2;
-    }
-}
-
 /* Pipelined per warpgroup: while the tensor cores compute O += P_j V_j, the warps run the
  * softmax of tile j+1, whose scores S_{j+1} = Q K_{j+1}^T were issued just before. Loads run
  * two key tiles / one value tile ahead: iteration j fills K_{j+2} and V_{j+1} (cp.async group
@@ -173,7 +146,7 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params pin, const Blo
     for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
     const int row_base = q0 + wg * 64 + warp * 16; /* the warp's first query row */
-    const int g = lane >> 2, t4 = lane & 3;
+    const int g = lane >> 2;
     const int lo[2] = {key_lo_at(p, b, row_base + g), key_lo_at(p, b, row_base + g + 8)};
     const int lo_max = key_lo_at(p, b, row_base + 15);
     const bf16 *qw = sQ + wg * 64 * 64; /* this warpgroup's 64 rows of every column block */
@@ -226,7 +199,7 @@ __global__ void __launch_bounds__(NTH, 1) fwd_kernel(const Params pin, const Blo
     wgmma_wait<0>();
     fence_regs(o);
 
-    write_out<D>(p, o, m, l, b, h, row_base, g, t4, ldq);
+    fwd_write_out<D>(p, [&](int n, int e) { return o[4 * n + e]; }, m, l, b, h, row_base);
 }
 
 /* The warp-specialised forward: the same two consumer warpgroups and per-warpgroup pipeline as
@@ -260,19 +233,16 @@ __global__ void __launch_bounds__(WS_NTH, 1)
         if (threadIdx.x == 256) {
             constexpr unsigned TILE = BN * D * sizeof(bf16);
             mbar_expect_tx(full_q, BM * D * sizeof(bf16));
-#pragma unroll
-            for (int c = 0; c < D / 64; ++c) tma_load_4d(sQ + c * BM * 64, &mq, full_q, 64 * c, h, q0, b);
+            tma_load_tile<BM, D>(sQ, &mq, full_q, h, q0, b);
             for (int i = 0; i < nt; ++i) {
                 const int s = i % ST, row = (j0 + i) * BN;
                 const unsigned free_parity = ((i / ST) & 1) ^ 1; /* the consumers' release of tile i - ST */
                 mbar_wait(empty_k + s, free_parity);
                 mbar_expect_tx(full_k + s, TILE);
-#pragma unroll
-                for (int c = 0; c < D / 64; ++c) tma_load_4d(sK + s * BN * D + c * BN * 64, &mk, full_k + s, 64 * c, hk, row, b);
+                tma_load_tile<BN, D>(sK + s * BN * D, &mk, full_k + s, hk, row, b);
                 mbar_wait(empty_v + s, free_parity);
                 mbar_expect_tx(full_v + s, TILE);
-#pragma unroll
-                for (int c = 0; c < D / 64; ++c) tma_load_4d(sV + s * BN * D + c * BN * 64, &mv, full_v + s, 64 * c, hk, row, b);
+                tma_load_tile<BN, D>(sV + s * BN * D, &mv, full_v + s, hk, row, b);
             }
         }
         return;
@@ -280,13 +250,12 @@ __global__ void __launch_bounds__(WS_NTH, 1)
 
     setmaxnreg_inc<240>();
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    const long ldq = (long)p.H * D;
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
     const int row_base = q0 + wg * 64 + warp * 16;
-    const int g = lane >> 2, t4 = lane & 3;
+    const int g = lane >> 2;
     const int lo[2] = {key_lo_at(p, b, row_base + g), key_lo_at(p, b, row_base + g + 8)};
     const int lo_max = key_lo_at(p, b, row_base + 15);
     const bf16 *qw = sQ + wg * 64 * 64;
@@ -339,7 +308,7 @@ __global__ void __launch_bounds__(WS_NTH, 1)
         wgmma_wait<0>();
         fence_regs(o);
     }
-    write_out<D>(p, o, m, l, b, h, row_base, g, t4, ldq);
+    fwd_write_out<D>(p, [&](int n, int e) { return o[4 * n + e]; }, m, l, b, h, row_base);
 }
 #else
 template <int D, bool GEN> __global__ void fwd_kernel(const Params, const BlockOrder) {} /* not built for sm_90a: never launched */

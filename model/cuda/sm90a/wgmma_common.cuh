@@ -180,6 +180,14 @@ __device__ __forceinline__ void tma_load_4d(void *dst, const void *map, uint64_t
                  ::"r"(smem_addr(dst)), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
+/* A tile of ROWS x D bf16 (rows row.., head, batch b of a [B, T, heads, D] tensor map with
+ * 64-column boxes) as D/64 column blocks of [ROWS][64], the layout the wgmma descriptors read. */
+template <int ROWS, int D>
+__device__ __forceinline__ void tma_load_tile(__nv_bfloat16 *dst, const void *map, uint64_t *bar, int head, int row,
+                                              int b) {
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c) tma_load_4d(dst + c * ROWS * 64, map, bar, 64 * c, head, row, b);
+}
 /* The same for a 2-d tensor map. */
 __device__ __forceinline__ void tma_load_2d(void *dst, const void *map, uint64_t *bar, int c0, int c1) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
