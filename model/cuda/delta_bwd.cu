@@ -172,18 +172,16 @@ __device__ __forceinline__ void state_bwd_issue(const gdn_delta_args &a, int til
     if (s < a.NT) {
         const int c = a.NT - 1 - s, L = min(GDN_CHUNK, a.T - c * GDN_CHUNK);
         if (which == 0) {
-            tile_load_async_t<E, 64, K, BV * 4>(dst, LDT, (const E *)a.k + qk_off(a, b, c * GDN_CHUNK, hq),
-                                                qk_ld(a), L);
-            tile_load_async_t<E, 64, BV, BV * 4>(small, LDU, (const E *)a.d_o + tok_off(a, b, c * GDN_CHUNK, h, a.V) + v0,
-                                                 (long)a.H * a.V, L);
-            tile_load_async_t<E, 64, BV, BV * 4>(small + 64 * LDU, LDU, (const E *)a.dVl + row_off(a, bh, c, 0, a.V) + v0,
-                                                 a.V, 64);
+            chunk_load_async<E, K, BV * 4>(dst, LDT, (const E *)a.k + qk_off(a, b, c * GDN_CHUNK, hq), qk_ld(a), L);
+            chunk_load_async<E, BV, BV * 4>(small, LDU, (const E *)a.d_o + tok_off(a, b, c * GDN_CHUNK, h, a.V) + v0,
+                                            (long)a.H * a.V, L);
+            tile_load_async_full<E, 64, BV, BV * 4>(small + 64 * LDU, LDU,
+                                                    (const E *)a.dVl + row_off(a, bh, c, 0, a.V) + v0, a.V);
             tile_load_async(gsb, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
         } else if (which == 1) {
-            tile_load_async_t<E, 64, K, BV * 4>(dst, LDT, (const E *)a.q + qk_off(a, b, c * GDN_CHUNK, hq),
-                                                qk_ld(a), L);
+            chunk_load_async<E, K, BV * 4>(dst, LDT, (const E *)a.q + qk_off(a, b, c * GDN_CHUNK, hq), qk_ld(a), L);
         } else {
-            tile_load_async_t<E, 64, K, BV * 4>(dst, LDT, (const E *)a.W + row_off(a, bh, c, 0, K), K, 64);
+            tile_load_async_full<E, 64, K, BV * 4>(dst, LDT, (const E *)a.W + row_off(a, bh, c, 0, K), K);
         }
     }
     cp_async_commit();
@@ -201,7 +199,7 @@ __device__ __forceinline__ void state_bwd_refill(const gdn_delta_args &a, int &t
 }
 
 template <typename E, int K, int BV>
-__global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, int slots) {
+__global__ void __launch_bounds__(BV * 4, 512 / (BV * 4)) k_state_bwd(const gdn_delta_args a, int slots) {
     constexpr int MT = K / 64, NTV = 4;
     constexpr int LDT = pad_ld<E>(K), LDU = pad_ld<E>(BV);
     extern __shared__ __align__(16) unsigned char smem[];
@@ -256,7 +254,7 @@ __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, in
         if (s >= 1) {
             state_bwd_refill<E, K, BV>(a, ti, sb_in, nsb, ring + prev * 64 * LDT, sSmall, sG, bh, b, h, hq, v0);
         }
-        tile_store(dhgc + (long)c * K * a.V, a.V, sdS, LDU, K, BV, K);
+        tile_store_t<E, K, BV, BV * 4>(dhgc + (long)c * K * a.V, a.V, sdS, LDU);
 
         const E *sKc = ring_take(ring, LDT, cur, prev, slots);
         const E *dO = sSmall + sb_out * 2 * 64 * LDU;
@@ -272,23 +270,27 @@ __global__ void __launch_bounds__(BV * 4) k_state_bwd(const gdn_delta_args a, in
          * start on (i >= f = flc.x) */
         const float gammaC = flc.y < 0 ? expf(Glast) : 0.f;
         const int i0 = wm * 16 + frag_r(0);
-        const float r0 = i0 >= flc.y ? expf(Glast - gG[i0]) : 0.f;
-        const float r1 = i0 + 8 >= flc.y ? expf(Glast - gG[i0 + 8]) : 0.f;
-        const float q0 = i0 < flc.x ? a.scale * expf(gG[i0]) : 0.f;
-        const float q1 = i0 + 8 < flc.x ? a.scale * expf(gG[i0 + 8]) : 0.f;
-        E *dvnc = dVng + row_off(a, bh, c, 0, a.V) + v0;
+        /* unconditional exps, then the masks (no branch) */
+        const float e0 = expf(Glast - gG[i0]), e1 = expf(Glast - gG[i0 + 8]);
+        const float f0 = a.scale * expf(gG[i0]), f1 = a.scale * expf(gG[i0 + 8]);
+        const float r0 = i0 >= flc.y ? e0 : 0.f, r1 = i0 + 8 >= flc.y ? e1 : 0.f;
+        const float q0 = i0 < flc.x ? f0 : 0.f, q1 = i0 + 8 < flc.x ? f1 : 0.f;
+        /* this thread's elements: rows i0, i0 + 8, columns c0 + nt*8 + frag_c(0) (+1) */
+        E *dvnc = dVng + row_off(a, bh, c, i0, a.V) + v0 + c0 + frag_c(0);
+        const int so = i0 * LDU + c0 + frag_c(0);
 #pragma unroll
         for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
             for (int p = 0; p < 2; ++p) {
-                const int i = i0 + 8 * p, j = c0 + nt * 8 + frag_c(0);
+                const int o = so + p * 8 * LDU + nt * 8;
                 const float r = p ? r1 : r0;
-                const float d0 = to_f(dVl[i * LDU + j]) + r * acc[0][nt][2 * p];
-                const float d1 = to_f(dVl[i * LDU + j + 1]) + r * acc[0][nt][2 * p + 1];
-                store2(dvnc + i * a.V + j, d0, d1);
-                store2(sY + (64 + i) * LDU + j, -d0, -d1);
+                const float2 dl = load2(dVl + o), dd = load2(dO + o);
+                const float d0 = dl.x + r * acc[0][nt][2 * p];
+                const float d1 = dl.y + r * acc[0][nt][2 * p + 1];
+                store2(dvnc + p * 8 * (long)a.V + nt * 8, d0, d1);
+                store2(sY + 64 * LDU + o, -d0, -d1);
                 const float gi = p ? q1 : q0;
-                store2(sY + i * LDU + j, gi * to_f(dO[i * LDU + j]), gi * to_f(dO[i * LDU + j + 1]));
+                store2(sY + o, gi * dd.x, gi * dd.y);
             }
         /* phase Q: dS = gamma_C dS + Q^T (s diag(gamma) dO) */
         cp_async_wait_dyn(slots - 2);

@@ -134,6 +134,12 @@ __device__ __forceinline__ void store2(bf16 *p, float a, float b) {
     *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(a, b);
 }
 
+/* Two adjacent elements as floats (even column). */
+__device__ __forceinline__ float2 load2(const float *p) { return *reinterpret_cast<const float2 *>(p); }
+__device__ __forceinline__ float2 load2(const bf16 *p) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p));
+}
+
 /* Padded row length (elements) of a shared tile with n columns: +16 bytes. */
 template <typename E> __host__ __device__ constexpr int pad_ld(int n) {
     return n + 16 / (int)sizeof(E);
@@ -200,6 +206,43 @@ __device__ __forceinline__ void tile_load_async_t(E *s, int lds, const E *g, lon
         const bool ok = r0 + i * rstep < valid_rows;
         cp_async16(sp + i * rstep * lds, ok ? (const void *)(gp + i * rstep * ldg) : (const void *)g, ok);
     }
+}
+
+/* tile_load_async_t of a tile whose rows all exist: no row test, no zero fill. */
+template <typename E, int ROWS, int COLS, int NTH>
+__device__ __forceinline__ void tile_load_async_full(E *s, int lds, const E *g, long ldg) {
+    constexpr int vec = 16 / (int)sizeof(E), cpr = COLS / vec, total = ROWS * cpr;
+    static_assert(NTH % cpr == 0 && total % NTH == 0, "tile and block shapes must divide");
+    constexpr int rstep = NTH / cpr;
+    const int r0 = threadIdx.x / cpr, cc = (threadIdx.x % cpr) * vec;
+    const E *gp = g + r0 * ldg + cc;
+    E *sp = s + r0 * lds + cc;
+#pragma unroll
+    for (int i = 0; i < total / NTH; ++i) cp_async16(sp + i * rstep * lds, gp + i * rstep * ldg, true);
+}
+
+/* A tile of 64 rows of which the first L exist: the row test only where some are missing (the
+ * last chunk of a sequence). */
+template <typename E, int COLS, int NTH>
+__device__ __forceinline__ void chunk_load_async(E *s, int lds, const E *g, long ldg, int L) {
+    if (L == 64) tile_load_async_full<E, 64, COLS, NTH>(s, lds, g, ldg);
+    else tile_load_async_t<E, 64, COLS, NTH>(s, lds, g, ldg, L);
+}
+
+/* Copy a ROWS x COLS shared tile to global memory with 16-byte stores, the shapes and the block
+ * size known at compile time (the state passes' h and dh: every row exists). */
+template <typename E, int ROWS, int COLS, int NTH>
+__device__ __forceinline__ void tile_store_t(E *g, long ldg, const E *s, int lds) {
+    constexpr int vec = 16 / (int)sizeof(E), cpr = COLS / vec, total = ROWS * cpr;
+    static_assert(NTH % cpr == 0 && total % NTH == 0, "tile and block shapes must divide");
+    constexpr int rstep = NTH / cpr;
+    const int r0 = threadIdx.x / cpr, cc = (threadIdx.x % cpr) * vec;
+    E *gp = g + r0 * ldg + cc;
+    const E *sp = s + r0 * lds + cc;
+    const long gstep = rstep * ldg;
+#pragma unroll 1 /* unrolled, the compiler keeps every row's address live through the caller's loop */
+    for (int i = 0; i < total / NTH; ++i, gp += gstep, sp += rstep * lds)
+        *reinterpret_cast<uint4 *>(gp) = *reinterpret_cast<const uint4 *>(sp);
 }
 
 /* Copy a rows x cols shared tile to global memory with 16-byte stores; rows >= valid_rows are

@@ -313,20 +313,19 @@ __device__ __forceinline__ void state_fwd_issue(const gdn_delta_args &a, int til
     const int c = a.c0 + (tile >> 1);
     if (c < a.c1) {
         if ((tile & 1) == 0) {
-            tile_load_async_t<E, 64, K, BV * 4>(dst, LDT, (const E *)a.W + row_off(a, bh, c, 0, K), K, 64);
-            tile_load_async_t<E, 64, BV, BV * 4>(u, LDU, (const E *)a.U + row_off(a, bh, c, 0, a.V) + v0, a.V, 64);
+            tile_load_async_full<E, 64, K, BV * 4>(dst, LDT, (const E *)a.W + row_off(a, bh, c, 0, K), K);
+            tile_load_async_full<E, 64, BV, BV * 4>(u, LDU, (const E *)a.U + row_off(a, bh, c, 0, a.V) + v0, a.V);
             tile_load_async(gsb, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
         } else {
             const int L = min(GDN_CHUNK, a.T - c * GDN_CHUNK);
-            tile_load_async_t<E, 64, K, BV * 4>(dst, LDT, (const E *)a.k + qk_off(a, b, c * GDN_CHUNK, hq),
-                                                qk_ld(a), L);
+            chunk_load_async<E, K, BV * 4>(dst, LDT, (const E *)a.k + qk_off(a, b, c * GDN_CHUNK, hq), qk_ld(a), L);
         }
     }
     cp_async_commit();
 }
 
 template <typename E, int K, int BV>
-__global__ void __launch_bounds__(BV * 4) k_state_fwd(const gdn_delta_args a, int slots) {
+__global__ void __launch_bounds__(BV * 4, 512 / (BV * 4)) k_state_fwd(const gdn_delta_args a, int slots) {
     constexpr int MT = K / 64, NTV = 4;
     constexpr int LDT = pad_ld<E>(K), LDU = pad_ld<E>(BV);
     extern __shared__ __align__(16) unsigned char smem[];
@@ -384,7 +383,7 @@ __global__ void __launch_bounds__(BV * 4) k_state_fwd(const gdn_delta_args a, in
             state_fwd_issue<E, K, BV>(a, t, ring + prev * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * 64, bh, b, hq, v0);
             if ((t & 1) == 0 && ++sb_in == nsb) sb_in = 0;
         }
-        tile_store(hgc + (long)c * K * a.V, a.V, sS, LDU, K, BV, K);
+        tile_store_t<E, K, BV, BV * 4>(hgc + (long)c * K * a.V, a.V, sS, LDU);
 
         /* v_new = U - W S; the K^T product takes diag(exp(G_last - G)) v_new */
         const E *sW = ring_take(ring, LDT, cur, prev, slots);
@@ -399,19 +398,20 @@ __global__ void __launch_bounds__(BV * 4) k_state_fwd(const gdn_delta_args a, in
          * rows of the last document (i >= lst) write into the state leaving it */
         const float gammaC = lst < 0 ? expf(Glast) : 0.f;
         const int i0 = wm * 16 + frag_r(0);
-        const float r0 = i0 >= lst ? expf(Glast - gG[i0]) : 0.f;
-        const float r1 = i0 + 8 >= lst ? expf(Glast - gG[i0 + 8]) : 0.f;
-        E *vnc = vng + (long)c * GDN_CHUNK * a.V;
+        const float e0 = expf(Glast - gG[i0]), e1 = expf(Glast - gG[i0 + 8]); /* no branch */
+        const float r0 = i0 >= lst ? e0 : 0.f, r1 = i0 + 8 >= lst ? e1 : 0.f;
+        /* this thread's v_new elements: rows i0, i0 + 8, columns c0 + nt*8 + frag_c(0) (+1) */
+        E *vnc = vng + ((long)c * GDN_CHUNK + i0) * a.V + c0 + frag_c(0);
+        const int so = i0 * LDU + c0 + frag_c(0);
 #pragma unroll
         for (int nt = 0; nt < NTV; ++nt)
 #pragma unroll
             for (int p = 0; p < 2; ++p) {
-                const int i = i0 + 8 * p, j = c0 + nt * 8 + frag_c(0);
-                const float vn0 = to_f(u[i * LDU + j]) - acc[0][nt][2 * p];
-                const float vn1 = to_f(u[i * LDU + j + 1]) - acc[0][nt][2 * p + 1];
-                store2(vnc + i * a.V + j, vn0, vn1);
+                const float2 uu = load2(u + so + p * 8 * LDU + nt * 8);
+                const float vn0 = uu.x - acc[0][nt][2 * p], vn1 = uu.y - acc[0][nt][2 * p + 1];
+                store2(vnc + p * 8 * (long)a.V + nt * 8, vn0, vn1);
                 const float r = p ? r1 : r0;
-                store2(sVn + i * LDU + j, vn0 * r, vn1 * r);
+                store2(sVn + so + p * 8 * LDU + nt * 8, vn0 * r, vn1 * r);
             }
         cp_async_wait_dyn(slots - 2); /* K_c has landed */
         __syncthreads();
