@@ -64,6 +64,7 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const
     acc_zero(QKt);
     warp_mma<1, 4, OP_MK, OP_NK>(QKt, sK + wm * 16 * LDK, LDK, sQ + n0 * LDK, LDK, K);
     const float gj0 = sG[j0], gj1 = sG[j0 + 8];
+    const bool docs = a.doc != NULL; /* without documents the masks skip seg (no shared load) */
     if (mode & 1) {
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
@@ -71,8 +72,9 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const
             for (int p = 0; p < 2; ++p) {
                 const int j = j0 + 8 * p, i = n0 + nt * 8 + frag_c(0);
                 const float gj = p ? gj1 : gj0;
-                const float p0 = (i >= j && j >= sSeg[i]) ? QKt[0][nt][2 * p] * expf(sG[i] - gj) : 0.f;
-                const float p1 = (i + 1 >= j && j >= sSeg[i + 1]) ? QKt[0][nt][2 * p + 1] * expf(sG[i + 1] - gj) : 0.f;
+                const float p0 = (i >= j && (!docs || j >= sSeg[i])) ? QKt[0][nt][2 * p] * expf(sG[i] - gj) : 0.f;
+                const float p1 =
+                    (i + 1 >= j && (!docs || j >= sSeg[i + 1])) ? QKt[0][nt][2 * p + 1] * expf(sG[i + 1] - gj) : 0.f;
                 store2(sPt + j * LDP + i, p0, p1);
             }
     }
@@ -120,7 +122,7 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int j = j0 + (e >> 1) * 8, i = n0 + nt * 8 + frag_c(e);
-            d[e] = (i >= j && j >= sSeg[i]) ? a.scale * Dt[0][nt][e] * expf(sG[i] - (e < 2 ? gj0 : gj1)) : 0.f;
+            d[e] = (i >= j && (!docs || j >= sSeg[i])) ? a.scale * Dt[0][nt][e] * expf(sG[i] - (e < 2 ? gj0 : gj1)) : 0.f;
             const float ev = d[e] * QKt[0][nt][e];
             if (e < 2) rs0 += ev;
             else rs1 += ev;
@@ -198,6 +200,8 @@ __device__ __forceinline__ void state_bwd_refill(const gdn_delta_args &a, int &t
     ++ti;
 }
 
+/* at most 128 registers (512 threads' worth per multiprocessor): left free, the K = 256 tiles
+ * take 168 and fewer blocks fit beside the other pass */
 template <typename E, int K, int BV>
 __global__ void __launch_bounds__(BV * 4, 512 / (BV * 4)) k_state_bwd(const gdn_delta_args a, int slots) {
     constexpr int MT = K / 64, NTV = 4;
@@ -461,6 +465,7 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
     float A1[1][4][4], A2[1][4][4], A3[1][4][4];
     acc_zero(A2); /* V pass: dA accumulator */
     float be0 = 0.f, be1 = 0.f, gam0 = 0.f, gam1 = 0.f, r0 = 0.f, r1 = 0.f;
+    int sg0 = -1, sg1 = -1; /* seg of rows i0, i1 */
     float db0 = 0.f, db1 = 0.f, dg0 = 0.f, dg1 = 0.f, dd0 = 0.f, dd1 = 0.f, sds = 0.f;
     const float *dG1 = a.dG1 + ((long)bh * a.NT + c) * GDN_CHUNK;
     for (int s = 0; s < ns; ++s) {
@@ -477,8 +482,10 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
             be0 = sB[i0];
             be1 = sB[i1];
             /* documents: gamma_i only before the first start, r_i only in the last document */
-            gam0 = gam_row(sG[i0], sSeg[i0]);
-            gam1 = gam_row(sG[i1], sSeg[i1]);
+            sg0 = sSeg[i0];
+            sg1 = sSeg[i1];
+            gam0 = gam_row(sG[i0], sg0);
+            gam1 = gam_row(sG[i1], sg1);
             r0 = i0 >= sSeg[63] ? expf(sG[63] - sG[i0]) : 0.f;
             r1 = i1 >= sSeg[63] ? expf(sG[63] - sG[i1]) : 0.f;
         }
@@ -522,7 +529,7 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int i = i0 + (e >> 1) * 8, j = n0 + nt * 8 + frag_c(e);
-                        const float da = (i > j && j >= sSeg[i]) ? -A2[0][nt][e] * expf(sG[i] - sG[j]) : 0.f;
+                        const float da = (i > j && j >= (e < 2 ? sg0 : sg1)) ? -A2[0][nt][e] * expf(sG[i] - sG[j]) : 0.f;
                         sDa[i * LDF + j] = da;
                         m[e] = da * (e < 2 ? be0 : be1);
                     }
@@ -676,8 +683,10 @@ __global__ void __launch_bounds__(256, 2) k_grad(const gdn_delta_args a, int nbu
         float sum = 0.f; /* g is not an input without decay (a.g NULL): dg = 0 */
         /* dg_t = sum of dG_j over the rows j >= t of t's document in the chunk: G restarts at
          * the next start (seg[j] != seg[t] from there on; without documents never) */
-        if (a.g)
+        if (a.g && a.doc)
             for (int j = tid; j < L && sSeg[j] == sSeg[tid]; ++j) sum += sdG[j];
+        else if (a.g) /* one document: no test of seg in the loop, which would serialise it */
+            for (int j = tid; j < L; ++j) sum += sdG[j];
         a.dg[((long)b * a.T + t0 + tid) * a.H + h] = sum;
     }
 }

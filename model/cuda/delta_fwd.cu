@@ -238,13 +238,14 @@ __global__ void __launch_bounds__(256, MINB) k_intra(const gdn_delta_args a) {
         warp_mma<1, 4, OP_MK, OP_NK>(acc, sK + wm * 16 * LDK, LDK, sK + n0 * LDK, LDK, K);
         const int i0 = wm * 16 + frag_r(0);
         const float gi0 = sG[i0], gi1 = sG[i0 + 8], bi0 = sB[i0], bi1 = sB[i0 + 8];
+        const int sg0 = sSeg[i0], sg1 = sSeg[i0 + 8];
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = i0 + (e >> 1) * 8, j = n0 + nt * 8 + frag_c(e);
                 const float gi = e < 2 ? gi0 : gi1, bi = e < 2 ? bi0 : bi1;
-                sA[i * LDA + j] = (i > j && j >= sSeg[i]) ? bi * acc[0][nt][e] * expf(gi - sG[j]) : 0.f;
+                sA[i * LDA + j] = (i > j && j >= (e < 2 ? sg0 : sg1)) ? bi * acc[0][nt][e] * expf(gi - sG[j]) : 0.f;
             }
     }
     __syncthreads();
@@ -324,6 +325,8 @@ __device__ __forceinline__ void state_fwd_issue(const gdn_delta_args &a, int til
     cp_async_commit();
 }
 
+/* at most 128 registers (512 threads' worth per multiprocessor): left free, the K = 256 tiles
+ * take 168 and fewer blocks fit beside the other pass */
 template <typename E, int K, int BV>
 __global__ void __launch_bounds__(BV * 4, 512 / (BV * 4)) k_state_fwd(const gdn_delta_args a, int slots) {
     constexpr int MT = K / 64, NTV = 4;
