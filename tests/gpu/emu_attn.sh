@@ -10,7 +10,7 @@
 #          host code, ops and attention kernels as they are; the GEMMs on the host in place of
 #          cuBLASLt, tests/gpu/emu_gemm.cpp) against the fp64 CPU model, fp32 and bf16; and the
 #          teacher-forced mixer fed by a teacher model's own stream against the same through the
-#          host (distillation's stage 1), bitwise.
+#          host (distillation's stage 1), bitwise, through the CUDA backend table (model/backend/cuda.c).
 # emu_gen.py and tests/gpu/emu/gen.py turn the sources into host C++; everything is built with
 # AddressSanitizer and UBSan (the emulated device buffers are exact-size host allocations, so an
 # access outside a buffer is reported). It checks index math, buffer sizes, strides, reductions,
@@ -50,8 +50,9 @@ g++ -std=c++17 $flags -Wall -Wno-unknown-pragmas "${inc[@]}" -c "$root/tests/gpu
 g++ -std=c++17 $flags -Wall -I"$emu" -c "$emu/emu_rt.cpp" -o "$work/obj/emu_rt.o" &
 g++ -std=c++17 $flags -w "${inc[@]}" -include "$root/tests/gpu/emu_shim.h" -c "$emu/sm90a_stub.cpp" -o "$work/obj/sm90a_stub.o" &
 gcc -std=gnu11 $flags -Wall -I"$root" -c "$root/model/check.c" -o "$work/obj/check.o" &
+gcc -std=gnu11 $flags -Wall -I"$root" -c "$root/model/backend/cuda.c" -o "$work/obj/backend_cuda.o" &
 wait
-objs+=("$work/obj/gemm.o" "$work/obj/emu_rt.o" "$work/obj/check.o" "$work/obj/sm90a_stub.o")
+objs+=("$work/obj/gemm.o" "$work/obj/emu_rt.o" "$work/obj/check.o" "$work/obj/sm90a_stub.o" "$work/obj/backend_cuda.o")
 libs=("$build/tests/libgdn_testref.a" "$build/libgdn_real64.a" "$build/libgdn_real32.a" "$build/libgdn_model.a")
 
 # prog NAME MAIN.c: the test program, its unemulated calls (never made) as stubs
@@ -66,10 +67,9 @@ prog() {
     # what the model's setup asks of the delta rule: sizes and shape checks
     echo 'size_t gdn_cuda_delta_workspace_bytes(void) { return 0; }'
     echo 'void gdn_cuda_delta_check_shape(void) {}'
-    echo 'void *gdn_backend_cuda(void) { return NULL; }'
     nm -u "$work/$name.o" "${objs[@]}" | awk 'NF == 2 { print $2 }' | grep -E '^(gdn_|cuda)' | sort -u |
       comm -23 - <(echo "$defined") |
-      grep -vxE 'gdn_cuda_(delta_workspace_bytes|delta_check_shape)|gdn_backend_cuda' |
+      grep -vxE 'gdn_cuda_(delta_workspace_bytes|delta_check_shape)' |
       while read -r s; do echo "void $s(void) { fprintf(stderr, \"emu_attn: $s is not emulated\\n\"); abort(); }"; done
   } > "$work/stubs_$name.c"
   gcc -std=gnu11 -w -c "$work/stubs_$name.c" -o "$work/stubs_$name.o"
