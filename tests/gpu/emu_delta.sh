@@ -30,51 +30,8 @@ mkdir -p "$work/inc" "$work/obj"
 printf '#include "cuda_runtime.h"\n#define CUDART_CB\n' > "$work/inc/cuda_runtime_api.h"
 
 python3 "$emu/gen.py" "$root" "$work/gen" # mma_common.cuh with the emulator's cp.async, ldmatrix, mma
-python3 - "$root" "$work/gen" <<'PY'
-import re, sys
-root, out = sys.argv[1], sys.argv[2]
-s = open(root + '/model/cuda/delta_common.cuh').read()
-def replace_fn(src, name, body):
-    m = re.search(r'(template <int NT>\n)?__device__ __forceinline__ \w+ ' + name + r'\(.*?\n}\n', src, re.S)
-    assert m, name
-    return src[:m.start()] + body + src[m.end():]
-# tf32: round to nearest, ties away (cvt.rna), 10 mantissa bits
-s = replace_fn(s, 'f2tf32', '''__device__ __forceinline__ unsigned f2tf32(float x) {
-    unsigned u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-    return u;
-}
-''')
-# m16n8k8: each lane's fragment elements straight from shared memory (rows g, g+8; columns 2q, 2q+1)
-s = replace_fn(s, 'warp_mma_tf32', '''template <int NT>
-__device__ __forceinline__ void warp_mma_tf32(float (&acc)[NT][4], const float *A, int lda,
-                                              const float *B, int ldb, int kdim) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    auto tf = [](float x) { const unsigned u = f2tf32(x); float f; memcpy(&f, &u, 4); return f; };
-    for (int nt = 0; nt < NT; ++nt)
-        for (int e = 0; e < 4; ++e) {
-            const int r = g + 8 * (e >> 1), c = nt * 8 + 2 * q + (e & 1);
-            float sum = 0.f;
-            for (int k = 0; k < kdim; ++k) sum += tf(A[r * lda + k]) * tf(B[k * ldb + c]);
-            acc[nt][e] += sum;
-        }
-}
-''')
-assert 'asm' not in s, 'inline PTX left in delta_common.cuh'
-open(out + '/model/cuda/delta_common.cuh', 'w').write(s)
-PY
+python3 "$root/tests/gpu/emu_delta_gen.py" "$root" "$work/gen" # delta_common.cuh (tf32), delta_*.cu
 cuda=(delta_fwd delta_bwd delta_launch delta_hostio)
-python3 "$root/tests/gpu/emu_gen.py" "$root" "$work/gen" "${cuda[@]/%/.cu}"
-# the emulator has its own device count
-python3 - "$work/gen/model/cuda/delta_launch.cpp" <<'PY'
-import re, sys
-p = sys.argv[1]
-s = open(p).read()
-s, n = re.subn(r'int gdn_cuda_device_count\(void\) \{.*?\n\}\n', '', s, count=1, flags=re.S)
-assert n == 1
-open(p, 'w').write(s)
-PY
 objs=()
 for f in "${cuda[@]}"; do
   g++ -std=c++17 $flags -w "${inc[@]}" -c "$work/gen/model/cuda/$f.cpp" -o "$work/obj/$f.o" &

@@ -1,29 +1,28 @@
-/* The attention cases of tests/gpu/test_gpu_model.c (attention_cases, part 1: loss, logits and
- * every parameter gradient against the fp64 CPU model, fp32 and bf16, a second pass bitwise
- * equal) on the CPU emulator, with every layer an attention layer (the delta-rule kernels are not
- * emulated) and the test's own limits (see emu_attn.sh); then the softmax-only case in segments
- * through the sequence-parallel hooks; then two of the cases with documents packed into the
- * rows (part 1e: key_lo and RoPE positions per document). Usage: emu_model [first [end]]
- * (cases 0..4). */
+/* Cases of tests/gpu/test_gpu_model.c on the CPU emulator, with its own limits (see
+ * emu_attn.sh): loss, logits and every parameter gradient against the fp64 CPU model, fp32 and
+ * bf16, a second pass bitwise equal. Cases 0..2: attention_cases (two hybrids with delta-rule
+ * layers, a softmax-only model, which also runs in segments through the sequence-parallel
+ * hooks); 3, 4: cases 0 and 2 with documents packed into the rows (part 1e); 5: the delta rule
+ * with its value heads split in two (q, k shared; v and y recomputed in the backward); 6: the
+ * GDML mixer pattern; 7: the gated delta rule with documents. Then the teacher-forced mixer (case
+ * 0's layers). Usage: emu_model [first [end]] (cases 0..7). */
 #define main test_gpu_model_main
 #include "tests/gpu/test_gpu_model.c"
 #undef main
 /* The teacher-forced mixer of the CUDA model fed by the teacher model's own stream against the
- * same stream and target through the host, every layer of an all-attention case, fp32 and
- * bf16: test_gpu_model's part 1e check (mixer_teacher_same) through the CUDA backend table. */
-static int mixer_teacher_emu(const grad_case *gc0) {
-    grad_case gc = *gc0;
-    memset(gc.c.mixers, 'A', (size_t)gc.c.n_layers);
-    gc.c.mixers[gc.c.n_layers] = '\0';
+ * same stream and target through the host, every layer (a delta-rule and an attention layer),
+ * fp32 and bf16: test_gpu_model's part 1e check (mixer_teacher_same) through the CUDA backend
+ * table. */
+static int mixer_teacher_emu(const grad_case *gc) {
     gdn_param_table t;
-    gdn_param_table_build(&t, &gc.c);
-    const int N = gc.B * gc.T;
+    gdn_param_table_build(&t, &gc->c);
+    const int N = gc->B * gc->T;
     float *p = init_params(&t, 21);
     int *tok = xmalloc((size_t)N * sizeof(int));
-    for (int i = 0; i < N; i++) tok[i] = (i * 7 + 3) % gc.c.vocab_size;
+    for (int i = 0; i < N; i++) tok[i] = (i * 7 + 3) % gc->c.vocab_size;
     int fails = 0;
     for (int pi = 0; pi < 2; pi++) {
-        const gdn_model_shape s = {.B = gc.B, .T = gc.T, .precision = pi ? GDN_PRECISION_BF16 : GDN_PRECISION_FP32};
+        const gdn_model_shape s = {.B = gc->B, .T = gc->T, .precision = pi ? GDN_PRECISION_BF16 : GDN_PRECISION_FP32};
         fails += mixer_teacher_same(gdn_backend_cuda(), &t, &s, p, tok);
     }
     free(p);
@@ -33,21 +32,22 @@ static int mixer_teacher_emu(const grad_case *gc0) {
 }
 
 int main(int argc, char **argv) {
-    grad_case att[3];
+    grad_case att[3], delta[3], mix[3];
     attention_cases(att);
-    /* cases 0..2: attention_cases; 3, 4: cases 0 and 2 with documents (part 1e) */
-    const int first = argc > 1 ? atoi(argv[1]) : 0, end = argc > 2 ? atoi(argv[2]) : 5;
+    delta_cases(delta);
+    mixer_cases(delta, mix);
+    enum { NCASES = 8 };
+    const int first = argc > 1 ? atoi(argv[1]) : 0, end = argc > 2 ? atoi(argv[2]) : NCASES;
     int fails = 0;
-    for (int i = first; i < end && i < 5; i++) {
-        grad_case gc = att[i < 3 ? i : i == 3 ? 0 : 2];
-        gdn_config *c = &gc.c;
-        char all_a[GDN_MAX_MIXERS + 1];
-        const int n = c->n_layers < GDN_MAX_MIXERS ? c->n_layers : GDN_MAX_MIXERS;
-        memset(all_a, 'A', (size_t)n);
-        all_a[n] = '\0';
-        snprintf(c->mixers, sizeof c->mixers, "%s", all_a);
-        printf("(as %s)\n", all_a);
-        fails += i < 3 ? grad_check(&gc) : docs_check(&gc);
+    for (int i = first; i < end && i < NCASES; i++) {
+        switch (i) {
+        case 0: case 1: case 2: fails += grad_check(&att[i]); break;
+        case 3: fails += docs_check(&att[0]); break;
+        case 4: fails += docs_check(&att[2]); break;
+        case 5: fails += grad_check(&delta[2]); break;
+        case 6: fails += grad_check(&mix[0]); break;
+        case 7: fails += docs_check(&delta[0]); break;
+        }
         /* the softmax-only case in 4 segments through the sequence-parallel hooks */
         if (i == 2) fails += segment_check(att[2].what, &att[2].c, 1, 260, 4, 0);
     }

@@ -1125,8 +1125,30 @@ static gdn_config base_config(void) {
                         .allow_neg_eigval = 0, .norm_eps = 1e-6};
 }
 
+/* The gated delta rule's head layouts (part 1a; the third also on the CPU emulator,
+ * tests/gpu/emu_attn.sh). */
+static void delta_cases(grad_case cases[3]) {
+    const gdn_config base = base_config();
+    cases[0] = (grad_case){"K32 V64 (heads padded), 2 layers, B2 T45", base, 2, 45};
+    cases[1] = (grad_case){"K64 V128 (direct), tied, beta 2sig, B2 T70", base, 2, 70};
+    cases[1].c.vocab_size = 40; cases[1].c.d_model = 48; cases[1].c.n_layers = 1; cases[1].c.head_dim = 64;
+    cases[1].c.d_ff = 80; cases[1].c.tie_embeddings = 1; cases[1].c.allow_neg_eigval = 1;
+    cases[2] = (grad_case){"K64 V512 (value heads split), B1 T33", base, 1, 33};
+    cases[2].c.vocab_size = 30; cases[2].c.d_model = 32; cases[2].c.n_layers = 1; cases[2].c.n_heads = 1;
+    cases[2].c.head_dim = 64; cases[2].c.expand_v = 8; cases[2].c.d_ff = 40;
+}
+
+/* Mixer patterns over delta_cases' layouts: layers without decay and / or beta (part 1c; the
+ * first also on the CPU emulator). */
+static void mixer_cases(const grad_case cases[3], grad_case mix[3]) {
+    const gdn_config base = base_config();
+    mix[0] = (grad_case){"GDML, K32 V64 (heads padded), 4 layers, B2 T45", with_mixers(base, "GDML", 4), 2, 45};
+    mix[1] = (grad_case){"MLLG, K64 V128 (direct), tied, beta 2sig, B2 T70", with_mixers(cases[1].c, "MLLG", 4), 2, 70};
+    mix[2] = (grad_case){"LD, K64 V512 (value heads split), B1 T33", with_mixers(cases[2].c, "LD", 2), 1, 33};
+}
+
 /* Softmax attention layers (mixer A): two hybrids and a softmax-only model (part 1d; also run on
- * the CPU emulator by tests/gpu/emu_attn.sh with every layer A). */
+ * the CPU emulator by tests/gpu/emu_attn.sh). */
 static void attention_cases(grad_case att[3]) {
     const gdn_config base = base_config();
     att[0] = (grad_case){"GA, Da64 GQA 2:1, qk_norm, qkv_bias, B2 T45", with_mixers(base, "GA", 2), 2, 45};
@@ -1149,15 +1171,8 @@ int main(int argc, char **argv) {
         return 77;
     }
     if (argc > 1 && !strcmp(argv[1], "--bench")) return bench(argc > 2 ? argv[2] : NULL);
-    const gdn_config base = base_config();
     grad_case cases[3];
-    cases[0] = (grad_case){"K32 V64 (heads padded), 2 layers, B2 T45", base, 2, 45};
-    cases[1] = (grad_case){"K64 V128 (direct), tied, beta 2sig, B2 T70", base, 2, 70};
-    cases[1].c.vocab_size = 40; cases[1].c.d_model = 48; cases[1].c.n_layers = 1; cases[1].c.head_dim = 64;
-    cases[1].c.d_ff = 80; cases[1].c.tie_embeddings = 1; cases[1].c.allow_neg_eigval = 1;
-    cases[2] = (grad_case){"K64 V512 (value heads split), B1 T33", base, 1, 33};
-    cases[2].c.vocab_size = 30; cases[2].c.d_model = 32; cases[2].c.n_layers = 1; cases[2].c.n_heads = 1;
-    cases[2].c.head_dim = 64; cases[2].c.expand_v = 8; cases[2].c.d_ff = 40;
+    delta_cases(cases);
     int fails = 0;
     delta_repeatable[0] = delta_bwd_repeatable(GDN_CUDA_FP32);
     delta_repeatable[1] = delta_bwd_repeatable(GDN_CUDA_BF16);
@@ -1172,9 +1187,7 @@ int main(int argc, char **argv) {
     fails += segment_check(cases[2].what, &cases[2].c, 1, 150, 2, 1); /* value heads split (shared q, k) */
     /* mixer patterns (model/mixer.h): layers without decay and / or beta, packed and direct heads */
     grad_case mix[3];
-    mix[0] = (grad_case){"GDML, K32 V64 (heads padded), 4 layers, B2 T45", with_mixers(base, "GDML", 4), 2, 45};
-    mix[1] = (grad_case){"MLLG, K64 V128 (direct), tied, beta 2sig, B2 T70", with_mixers(cases[1].c, "MLLG", 4), 2, 70};
-    mix[2] = (grad_case){"LD, K64 V512 (value heads split), B1 T33", with_mixers(cases[2].c, "LD", 2), 1, 33};
+    mixer_cases(cases, mix);
     printf("mixer patterns: gradients (as above), segments, hidden states, training steps\n");
     for (int i = 0; i < 3; i++) fails += grad_check(&mix[i]);
     fails += segment_check(mix[0].what, &mix[0].c, 2, 120, 3, 1);
