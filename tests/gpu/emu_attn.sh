@@ -7,17 +7,18 @@
 #          without documents) in both precisions;
 #   model: cases of test_gpu_model.c (emu_model_main.c lists them: hybrids of delta-rule and
 #          attention layers, softmax only, the delta rule with its value heads split, the GDML
-#          pattern, documents): loss, logits and every gradient of the CUDA model (its host
-#          code, ops and kernels as they are; the GEMMs on the host in place of cuBLASLt,
-#          tests/gpu/emu_gemm.cpp) against the fp64 CPU model, fp32 and bf16; and the
-#          teacher-forced mixer fed by a teacher model's own stream against the same through the
-#          host (distillation's stage 1), bitwise, through the CUDA backend table (model/backend/cuda.c).
-# emu_gen.py, emu_delta_gen.py and tests/gpu/emu/gen.py turn the sources into host C++; everything is built with
-# AddressSanitizer and UBSan (the emulated device buffers are exact-size host allocations, so an
-# access outside a buffer is reported). It checks index math, buffer sizes, strides, reductions,
+#          pattern, documents, segments through the sequence-parallel hooks): loss, logits and
+#          every gradient of the CUDA model (its host code, ops and kernels as they are; the
+#          GEMMs on the host in place of cuBLASLt, tests/gpu/emu_gemm.cpp) against the fp64 CPU
+#          model, fp32 and bf16; and the teacher-forced mixer fed by a teacher model's own stream
+#          against the same through the host (distillation's stage 1), bitwise, through the CUDA
+#          backend table (model/backend/cuda.c).
+# emu_gen.py, emu_delta_gen.py and tests/gpu/emu/gen.py turn the sources into host C++;
+# everything is built with AddressSanitizer and UBSan (the emulated device buffers are exact-size
+# host allocations, so an access outside a buffer is reported). It checks index math, buffer sizes, strides, reductions,
 # barrier placement and the gradients' plumbing; it says nothing about speed.
 # Usage: [EMU_CASES="FIRST END"] emu_attn.sh BUILD_DIR [ops|model|all]  (EMU_CASES: the model
-# check's cases FIRST .. END-1 of 0..7, default all; BUILD_DIR: a CPU or CUDA build of this tree,
+# check's cases FIRST .. END-1 of 0..8, default all; BUILD_DIR: a CPU or CUDA build of this tree,
 # for the CPU model and references: libgdn_model.a, libgdn_real64.a, libgdn_real32.a,
 # tests/libgdn_testref.a). x86-64 Linux with g++, gcc, python3, OpenBLAS and zlib.
 # Exit 0: every comparison passed; 77: no g++.

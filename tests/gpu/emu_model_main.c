@@ -4,8 +4,9 @@
  * layers, a softmax-only model, which also runs in segments through the sequence-parallel
  * hooks); 3, 4: cases 0 and 2 with documents packed into the rows (part 1e); 5: the delta rule
  * with its value heads split in two (q, k shared; v and y recomputed in the backward); 6: the
- * GDML mixer pattern; 7: the gated delta rule with documents. Then the teacher-forced mixer (case
- * 0's layers). Usage: emu_model [first [end]] (cases 0..7). */
+ * GDML mixer pattern; 7: the gated delta rule with documents; 8: the gated delta rule in 3
+ * segments through the sequence-parallel hooks, the states arriving late. Then the
+ * teacher-forced mixer (case 0's layers). Usage: emu_model [first [end]] (cases 0..8). */
 #define main test_gpu_model_main
 #include "tests/gpu/test_gpu_model.c"
 #undef main
@@ -36,7 +37,7 @@ int main(int argc, char **argv) {
     attention_cases(att);
     delta_cases(delta);
     mixer_cases(delta, mix);
-    enum { NCASES = 8 };
+    enum { NCASES = 9 };
     const int first = argc > 1 ? atoi(argv[1]) : 0, end = argc > 2 ? atoi(argv[2]) : NCASES;
     int fails = 0;
     for (int i = first; i < end && i < NCASES; i++) {
@@ -47,6 +48,9 @@ int main(int argc, char **argv) {
         case 5: fails += grad_check(&delta[2]); break;
         case 6: fails += grad_check(&mix[0]); break;
         case 7: fails += docs_check(&delta[0]); break;
+        case 8: /* the delta rule in 3 segments through the sequence-parallel hooks, states late */
+            fails += segment_check(delta[0].what, &delta[0].c, 2, 120, 3, 1);
+            break;
         }
         /* the softmax-only case in 4 segments through the sequence-parallel hooks */
         if (i == 2) fails += segment_check(att[2].what, &att[2].c, 1, 260, 4, 0);
