@@ -2,9 +2,10 @@
 # The CUDA model on the CPU, for machines without a GPU, with the CPU emulator of tests/gpu/emu
 # (each CUDA thread a coroutine, real barriers and warp shuffles, bf16 rounding, the tensor-core
 # fragments of the attention and delta-rule kernels):
-#   ops:   test_gpu_ops.c's attention_layer_ops (the q/k bias + norm + RoPE prep and the bias ops
-#          against the fp64 CPU ops) and the short convolution's generic kernels (with and
-#          without documents) in both precisions;
+#   ops:   test_gpu_ops.c's checks against the fp64 CPU ops in both precisions (emu_ops_main.c
+#          lists them: the attention layers' ops, embedding, norms, gated norm, SwiGLU, gates,
+#          cross-entropy, gradient norm, head packing, the short convolution with and without
+#          documents);
 #   model: cases of test_gpu_model.c (emu_model_main.c lists them: hybrids of delta-rule and
 #          attention layers, softmax only, the delta rule with its value heads split, the GDML
 #          pattern, documents, segments through the sequence-parallel hooks): loss, logits and
