@@ -200,8 +200,8 @@ __device__ __forceinline__ void state_bwd_refill(const gdn_delta_args &a, int &t
     ++ti;
 }
 
-/* at most 128 registers (512 threads' worth per multiprocessor): left free, the K = 256 tiles
- * take 168 and fewer blocks fit beside the other pass */
+/* 128 registers at most (the second bound asks for 512 resident threads: 65536 / 512); left
+ * free, the K = 256 tiles take 168 and fewer blocks fit beside the other pass */
 template <typename E, int K, int BV>
 __global__ void __launch_bounds__(BV * 4, 512 / (BV * 4)) k_state_bwd(const gdn_delta_args a, int slots) {
     constexpr int MT = K / 64, NTV = 4;

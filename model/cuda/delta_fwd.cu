@@ -325,8 +325,8 @@ __device__ __forceinline__ void state_fwd_issue(const gdn_delta_args &a, int til
     cp_async_commit();
 }
 
-/* at most 128 registers (512 threads' worth per multiprocessor): left free, the K = 256 tiles
- * take 168 and fewer blocks fit beside the other pass */
+/* 128 registers at most (the second bound asks for 512 resident threads: 65536 / 512); left
+ * free, the K = 256 tiles take 168 and fewer blocks fit beside the other pass */
 template <typename E, int K, int BV>
 __global__ void __launch_bounds__(BV * 4, 512 / (BV * 4)) k_state_fwd(const gdn_delta_args a, int slots) {
     constexpr int MT = K / 64, NTV = 4;
