@@ -177,13 +177,13 @@ __device__ __forceinline__ void state_bwd_issue(const gdn_delta_args &a, int til
             chunk_load_async<E, K, BV * 4>(dst, LDT, (const E *)a.k + qk_off(a, b, c * GDN_CHUNK, hq), qk_ld(a), L);
             chunk_load_async<E, BV, BV * 4>(small, LDU, (const E *)a.d_o + tok_off(a, b, c * GDN_CHUNK, h, a.V) + v0,
                                             (long)a.H * a.V, L);
-            tile_load_async_full<E, 64, BV, BV * 4>(small + 64 * LDU, LDU,
-                                                    (const E *)a.dVl + row_off(a, bh, c, 0, a.V) + v0, a.V);
+            tile_load_async_t<E, 64, BV, BV * 4, true>(small + 64 * LDU, LDU,
+                                                       (const E *)a.dVl + row_off(a, bh, c, 0, a.V) + v0, a.V, 64);
             tile_load_async(gsb, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
         } else if (which == 1) {
             chunk_load_async<E, K, BV * 4>(dst, LDT, (const E *)a.q + qk_off(a, b, c * GDN_CHUNK, hq), qk_ld(a), L);
         } else {
-            tile_load_async_full<E, 64, K, BV * 4>(dst, LDT, (const E *)a.W + row_off(a, bh, c, 0, K), K);
+            tile_load_async_t<E, 64, K, BV * 4, true>(dst, LDT, (const E *)a.W + row_off(a, bh, c, 0, K), K, 64);
         }
     }
     cp_async_commit();

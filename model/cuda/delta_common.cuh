@@ -191,41 +191,36 @@ __device__ __forceinline__ void tile_load_async(E *s, int lds, const E *g, long 
     }
 }
 
-/* tile_load_async with the tile shape and the block size known at compile time (the hot loads
- * of the state passes): per thread one base address, then fixed strides. */
-template <typename E, int ROWS, int COLS, int NTH>
-__device__ __forceinline__ void tile_load_async_t(E *s, int lds, const E *g, long ldg, int valid_rows) {
-    constexpr int vec = 16 / (int)sizeof(E), cpr = COLS / vec, total = ROWS * cpr;
-    static_assert(NTH % cpr == 0 && total % NTH == 0, "tile and block shapes must divide");
-    constexpr int rstep = NTH / cpr;
-    const int r0 = threadIdx.x / cpr, cc = (threadIdx.x % cpr) * vec;
-    const E *gp = g + r0 * ldg + cc;
-    E *sp = s + r0 * lds + cc;
-#pragma unroll
-    for (int i = 0; i < total / NTH; ++i) {
-        const bool ok = r0 + i * rstep < valid_rows;
-        cp_async16(sp + i * rstep * lds, ok ? (const void *)(gp + i * rstep * ldg) : (const void *)g, ok);
-    }
-}
+/* A ROWS x COLS tile copied in 16-byte pieces by NTH threads, shapes known at compile time: each
+ * thread takes the piece at (r0, cc) and the ones RSTEP rows below it, N in all. */
+template <typename E, int ROWS, int COLS, int NTH> struct tile_pieces {
+    static constexpr int VEC = 16 / (int)sizeof(E), CPR = COLS / VEC, N = ROWS * CPR / NTH, RSTEP = NTH / CPR;
+    static_assert(NTH % CPR == 0 && ROWS * CPR % NTH == 0, "tile and block shapes must divide");
+    int r0, cc;
+    __device__ __forceinline__ tile_pieces() : r0(threadIdx.x / CPR), cc((threadIdx.x % CPR) * VEC) {}
+};
 
-/* tile_load_async_t of a tile whose rows all exist: no row test, no zero fill. */
-template <typename E, int ROWS, int COLS, int NTH>
-__device__ __forceinline__ void tile_load_async_full(E *s, int lds, const E *g, long ldg) {
-    constexpr int vec = 16 / (int)sizeof(E), cpr = COLS / vec, total = ROWS * cpr;
-    static_assert(NTH % cpr == 0 && total % NTH == 0, "tile and block shapes must divide");
-    constexpr int rstep = NTH / cpr;
-    const int r0 = threadIdx.x / cpr, cc = (threadIdx.x % cpr) * vec;
-    const E *gp = g + r0 * ldg + cc;
-    E *sp = s + r0 * lds + cc;
+/* tile_load_async with the tile shape and the block size known at compile time (the hot loads
+ * of the state passes): per thread one base address, then fixed strides. FULL: every row exists
+ * (no row test, no zero fill; valid_rows is not read). */
+template <typename E, int ROWS, int COLS, int NTH, bool FULL = false>
+__device__ __forceinline__ void tile_load_async_t(E *s, int lds, const E *g, long ldg, int valid_rows) {
+    using T = tile_pieces<E, ROWS, COLS, NTH>;
+    const T t;
+    const E *gp = g + t.r0 * ldg + t.cc;
+    E *sp = s + t.r0 * lds + t.cc;
 #pragma unroll
-    for (int i = 0; i < total / NTH; ++i) cp_async16(sp + i * rstep * lds, gp + i * rstep * ldg, true);
+    for (int i = 0; i < T::N; ++i) {
+        const bool ok = FULL || t.r0 + i * T::RSTEP < valid_rows;
+        cp_async16(sp + i * T::RSTEP * lds, ok ? (const void *)(gp + i * T::RSTEP * ldg) : (const void *)g, ok);
+    }
 }
 
 /* A tile of 64 rows of which the first L exist: the row test only where some are missing (the
  * last chunk of a sequence). */
 template <typename E, int COLS, int NTH>
 __device__ __forceinline__ void chunk_load_async(E *s, int lds, const E *g, long ldg, int L) {
-    if (L == 64) tile_load_async_full<E, 64, COLS, NTH>(s, lds, g, ldg);
+    if (L == 64) tile_load_async_t<E, 64, COLS, NTH, true>(s, lds, g, ldg, 64);
     else tile_load_async_t<E, 64, COLS, NTH>(s, lds, g, ldg, L);
 }
 
@@ -233,15 +228,13 @@ __device__ __forceinline__ void chunk_load_async(E *s, int lds, const E *g, long
  * size known at compile time (the state passes' h and dh: every row exists). */
 template <typename E, int ROWS, int COLS, int NTH>
 __device__ __forceinline__ void tile_store_t(E *g, long ldg, const E *s, int lds) {
-    constexpr int vec = 16 / (int)sizeof(E), cpr = COLS / vec, total = ROWS * cpr;
-    static_assert(NTH % cpr == 0 && total % NTH == 0, "tile and block shapes must divide");
-    constexpr int rstep = NTH / cpr;
-    const int r0 = threadIdx.x / cpr, cc = (threadIdx.x % cpr) * vec;
-    E *gp = g + r0 * ldg + cc;
-    const E *sp = s + r0 * lds + cc;
-    const long gstep = rstep * ldg;
+    using T = tile_pieces<E, ROWS, COLS, NTH>;
+    const T t;
+    E *gp = g + t.r0 * ldg + t.cc;
+    const E *sp = s + t.r0 * lds + t.cc;
+    const long gstep = T::RSTEP * ldg;
 #pragma unroll 1 /* unrolled, the compiler keeps every row's address live through the caller's loop */
-    for (int i = 0; i < total / NTH; ++i, gp += gstep, sp += rstep * lds)
+    for (int i = 0; i < T::N; ++i, gp += gstep, sp += T::RSTEP * lds)
         *reinterpret_cast<uint4 *>(gp) = *reinterpret_cast<const uint4 *>(sp);
 }
 

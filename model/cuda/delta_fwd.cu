@@ -314,8 +314,8 @@ __device__ __forceinline__ void state_fwd_issue(const gdn_delta_args &a, int til
     const int c = a.c0 + (tile >> 1);
     if (c < a.c1) {
         if ((tile & 1) == 0) {
-            tile_load_async_full<E, 64, K, BV * 4>(dst, LDT, (const E *)a.W + row_off(a, bh, c, 0, K), K);
-            tile_load_async_full<E, 64, BV, BV * 4>(u, LDU, (const E *)a.U + row_off(a, bh, c, 0, a.V) + v0, a.V);
+            tile_load_async_t<E, 64, K, BV * 4, true>(dst, LDT, (const E *)a.W + row_off(a, bh, c, 0, K), K, 64);
+            tile_load_async_t<E, 64, BV, BV * 4, true>(u, LDU, (const E *)a.U + row_off(a, bh, c, 0, a.V) + v0, a.V, 64);
             tile_load_async(gsb, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
         } else {
             const int L = min(GDN_CHUNK, a.T - c * GDN_CHUNK);
