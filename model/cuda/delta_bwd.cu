@@ -159,7 +159,7 @@ template <typename E> __global__ void __launch_bounds__(256, 2) k_dv_local(const
  *   dS     = gamma_C dS + Q^T (s diag(gamma) dO) - W^T dv_new   (dS: state gradient, fp32) */
 template <typename E, int K, int BV> static size_t state_bwd_smem(int slots) {
     const int nsb = (slots + 2) / 3;
-    return (size_t)slots * tile_bytes<E>(64, K) + nsb * (2 * tile_bytes<E>(64, BV) + 64 * 4) +
+    return (size_t)slots * tile_bytes<E>(64, K) + nsb * (2 * tile_bytes<E>(64, BV) + STATE_GSLOT * 4) +
            tile_bytes<E>(K, BV) + tile_bytes<E>(128, BV);
 }
 
@@ -179,7 +179,7 @@ __device__ __forceinline__ void state_bwd_issue(const gdn_delta_args &a, int til
                                             (long)a.H * a.V, L);
             tile_load_async_t<E, 64, BV, BV * 4, true>(small + 64 * LDU, LDU,
                                                        (const E *)a.dVl + row_off(a, bh, c, 0, a.V) + v0, a.V, 64);
-            tile_load_async(gsb, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
+            state_gate_load(a, gsb, bh, b, c);
         } else if (which == 1) {
             chunk_load_async<E, K, BV * 4>(dst, LDT, (const E *)a.q + qk_off(a, b, c * GDN_CHUNK, hq), qk_ld(a), L);
         } else {
@@ -195,7 +195,7 @@ __device__ __forceinline__ void state_bwd_refill(const gdn_delta_args &a, int &t
                                                  E *slot, E *sSmall, float *sG, int bh, int b, int h,
                                                  int hq, int v0) {
     constexpr int LDU = pad_ld<E>(BV);
-    state_bwd_issue<E, K, BV>(a, ti, slot, sSmall + sb_in * 2 * 64 * LDU, sG + sb_in * 64, bh, b, h, hq, v0);
+    state_bwd_issue<E, K, BV>(a, ti, slot, sSmall + sb_in * 2 * 64 * LDU, sG + sb_in * STATE_GSLOT, bh, b, h, hq, v0);
     if (ti % 3 == 0 && ++sb_in == nsb) sb_in = 0;
     ++ti;
 }
@@ -236,22 +236,16 @@ __global__ void __launch_bounds__(BV * 4, 512 / (BV * 4)) k_state_bwd(const gdn_
      * of the current step; `ti` = index of the next tile to issue */
     int sb_in = 0, ti = 0;
     for (; ti < slots; ++ti) {
-        state_bwd_issue<E, K, BV>(a, ti, ring + ti * 64 * LDT, sSmall + sb_in * 2 * 64 * LDU, sG + sb_in * 64, bh, b, h, hq, v0);
+        state_bwd_issue<E, K, BV>(a, ti, ring + ti * 64 * LDT, sSmall + sb_in * 2 * 64 * LDU, sG + sb_in * STATE_GSLOT, bh, b, h, hq, v0);
         if (ti % 3 == 0 && ++sb_in == nsb) sb_in = 0;
     }
     int cur = 0, prev = slots - 1, sb_out = 0;
     E *dhgc = dhg + (long)bh * NT * K * a.V + v0;
 
-    /* Documents: (f, seg[63]) of chunk c from fl, loaded one step ahead (see k_state_fwd) */
-    const int2 *flb = a.doc ? a.fl + (long)b * NT : NULL;
-    int2 fl_next = flb ? flb[NT - 1] : make_int2(64, -1);
-
     /* One tile per phase: before phase u, wait for tile u, then refill the slot that tile u-1
      * (consumed by every warp before this barrier) held with tile u-1+slots. */
     for (int s = 0; s < NT; ++s) {
         const int c = NT - 1 - s;
-        const int2 flc = fl_next;
-        if (flb && c > 0) fl_next = flb[c - 1];
         /* phase K: dv_new = dVl + diag(r) K dS */
         cp_async_wait_dyn(slots - 2);
         __syncthreads();
@@ -263,8 +257,9 @@ __global__ void __launch_bounds__(BV * 4, 512 / (BV * 4)) k_state_bwd(const gdn_
         const E *sKc = ring_take(ring, LDT, cur, prev, slots);
         const E *dO = sSmall + sb_out * 2 * 64 * LDU;
         const E *dVl = dO + 64 * LDU;
-        const float *gG = sG + sb_out * 64;
+        const float *gG = sG + sb_out * STATE_GSLOT;
         if (++sb_out == nsb) sb_out = 0;
+        const int4 flc = state_doc_view(a, gG); /* documents: (f, seg[63]) of the chunk */
         float acc[1][NTV][4];
         acc_zero(acc);
         warp_mma<1, NTV, OP_MK, OP_KN>(acc, sKc + wm * 16 * LDT, LDT, sdS + c0, LDU, K);

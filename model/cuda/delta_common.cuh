@@ -69,9 +69,10 @@ typedef struct {
      *   r_j     = exp(G_63 - G_j) only where j >= seg[63] (the chunk's last document),
      *   gamma_C = exp(G_63)       only where seg[63] < 0 (no start in the chunk),
      * with G restarted at every start (chunk_log_decay). fl [B, NT] (k_intra writes it) holds
-     * (f, seg[63]) per chunk for the state passes: f = 64 and seg[63] = -1 without a start. */
+     * (f, seg[63], 0, 0) per chunk for the state passes: f = 64 and seg[63] = -1 without a
+     * start (16 bytes, so that the passes copy it into shared memory with the gates). */
     const int *doc;
-    int2 *fl;
+    int4 *fl;
 } gdn_delta_args;
 
 /* Byte offsets of the workspace tensors (dq_part, dk_part only where qk heads are shared). */
@@ -107,7 +108,7 @@ static inline gdn_delta_ws gdn_delta_ws_layout(const gdn_delta_shape *s, size_t 
     GDN_WS_TAKE(Dm, rows * GDN_CHUNK * es);
     GDN_WS_TAKE(dG1, rows * 4);
     GDN_WS_TAKE(carry, BH * K * V * 4);
-    GDN_WS_TAKE(fl, (size_t)s->B * NT * 8);
+    GDN_WS_TAKE(fl, (size_t)s->B * NT * 16);
     w.dq_part = w.dk_part = 0;
     if (gdn_delta_group(s) > 1) {
         const size_t ntok = (size_t)s->B * s->T * s->H;
@@ -406,6 +407,25 @@ __device__ __forceinline__ long qk_ld(const gdn_delta_args &a) { return (long)a.
 /* Element offset of row r of chunk c of head bh in a chunk-padded [B*H, NT*64, D] tensor. */
 __device__ __forceinline__ long row_off(const gdn_delta_args &a, int bh, int c, int r, int D) {
     return (((long)bh * a.NT + c) * GDN_CHUNK + r) * D;
+}
+
+/* ---- the state passes' per-chunk gate slot ------------------------------------------------- */
+/* A slot of a state pass's small buffer: G of the chunk (64 floats), then with documents the
+ * chunk's fl entry (f, seg[63], 0, 0), both copied with the chunk's tiles, so that no global
+ * load sits on the sequential path. */
+constexpr int STATE_GSLOT = 64 + 4;
+
+/* cp.async of chunk c's G (threads 0..15) and, with documents, its fl entry (thread 16) into
+ * the slot gsb; part of the caller's group. */
+__device__ __forceinline__ void state_gate_load(const gdn_delta_args &a, float *gsb, int bh, int b, int c) {
+    const int tid = threadIdx.x;
+    if (tid < 16) cp_async16(gsb + 4 * tid, a.G + ((long)bh * a.NT + c) * GDN_CHUNK + 4 * tid, true);
+    else if (tid == 16 && a.doc) cp_async16(gsb + 64, a.fl + (long)b * a.NT + c, true);
+}
+
+/* The landed slot's (f, seg[63]); without documents (64, -1): no start in the chunk. */
+__device__ __forceinline__ int4 state_doc_view(const gdn_delta_args &a, const float *gsb) {
+    return a.doc ? *reinterpret_cast<const int4 *>(gsb + 64) : make_int4(GDN_CHUNK, -1, 0, 0);
 }
 
 /* ---- the in-chunk cumulative log decay ------------------------------------------------------ */

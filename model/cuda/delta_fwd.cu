@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(256, MINB) k_intra(const gdn_delta_args a) {
         int f = 64;
         for (int i = 63; i >= 0; --i)
             if (sSeg[i] == i) f = i;
-        a.fl[(long)b * a.NT + c] = make_int2(f, sSeg[63]);
+        a.fl[(long)b * a.NT + c] = make_int4(f, sSeg[63], 0, 0);
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(256, MINB) k_intra(const gdn_delta_args a) {
  * K_c); U and G go to one of nsb = ceil(slots/2) small buffers. */
 template <typename E, int K, int BV> static size_t state_fwd_smem(int slots) {
     const int nsb = (slots + 1) / 2;
-    return (size_t)slots * tile_bytes<E>(64, K) + nsb * (tile_bytes<E>(64, BV) + 64 * 4) +
+    return (size_t)slots * tile_bytes<E>(64, K) + nsb * (tile_bytes<E>(64, BV) + STATE_GSLOT * 4) +
            tile_bytes<E>(K, BV) + tile_bytes<E>(64, BV);
 }
 
@@ -316,7 +316,7 @@ __device__ __forceinline__ void state_fwd_issue(const gdn_delta_args &a, int til
         if ((tile & 1) == 0) {
             tile_load_async_t<E, 64, K, BV * 4, true>(dst, LDT, (const E *)a.W + row_off(a, bh, c, 0, K), K, 64);
             tile_load_async_t<E, 64, BV, BV * 4, true>(u, LDU, (const E *)a.U + row_off(a, bh, c, 0, a.V) + v0, a.V, 64);
-            tile_load_async(gsb, 64, a.G + ((long)bh * a.NT + c) * GDN_CHUNK, 64, 1, 64, 1);
+            state_gate_load(a, gsb, bh, b, c);
         } else {
             const int L = min(GDN_CHUNK, a.T - c * GDN_CHUNK);
             chunk_load_async<E, K, BV * 4>(dst, LDT, (const E *)a.k + qk_off(a, b, c * GDN_CHUNK, hq), qk_ld(a), L);
@@ -362,28 +362,21 @@ __global__ void __launch_bounds__(BV * 4, 512 / (BV * 4)) k_state_fwd(const gdn_
      * next W tile to issue / of the current chunk */
     int sb_in = 0;
     for (int i = 0; i < slots; ++i) {
-        state_fwd_issue<E, K, BV>(a, i, ring + i * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * 64, bh, b, hq, v0);
+        state_fwd_issue<E, K, BV>(a, i, ring + i * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * STATE_GSLOT, bh, b, hq, v0);
         if ((i & 1) == 0 && ++sb_in == nsb) sb_in = 0;
     }
     int cur = 0, prev = slots - 1, sb_out = 0;
     E *vng = Vng + row_off(a, bh, 0, 0, a.V) + v0;
     E *hgc = hg + (long)bh * NT * K * a.V + v0;
 
-    /* Documents: the last start of chunk c (seg[63], -1: none) from fl, loaded one chunk ahead
-     * so that the load is off the sequential path. */
-    const int2 *flb = a.doc ? a.fl + (long)b * NT : NULL;
-    int lst_next = flb ? flb[a.c0].y : -1;
-
     /* One tile per phase: before phase u, wait for tile u, then refill the slot that tile u-1
      * (consumed by every warp before this barrier) held with tile u-1+slots. */
     for (int c = a.c0; c < a.c1; ++c) {
-        const int lst = lst_next;
-        if (flb && c + 1 < a.c1) lst_next = flb[c + 1].y;
         cp_async_wait_dyn(slots - 2); /* W_c, U_c, G_c have landed */
         __syncthreads();
         if (c > a.c0) {
             const int t = 2 * (c - a.c0) - 1 + slots;
-            state_fwd_issue<E, K, BV>(a, t, ring + prev * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * 64, bh, b, hq, v0);
+            state_fwd_issue<E, K, BV>(a, t, ring + prev * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * STATE_GSLOT, bh, b, hq, v0);
             if ((t & 1) == 0 && ++sb_in == nsb) sb_in = 0;
         }
         tile_store_t<E, K, BV, BV * 4>(hgc + (long)c * K * a.V, a.V, sS, LDU);
@@ -391,8 +384,9 @@ __global__ void __launch_bounds__(BV * 4, 512 / (BV * 4)) k_state_fwd(const gdn_
         /* v_new = U - W S; the K^T product takes diag(exp(G_last - G)) v_new */
         const E *sW = ring_take(ring, LDT, cur, prev, slots);
         const E *u = sU + sb_out * 64 * LDU;
-        const float *gG = sG + sb_out * 64;
+        const float *gG = sG + sb_out * STATE_GSLOT;
         if (++sb_out == nsb) sb_out = 0;
+        const int lst = state_doc_view(a, gG).y; /* documents: the chunk's last start (-1: none) */
         float acc[1][NTV][4];
         acc_zero(acc);
         warp_mma<1, NTV, OP_MK, OP_KN>(acc, sW + wm * 16 * LDT, LDT, sS + c0, LDU, K);
@@ -420,7 +414,7 @@ __global__ void __launch_bounds__(BV * 4, 512 / (BV * 4)) k_state_fwd(const gdn_
         __syncthreads();
         {
             const int t = 2 * (c - a.c0) + slots;
-            state_fwd_issue<E, K, BV>(a, t, ring + prev * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * 64, bh, b, hq, v0);
+            state_fwd_issue<E, K, BV>(a, t, ring + prev * 64 * LDT, sU + sb_in * 64 * LDU, sG + sb_in * STATE_GSLOT, bh, b, hq, v0);
             if ((t & 1) == 0 && ++sb_in == nsb) sb_in = 0;
         }
 

@@ -10,8 +10,8 @@
 struct float4 { float x, y, z, w; };
 static inline float4 make_float4(float a, float b, float c, float d) { float4 r = {a, b, c, d}; return r; }
 /* the delta rule's per-chunk document bounds (delta_common.cuh) */
-struct int2 { int x, y; };
-static inline int2 make_int2(int a, int b) { int2 r = {a, b}; return r; }
+struct int4 { int x, y, z, w; };
+static inline int4 make_int4(int a, int b, int c, int d) { int4 r = {a, b, c, d}; return r; }
 /* the short convolution's raw loads (ops_conv.cu) */
 struct uint2 { unsigned x, y; };
 static inline uint2 make_uint2(unsigned a, unsigned b) { uint2 r = {a, b}; return r; }
