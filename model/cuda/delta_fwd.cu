@@ -238,14 +238,15 @@ __global__ void __launch_bounds__(256, MINB) k_intra(const gdn_delta_args a) {
         warp_mma<1, 4, OP_MK, OP_NK>(acc, sK + wm * 16 * LDK, LDK, sK + n0 * LDK, LDK, K);
         const int i0 = wm * 16 + frag_r(0);
         const float gi0 = sG[i0], gi1 = sG[i0 + 8], bi0 = sB[i0], bi1 = sB[i0 + 8];
-        const int sg0 = sSeg[i0], sg1 = sSeg[i0 + 8];
+        const bool docs = a.doc != NULL; /* without documents no seg in registers */
+        const int sg0 = docs ? sSeg[i0] : -1, sg1 = docs ? sSeg[i0 + 8] : -1;
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = i0 + (e >> 1) * 8, j = n0 + nt * 8 + frag_c(e);
                 const float gi = e < 2 ? gi0 : gi1, bi = e < 2 ? bi0 : bi1;
-                sA[i * LDA + j] = (i > j && j >= (e < 2 ? sg0 : sg1)) ? bi * acc[0][nt][e] * expf(gi - sG[j]) : 0.f;
+                sA[i * LDA + j] = (i > j && (!docs || j >= (e < 2 ? sg0 : sg1))) ? bi * acc[0][nt][e] * expf(gi - sG[j]) : 0.f;
             }
     }
     __syncthreads();
