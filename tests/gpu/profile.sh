@@ -5,6 +5,9 @@
 # KERNEL=name (e.g. k_state_bwd): instead, that kernel's first launch instruction by instruction
 # (Nsight Compute source counters): the instructions executed per opcode, where the warps stall
 # and the busiest instructions. BENCH=path profiles another build's bench_gpu_delta the same way.
+# MODEL=1: instead, the training step's memory-bound kernels (row norms, SwiGLU, convolutions,
+# loss, gradient norm, AdamW): the first launch of each in `test_gpu_model --bench` (the 512M
+# model), one line per kernel as above.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-build-gpu/out}
@@ -19,6 +22,17 @@ if [ -n "${KERNEL:-}" ]; then
     ncu --import "$rep.ncu-rep" --page source --print-source sass --csv >"$rep.csv" 2>>"$out/ncu.err"
     python3 tests/gpu/ncu_source_summary.py "$rep.csv"
     exit $?
+fi
+if [ "${MODEL:-0}" = 1 ]; then
+    rm -f "$out/ncu_model.txt"
+    for k in k_rmsnorm_fwd k_rmsnorm_bwd k_gated_fwd k_gated_bwd k_swiglu_fwd k_swiglu_bwd k_conv4_fwd8 \
+             k_conv4_bwdv k_cross_entropy k_grad_norm_part k_adamw; do
+        timeout 300 ncu --clock-control none -k "regex:$k" --launch-count 1 --section SpeedOfLight \
+            --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --page raw --csv \
+            ./build-gpu/tests/gpu/test_gpu_model --bench >"$out/ncu_$k.csv" 2>"$out/ncu.err" || tail -5 "$out/ncu.err"
+        python3 tests/gpu/ncu_summary.py "$out/ncu_$k.csv" | tee -a "$out/ncu_model.txt"
+    done
+    exit 0
 fi
 # the bench runs one forward (6 kernels: two halves of intra, state pass, output), then
 # forward+backward (6 + 6): profile those 12
