@@ -13,6 +13,9 @@ cd "$(dirname "$0")/../.."
 out=${OUT:-build-gpu/out}
 mkdir -p "$out"
 shape=${*:-4 4096 16 128}
+# the counters of the one-line-per-kernel summaries (ncu_summary.py)
+sections=(--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis
+          --section ComputeWorkloadAnalysis)
 bench=${BENCH:-./build-gpu/tests/gpu/bench_gpu_delta}
 if [ -n "${KERNEL:-}" ]; then
     rep="$out/ncu_$KERNEL"
@@ -24,21 +27,26 @@ if [ -n "${KERNEL:-}" ]; then
     exit $?
 fi
 if [ "${MODEL:-0}" = 1 ]; then
+    # one run of the step benchmark per kernel (each about half a minute)
+    kernels=(k_rmsnorm_fwd k_rmsnorm_bwd k_gated_fwd k_gated_bwd k_swiglu_fwd k_swiglu_bwd k_conv4_fwd8
+             k_conv4_bwdv k_cross_entropy k_grad_norm_part k_adamw)
     rm -f "$out/ncu_model.txt"
-    for k in k_rmsnorm_fwd k_rmsnorm_bwd k_gated_fwd k_gated_bwd k_swiglu_fwd k_swiglu_bwd k_conv4_fwd8 \
-             k_conv4_bwdv k_cross_entropy k_grad_norm_part k_adamw; do
-        timeout 300 ncu --clock-control none -k "regex:$k" --launch-count 1 --section SpeedOfLight \
-            --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --page raw --csv \
-            ./build-gpu/tests/gpu/test_gpu_model --bench >"$out/ncu_$k.csv" 2>"$out/ncu.err" || tail -5 "$out/ncu.err"
+    failed=0
+    for i in "${!kernels[@]}"; do
+        k=${kernels[$i]}
+        echo "[$((i + 1))/${#kernels[@]}] $k" >&2
+        if ! timeout 300 ncu --clock-control none -k "regex:$k" --launch-count 1 "${sections[@]}" --page raw \
+                --csv ./build-gpu/tests/gpu/test_gpu_model --bench >"$out/ncu_$k.csv" 2>"$out/ncu.err"; then
+            tail -5 "$out/ncu.err"
+            failed=1
+        fi
         python3 tests/gpu/ncu_summary.py "$out/ncu_$k.csv" | tee -a "$out/ncu_model.txt"
     done
-    exit 0
+    exit $failed
 fi
 # the bench runs one forward (6 kernels: two halves of intra, state pass, output), then
 # forward+backward (6 + 6): profile those 12
 timeout 400 ncu --clock-control none --launch-skip 6 --launch-count 12 \
-    -k 'regex:k_(intra|state|output|dv_local|grad)' \
-    --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
-    --section ComputeWorkloadAnalysis --page raw --csv \
+    -k 'regex:k_(intra|state|output|dv_local|grad)' "${sections[@]}" --page raw --csv \
     "$bench" 1 $shape 0 >"$out/ncu.csv" 2>"$out/ncu.err" || tail -5 "$out/ncu.err"
 python3 tests/gpu/ncu_summary.py "$out/ncu.csv"
