@@ -27,7 +27,7 @@ if [ -n "${KERNEL:-}" ]; then
     exit $?
 fi
 if [ "${MODEL:-0}" = 1 ]; then
-    # one run of the step benchmark per kernel (each about half a minute)
+    # one run of the step benchmark per kernel, stopped once its kernel is profiled (--kill)
     kernels=(k_rmsnorm_fwd k_rmsnorm_bwd k_gated_fwd k_gated_bwd k_swiglu_fwd k_swiglu_bwd k_conv4_fwd8
              k_conv4_bwdv k_cross_entropy k_grad_norm_part k_adamw)
     rm -f "$out/ncu_model.txt"
@@ -35,10 +35,14 @@ if [ "${MODEL:-0}" = 1 ]; then
     for i in "${!kernels[@]}"; do
         k=${kernels[$i]}
         echo "[$((i + 1))/${#kernels[@]}] $k" >&2
-        if ! timeout 300 ncu --clock-control none -k "regex:$k" --launch-count 1 "${sections[@]}" --page raw \
-                --csv ./build-gpu/tests/gpu/test_gpu_model --bench >"$out/ncu_$k.csv" 2>"$out/ncu.err"; then
+        # the run ends killed, so success is a (fresh) report that imports
+        rm -f "$out/ncu_$k.ncu-rep"
+        timeout 300 ncu --clock-control none --kill yes -k "regex:$k" --launch-count 1 "${sections[@]}" \
+            -o "$out/ncu_$k" -f ./build-gpu/tests/gpu/test_gpu_model --bench >"$out/ncu.err" 2>&1
+        if ! ncu --import "$out/ncu_$k.ncu-rep" --page raw --csv >"$out/ncu_$k.csv" 2>>"$out/ncu.err"; then
             tail -5 "$out/ncu.err"
             failed=1
+            continue
         fi
         python3 tests/gpu/ncu_summary.py "$out/ncu_$k.csv" | tee -a "$out/ncu_model.txt"
     done
