@@ -204,8 +204,8 @@ void gdn_cuda_model_attn_backward(gdn_cuda_model *m, int l) {
     const void *dres = m->dx_act ? m->dx_act : (const void *)m->dx; /* dL/dx_mid as act */
 
     /* o_proj: d_o = dres Wo (act: the attention backward's input), dWo += dres^T o */
-    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, p, m->d_o, dres, wgt(m, off->o_proj), N, d.QW, D, 0.0f);
-                gdn_cuda_linear_bwd_dw(bl, p, G + off->o_proj, dres, L->o, N, d.QW, D));
+    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, p, m->d_o, dres, D, wgt(m, off->o_proj), N, d.QW, D, 0.0f);
+                gdn_cuda_linear_bwd_dw(bl, p, G + off->o_proj, dres, D, L->o, N, d.QW, D));
 
     /* q, k again (the forward's bits), then the attention backward */
     const gdn_cuda_qk_prep qs = prep_of(m, l);
@@ -240,6 +240,7 @@ void gdn_cuda_model_attn_backward(gdn_cuda_model *m, int l) {
                    gdn_cuda_bias_grad(p, G + off->v_bias, m->dv, N, d.KW, ws, s));
 
     /* the projections of h1 and the input norm, as every block */
-    const block_proj proj[3] = {{m->dq1, off->q_proj, d.QW}, {m->dk1, off->k_proj, d.KW}, {m->dv, off->v_proj, d.KW}};
+    const block_proj proj[3] = {
+        {m->dq1, d.QW, off->q_proj, d.QW, 0}, {m->dk1, d.KW, off->k_proj, d.KW, 0}, {m->dv, d.KW, off->v_proj, d.KW, 0}};
     gdn_cuda_model_input_backward(m, l, proj, 3);
 }

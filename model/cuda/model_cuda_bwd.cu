@@ -62,14 +62,14 @@ static void delta_backward(gdn_cuda_model *m, const layer_acts *L, int l, const 
 }
 
 /* Sequence parallelism, backward: the gradients of the halo rows go to the hooks, and those of
- * this segment's tail rows (from the next segment) are added to dqp, dkp, dvp. */
-static void seq_halo_backward(gdn_cuda_model *m, const layer_acts *L, int l, void *const dx[3]) {
+ * this segment's tail rows (from the next segment) are added to dqp, dkp, dvp (rows ld apart). */
+static void seq_halo_backward(gdn_cuda_model *m, const layer_acts *L, int l, void *const dx[3], int ld) {
     const int W1 = m->cfg.conv_width - 1;
     m->hooks.bwd_halo(m->hooks.user, l, L->dtail, L->dhalo, m->n_halo);
     for (int i = 0; i < 3 && W1 > 0; i++) {
         const size_t C = m->n_halo[i] / ((size_t)m->B * W1), es = gdn_cuda_act_bytes(m->p);
-        PF(PR_COPY, gdn_cuda_add_strided(m->p, (char *)dx[i] + (size_t)(m->T - W1) * C * es, (size_t)m->T * C,
-                                         L->dtail[i], (size_t)W1 * C, m->B, m->stream));
+        PF(PR_COPY, gdn_cuda_add_strided(m->p, (char *)dx[i] + (size_t)(m->T - W1) * ld * es, (size_t)m->T * ld,
+                                         (size_t)ld, L->dtail[i], C, (size_t)W1, m->B, m->stream));
     }
 }
 
@@ -84,16 +84,19 @@ static void block_backward(gdn_cuda_model *m, int l) {
 
     /* MLP: dx holds dL/dx_in[l+1] = dL/dx_mid through the residual. mm = silu(gp) up and h2 are
      * recomputed (bitwise as in the forward) into scratch. */
-    void *mm = m->dup, *hs = m->hs;
+    void *mm = m->dgu, *hs = m->hs;
     PF(PR_ACT, gdn_cuda_swiglu_fwd(p, mm, L->gp, L->up, (size_t)N * F, s));
-    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, p, m->dm, dres, wgt(m, off->down_proj), N, F, D, 0.0f);
-                gdn_cuda_linear_bwd_dw(bl, p, G + off->down_proj, dres, mm, N, F, D));
-    PF(PR_ACT, gdn_cuda_swiglu_bwd(p, m->dgp, m->dup, m->dm, L->gp, L->up, (size_t)N * F, s));
+    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, p, m->dm, dres, D, wgt(m, off->down_proj), N, F, D, 0.0f);
+                gdn_cuda_linear_bwd_dw(bl, p, G + off->down_proj, dres, D, mm, N, F, D));
+    /* the gradients of gate_proj's and up_proj's outputs side by side in the rows of dgu [N,2F]:
+     * their weights are adjacent, so the input gradient is one product of inner width 2F */
+    char *dgu = (char *)m->dgu;
+    PF(PR_ACT, gdn_cuda_swiglu_bwd(p, dgu, dgu + (size_t)F * gdn_cuda_act_bytes(p), 2 * F, m->dm, L->gp, L->up,
+                                   N, F, s));
     PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, hs, L->rstd2, xm, P + off->mlp_norm, N, D, (float)c->norm_eps, s));
-    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dh, m->dgp, wgt(m, off->gate_proj), N, D, F, 0.0f);
-                gdn_cuda_linear_bwd_dw(bl, p, G + off->gate_proj, m->dgp, hs, N, D, F);
-                gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dh, m->dup, wgt(m, off->up_proj), N, D, F, 1.0f);
-                gdn_cuda_linear_bwd_dw(bl, p, G + off->up_proj, m->dup, hs, N, D, F));
+    const block_proj proj[2] = {{dgu, 2 * F, off->gate_proj, F, 0},
+                                {dgu + (size_t)F * gdn_cuda_act_bytes(p), 2 * F, off->up_proj, F, 1}};
+    gdn_cuda_model_proj_backward(m, proj, 2, hs);
     PF(PR_NORM, gdn_cuda_rmsnorm_bwd(p, m->dx, 1, m->dx_act, G + off->mlp_norm, m->dh, xm, P + off->mlp_norm,
                                      L->rstd2, N, D, ws, s));
     gdn_cuda_model_mixer_backward(m, l);
@@ -126,42 +129,53 @@ void gdn_cuda_model_mixer_backward(gdn_cuda_model *m, int l) {
 
     /* Mixer output: o_proj, gated norm. The gated norm's backward writes its forward output y
      * again (into dv, free until the delta rule's backward), for o_proj's weight gradient. */
-    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, p, m->dyo, dres, wgt(m, off->o_proj), N, HV, D, 0.0f));
+    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, p, m->dyo, dres, D, wgt(m, off->o_proj), N, HV, D, 0.0f));
     PF(PR_NORM, gdn_cuda_gated_rmsnorm_bwd(p, m->d_o, m->dz, m->dv, G + off->o_norm, m->dyo, L->o, L->zp,
                                            P + off->o_norm, L->rstd_o, N * H, V, ws, s));
-    PF(PR_GEMM, gdn_cuda_linear_bwd_dw(bl, p, G + off->o_proj, dres, m->dv, N, HV, D));
+    PF(PR_GEMM, gdn_cuda_linear_bwd_dw(bl, p, G + off->o_proj, dres, D, m->dv, N, HV, D));
 
     if (vs != m->stream) GDN_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->side_ev[1], 0));
     delta_backward(m, L, l, m->dvp);
 
+    /* The output gradients of the projections q, k, v, a, b go side by side into dproj (columns in
+     * their weights' order), so that their input gradient is one GEMM below. */
+    const size_t es = gdn_cuda_act_bytes(p);
+    const int ld = m->ldp;
+    char *dqp = (char *)m->dproj, *dkp = dqp + (size_t)HK * es, *dvp = dkp + (size_t)HK * es;
+    char *dap = dvp + (size_t)HV * es, *dbp = dap + (mx->has_decay ? (size_t)H * es : 0);
+
     /* q, k: L2 norm, then SiLU and convolution (one op, recomputing the convolution); v: SiLU and
      * convolution; then the gates. */
     PF(PR_NORM, gdn_cuda_l2norm_bwd(p, m->dq1, m->dqn, L->q, L->rq, N * H, K, s));
-    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, m->dqn, G + off->q_conv, sq ? L->dhalo[0] : NULL, m->dq1,
+    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, dqp, ld, G + off->q_conv, sq ? L->dhalo[0] : NULL, m->dq1,
                                   L->qp, P + off->q_conv, sq ? L->halo[0] : NULL, m->doc_d, B, T, HK, W, ws, s));
     PF(PR_NORM, gdn_cuda_l2norm_bwd(p, m->dk1, m->dkn, L->k, L->rk, N * H, K, s));
-    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, m->dkn, G + off->k_conv, sq ? L->dhalo[1] : NULL, m->dk1,
+    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, dkp, ld, G + off->k_conv, sq ? L->dhalo[1] : NULL, m->dk1,
                                   L->kp, P + off->k_conv, sq ? L->halo[1] : NULL, m->doc_d, B, T, HK, W, ws, s));
-    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, m->dvp, G + off->v_conv, sq ? L->dhalo[2] : NULL, m->dv,
+    PF(PR_CONV, gdn_cuda_conv_bwd(p, GDN_CUDA_CONV_SILU, dvp, ld, G + off->v_conv, sq ? L->dhalo[2] : NULL, m->dv,
                                   L->vp, P + off->v_conv, sq ? L->halo[2] : NULL, m->doc_d, B, T, HV, W, ws, s));
     if (sq) {
-        void *const dx[3] = {m->dqn, m->dkn, m->dvp};
-        seq_halo_backward(m, L, l, dx);
+        void *const dx[3] = {dqp, dkp, dvp};
+        seq_halo_backward(m, L, l, dx, ld);
     }
     if (mx->has_decay || mx->has_beta)
         PF(PR_ACT, if (mx->has_decay)
-                       gdn_cuda_decay_gate_bwd(p, m->dap, G + off->A_log, G + off->dt_bias, m->dg, L->ap,
+                       gdn_cuda_decay_gate_bwd(p, dap, ld, G + off->A_log, G + off->dt_bias, m->dg, L->ap,
                                                P + off->A_log, P + off->dt_bias, N, H, ws, s);
-                   if (mx->has_beta) gdn_cuda_beta_bwd(p, m->dbp, m->dbeta, L->beta, beta_scale(c), (size_t)N * H, s));
+                   if (mx->has_beta) gdn_cuda_beta_bwd(p, dbp, ld, m->dbeta, L->beta, beta_scale(c), N, H, s));
 
-    /* The projections of h1 (four to six, by mixer; input gradients summed into dh in this
-     * order), then the block's input norm. */
-    block_proj proj[6] = {
-        {m->dqn, off->q_proj, HK}, {m->dkn, off->k_proj, HK}, {m->dvp, off->v_proj, HV}, {m->dz, off->g_proj, HV},
-    };
-    int n_proj = 4;
-    if (mx->has_decay) proj[n_proj++] = {m->dap, off->a_proj, H};
-    if (mx->has_beta) proj[n_proj++] = {m->dbp, off->b_proj, H};
+    /* The projections of h1 (four to six, by mixer) as three products: the gates a, b first (the
+     * first product writes dh without reading it, which saves most where the product reads little
+     * else), then q, k, v (inner width 2 HK + HV: with the gates' columns it would not be a multiple
+     * of 8, which cuBLASLt runs on slower kernels), then g; then the block's input norm. */
+    block_proj proj[6];
+    int n_proj = 0;
+    if (mx->has_decay) proj[n_proj++] = {dap, ld, off->a_proj, H, 0};
+    if (mx->has_beta) proj[n_proj++] = {dbp, ld, off->b_proj, H, n_proj > 0};
+    proj[n_proj++] = {dqp, ld, off->q_proj, HK, 0};
+    proj[n_proj++] = {dkp, ld, off->k_proj, HK, 1};
+    proj[n_proj++] = {dvp, ld, off->v_proj, HV, 1};
+    proj[n_proj++] = {m->dz, HV, off->g_proj, HV, 0};
     gdn_cuda_model_input_backward(m, l, proj, n_proj);
 }
 
@@ -173,15 +187,33 @@ void gdn_cuda_model_input_backward(gdn_cuda_model *m, int l, const block_proj *p
     const layer_acts *L = &m->L[l];
     const float *P = m->params, *x = m->x + (size_t)l * N * D;
     float *G = m->grads;
-    gdn_cuda_blas *bl = m->blas;
     void *s = m->stream, *ws = m->op_ws, *hs = m->hs;
     PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, hs, L->rstd1, x, P + off->attn_norm, N, D, (float)c->norm_eps, s));
-    for (int i = 0; i < n_proj; i++)
-        PF(PR_GEMM, gdn_cuda_linear_bwd_dx(bl, p, FP32, m->dh, proj[i].dy, wgt(m, proj[i].w), N, D, proj[i].out,
-                                           i ? 1.0f : 0.0f);
-                    gdn_cuda_linear_bwd_dw(bl, p, G + proj[i].w, proj[i].dy, hs, N, D, proj[i].out));
+    gdn_cuda_model_proj_backward(m, proj, n_proj, hs);
     PF(PR_NORM, gdn_cuda_rmsnorm_bwd(p, m->dx, 1, m->dx_act, G + off->attn_norm, m->dh, x, P + off->attn_norm,
                                      L->rstd1, N, D, ws, s));
+}
+
+void gdn_cuda_model_proj_backward(gdn_cuda_model *m, const block_proj *proj, int n_proj, const void *h) {
+    const int N = m->N, D = m->cfg.d_model;
+    const gdn_cuda_precision p = m->p;
+    const size_t es = gdn_cuda_act_bytes(p);
+    for (int i = 0, j; i < n_proj; i = j) {
+        /* proj[i .. j) as one product: each next weight starts where the previous one ends, in the
+         * flat buffer and in its GEMM copy, and each next dy where the previous one's columns end */
+        int out = proj[i].out;
+        for (j = i + 1; j < n_proj && proj[j].join; j++) {
+            const block_proj *a = &proj[j - 1], *b = &proj[j];
+            const size_t wn = (size_t)a->out * D;
+            if (b->ld != a->ld || b->dy != (const char *)a->dy + (size_t)a->out * es || b->w != a->w + wn ||
+                wgt(m, b->w) != (const char *)wgt(m, a->w) + wn * (m->wact ? 2 : sizeof(float)))
+                break;
+            out += b->out;
+        }
+        PF(PR_GEMM, gdn_cuda_linear_bwd_dx(m->blas, p, FP32, m->dh, proj[i].dy, proj[i].ld, wgt(m, proj[i].w), N, D,
+                                           out, i ? 1.0f : 0.0f);
+                    gdn_cuda_linear_bwd_dw(m->blas, p, m->grads + proj[i].w, proj[i].dy, proj[i].ld, h, N, D, out));
+    }
 }
 
 /* Where block l's tensors start in the flat buffer (the table adds a block's tensors together);
@@ -221,9 +253,9 @@ extern "C" void gdn_cuda_model_backward_ready(gdn_cuda_model *m, gdn_cuda_grads_
     const int ordered = grads_in_order(t);
     size_t done = t->total; /* [done, total) is complete */
     m->prof_phase = 1;
-    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(m->blas, m->p, FP32, m->dh, m->logits, wgt(m, m->t->lm_head), N, D,
+    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(m->blas, m->p, FP32, m->dh, m->logits, c->vocab_size, wgt(m, m->t->lm_head), N, D,
                                        c->vocab_size, 0.0f);
-                gdn_cuda_linear_bwd_dw(m->blas, m->p, m->grads + m->t->lm_head, m->logits, m->hf, N, D, c->vocab_size));
+                gdn_cuda_linear_bwd_dw(m->blas, m->p, m->grads + m->t->lm_head, m->logits, c->vocab_size, m->hf, N, D, c->vocab_size));
     PF(PR_NORM, gdn_cuda_rmsnorm_bwd(m->p, m->dx, 0, m->dx_act, m->grads + m->t->final_norm, m->dh,
                                      m->x + (size_t)c->n_layers * N * D, m->params + m->t->final_norm, m->rstdf, N, D,
                                      m->op_ws, m->stream));

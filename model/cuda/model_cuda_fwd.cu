@@ -119,7 +119,7 @@ static void mlp_forward(gdn_cuda_model *m, int l) {
     float *xo = m->x + (size_t)(l + 1) * N * D;
     gdn_cuda_blas *bl = m->blas;
     void *s = m->stream;
-    void *h2 = m->hs, *mm = m->dup; /* mm: backward scratch, free during the forward pass */
+    void *h2 = m->hs, *mm = m->dgu; /* mm: backward scratch, free during the forward pass */
     PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, h2, L->rstd2, xm, P + off->mlp_norm, N, D, eps, s));
     PF(PR_GEMM, gdn_cuda_linear_fwd(bl, p, p, L->gp, h2, wgt(m, off->gate_proj), N, D, F, 0.0f);
                 gdn_cuda_linear_fwd(bl, p, p, L->up, h2, wgt(m, off->up_proj), N, D, F, 0.0f));

@@ -115,14 +115,19 @@ struct gdn_cuda_model {
     void *dx_act;            /* [N,D] act copy of dx (BF16 mode; NULL in FP32 mode) */
     float *dh;               /* [N,D] sum of the projections' input gradients */
     void *dm;                /* [N,F] act (a GEMM's output for SwiGLU's backward) */
-    void *dgp, *dup;         /* [N,F] act */
+    void *dgu;               /* [N,2F] act: the gradients of gate_proj's and up_proj's outputs side by
+                                side in each row (their input gradient is one GEMM) */
+    void *dproj;             /* [N,ldp] act: a delta-rule layer's projection output gradients side by
+                                side, in its weights' order (q, k, v, then a, b where the mixer has
+                                them); the same memory as dm and dgu (the MLP's backward), never
+                                live at the same time */
+    int ldp;                 /* its row length: 2 HK + HV + 2 H rounded up to 16 bytes */
     void *dyo;               /* [N,HV] act (a GEMM's output for the gated norm's backward) */
     void *d_o, *dz;          /* [N,HV] act */
     void *dqn, *dkn, *dq1, *dk1; /* [N,HK] act (dq1 is also the forward's SiLU scratch) */
     void *dv, *dvp;          /* [N,HV] act; dvp also holds a delta-rule layer's v (forward and
                                 backward) and y (forward), dv its y in the backward */
     float *dg, *dbeta;       /* [N,H] */
-    void *dap, *dbp;         /* [N,H] act */
     /* packed heads for the delta rule (when dp.packed) */
     delta_plan dp;
     void *pq, *pk;           /* [N,H*S,Kp] act (unless qk_shared) */
@@ -259,14 +264,20 @@ void gdn_cuda_model_attn_backward(gdn_cuda_model *m, int l);
 void gdn_cuda_model_mixer_backward(gdn_cuda_model *m, int l);
 
 /* ---- shared by the mixers' backward passes (model_cuda_bwd.cu) -------------------------------------- */
-/* One projection of h1: its output gradient dy [N,out] (act) and its weight's offset. */
+/* One projection of h1: its output gradient dy [N,out] (act, rows ld apart) and its weight's offset.
+ * join: one product with the projection before it, where their weights are adjacent (in the flat
+ * buffer and in the GEMM copy) and dy's columns follow the previous dy's in the same rows. */
 typedef struct {
     const void *dy;
+    int ld;
     size_t w;
     int out;
+    int join;
 } block_proj;
 /* The projections of h1 (input gradients summed into m->dh in the order given, weight gradients
- * added) and the block's input norm: m->dx += dL/dx_in. */
+ * added; joined ones as one pair of GEMMs) and the block's input norm: m->dx += dL/dx_in. */
 void gdn_cuda_model_input_backward(gdn_cuda_model *m, int l, const block_proj *proj, int n_proj);
+/* The projections of h [N,D] alone: m->dh = the sum of their input gradients, weights' += . */
+void gdn_cuda_model_proj_backward(gdn_cuda_model *m, const block_proj *proj, int n_proj, const void *h);
 
 #endif

@@ -92,11 +92,19 @@ static size_t acts_layout(gdn_cuda_model *m, char *base) {
     if (bf) A(m->dx_act, N * D);
     else m->dx_act = NULL;
     F32(m->dh, N * D);
-    A(m->dm, N * F); A(m->dgp, N * F); A(m->dup, N * F);
+    { /* dm, dgu and dproj: one region (model_cuda_internal.cuh) */
+        const size_t fb = (N * F * es + 255) / 256 * 256;
+        m->ldp = (int)(((2 * HK + HV + 2 * H) * es + 15) / 16 * 16 / es);
+        const size_t pb = N * (size_t)m->ldp * es;
+        char *r = (char *)take(base, &used, fb + 2 * N * F * es > pb ? fb + 2 * N * F * es : pb);
+        m->dm = r;
+        m->dgu = r ? r + fb : NULL;
+        m->dproj = r;
+    }
     A(m->dyo, N * HV); A(m->d_o, N * HVs); A(m->dz, N * HV);
     A(m->dqn, N * HKs); A(m->dkn, N * HKs); A(m->dq1, N * HKs); A(m->dk1, N * HKs);
     A(m->dv, N * HVs); A(m->dvp, N * HV);
-    F32(m->dg, N * H); F32(m->dbeta, N * H); A(m->dap, N * H); A(m->dbp, N * H);
+    F32(m->dg, N * H); F32(m->dbeta, N * H);
     if (m->dp.packed) {
         const size_t HS = H * (size_t)m->dp.S, nk = N * HS * (size_t)m->dp.Kp, nv = N * HS * (size_t)m->dp.Vp;
         if (!m->dp.qk_shared) {

@@ -22,9 +22,11 @@ __global__ void k_swiglu_fwd(T *h, const T *a, const T *b, size_t n) {
     }
 }
 
+/* da, db [rows, F] with rows ldd apart; dh, a, b contiguous (F a multiple of VW). */
 template <typename T, int VW>
-__global__ void k_swiglu_bwd(T *da, T *db, const T *dh, const T *a, const T *b, size_t n) {
+__global__ void k_swiglu_bwd(T *da, T *db, size_t ldd, const T *dh, const T *a, const T *b, size_t F, size_t n) {
     GRID_STRIDE(k, n / VW) {
+        const size_t r = k * VW / F, o = r * ldd + (k * VW - r * F);
         float g[VW], x[VW], y[VW], ra[VW], rb[VW];
         ops_ldv<VW>(dh, k * VW, g);
         ops_ldv<VW>(a, k * VW, x);
@@ -35,8 +37,8 @@ __global__ void k_swiglu_bwd(T *da, T *db, const T *dh, const T *a, const T *b, 
             ra[e] = g[e] * y[e] * s * (1.0f + x[e] * (1.0f - s));
             rb[e] = g[e] * x[e] * s;
         }
-        ops_stv<VW>(da, k * VW, ra);
-        ops_stv<VW>(db, k * VW, rb);
+        ops_stv<VW>(da, o, ra);
+        ops_stv<VW>(db, o, rb);
     }
 }
 
@@ -52,7 +54,7 @@ __global__ void k_decay_gate_fwd(float *g, const float *a, const float *A_log, c
  * grid: row blocks; thread h < H of a block walks the block's rows in order.
  * part: [nblk][2][H] (dA, ddt). */
 template <typename T>
-__global__ void k_decay_gate_bwd(T *da, double *part, const float *dg, const float *a, const float *A_log,
+__global__ void k_decay_gate_bwd(T *da, int ldd, double *part, const float *dg, const float *a, const float *A_log,
                                  const float *dt_bias, int N, int H) {
     const int n0 = blockIdx.x * GATE_ROWS, n1 = min(n0 + GATE_ROWS, N);
     for (int h = threadIdx.x; h < H; h += blockDim.x) {
@@ -63,7 +65,7 @@ __global__ void k_decay_gate_bwd(T *da, double *part, const float *dg, const flo
             const float x = a[i] + dt, d = -dg[i] * eA * ops_sigmoid(x);
             sA -= (double)(dg[i] * eA * ops_softplus(x));
             sdt += (double)d;
-            ops_st(da, i, d);
+            ops_st(da, (size_t)n * ldd + h, d);
         }
         part[((size_t)blockIdx.x * 2) * H + h] = sA;
         part[((size_t)blockIdx.x * 2 + 1) * H + h] = sdt;
@@ -86,10 +88,13 @@ __global__ void k_beta_fwd(float *beta, const float *b, float scale, size_t n) {
     GRID_STRIDE(i, n) beta[i] = scale * ops_sigmoid(b[i]);
 }
 
-/* dbeta/db = scale s (1 - s) = beta (1 - beta / scale). */
+/* dbeta/db = scale s (1 - s) = beta (1 - beta / scale); db[n, h] at n * ldd + h. */
 template <typename T>
-__global__ void k_beta_bwd(T *db, const float *dbeta, const float *beta, float scale, size_t n) {
-    GRID_STRIDE(i, n) ops_st(db, i, dbeta[i] * beta[i] * (1.0f - beta[i] / scale));
+__global__ void k_beta_bwd(T *db, int ldd, const float *dbeta, const float *beta, float scale, int H, size_t n) {
+    GRID_STRIDE(i, n) {
+        const size_t r = i / H;
+        ops_st(db, r * ldd + (i - r * H), dbeta[i] * beta[i] * (1.0f - beta[i] / scale));
+    }
 }
 
 #define ACT_LAUNCH(n) <<<ops_grid((n), ACT_THREADS), ACT_THREADS, 0, OPS_STREAM(stream)>>>
@@ -108,11 +113,14 @@ extern "C" void gdn_cuda_swiglu_fwd(gdn_cuda_precision p, void *h, const void *a
     GDN_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void gdn_cuda_swiglu_bwd(gdn_cuda_precision p, void *da, void *db, const void *dh, const void *a,
-                                    const void *b, size_t n, void *stream) {
+extern "C" void gdn_cuda_swiglu_bwd(gdn_cuda_precision p, void *da, void *db, int ldd, const void *dh, const void *a,
+                                    const void *b, int rows, int F, void *stream) {
+    const size_t n = (size_t)(rows > 0 ? rows : 0) * (F > 0 ? F : 0);
     if (!n) return;
-    const int vec = ops_vec8(n, da, db, dh, a, b);
-    OPS_DISPATCH(p, T, ACT_VEC_LAUNCH(k_swiglu_bwd, T, vec, n, (T *)da, (T *)db, (const T *)dh, (const T *)a, (const T *)b, n));
+    if (ldd < F) GDN_CUDA_DIE("SwiGLU backward: da's and db's rows are %d apart, fewer than their %d columns", ldd, F);
+    const int vec = ops_vec8((size_t)F, da, db, dh, a, b) && ldd % 8 == 0;
+    OPS_DISPATCH(p, T, ACT_VEC_LAUNCH(k_swiglu_bwd, T, vec, n, (T *)da, (T *)db, (size_t)ldd, (const T *)dh,
+                                      (const T *)a, (const T *)b, (size_t)F, n));
     GDN_CUDA_CHECK_LAUNCH();
 }
 
@@ -128,14 +136,15 @@ extern "C" size_t gdn_cuda_decay_gate_workspace(int N, int H) {
     return (size_t)((N + GATE_ROWS - 1) / GATE_ROWS) * 2 * (size_t)H * sizeof(double);
 }
 
-extern "C" void gdn_cuda_decay_gate_bwd(gdn_cuda_precision p, void *da, float *dA_log, float *ddt_bias,
+extern "C" void gdn_cuda_decay_gate_bwd(gdn_cuda_precision p, void *da, int ldd, float *dA_log, float *ddt_bias,
                                         const float *dg, const float *a, const float *A_log,
                                         const float *dt_bias, int N, int H, void *ws, void *stream) {
     if (N <= 0 || H <= 0) return;
+    if (ldd < H) GDN_CUDA_DIE("decay gate backward: da's rows are %d apart, fewer than its %d heads", ldd, H);
     const int nblk = (N + GATE_ROWS - 1) / GATE_ROWS, threads = H < 128 ? ((H + 31) / 32) * 32 : 128;
     double *part = (double *)ws;
     OPS_DISPATCH(p, T, k_decay_gate_bwd<T><<<nblk, threads, 0, OPS_STREAM(stream)>>>(
-                           (T *)da, part, dg, a, A_log, dt_bias, N, H));
+                           (T *)da, ldd, part, dg, a, A_log, dt_bias, N, H));
     GDN_CUDA_CHECK_LAUNCH();
     k_decay_gate_reduce<<<(H + 127) / 128, 128, 0, OPS_STREAM(stream)>>>(dA_log, ddt_bias, part, nblk, H);
     GDN_CUDA_CHECK_LAUNCH();
@@ -147,10 +156,12 @@ extern "C" void gdn_cuda_beta_fwd(float *beta, const float *b, float scale, size
     GDN_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void gdn_cuda_beta_bwd(gdn_cuda_precision p, void *db, const float *dbeta, const float *beta,
-                                  float scale, size_t n, void *stream) {
+extern "C" void gdn_cuda_beta_bwd(gdn_cuda_precision p, void *db, int ldd, const float *dbeta, const float *beta,
+                                  float scale, int N, int H, void *stream) {
+    const size_t n = (size_t)(N > 0 ? N : 0) * (H > 0 ? H : 0);
     if (!n) return;
     if (scale == 0.0f) GDN_CUDA_DIE("beta backward: scale must not be 0");
-    OPS_DISPATCH(p, T, k_beta_bwd<T> ACT_LAUNCH(n)((T *)db, dbeta, beta, scale, n));
+    if (ldd < H) GDN_CUDA_DIE("beta backward: db's rows are %d apart, fewer than its %d heads", ldd, H);
+    OPS_DISPATCH(p, T, k_beta_bwd<T> ACT_LAUNCH(n)((T *)db, ldd, dbeta, beta, scale, H, n));
     GDN_CUDA_CHECK_LAUNCH();
 }

@@ -86,7 +86,7 @@ __global__ void k_conv_fwd(T *y, const T *x, const float *w, const T *halo, cons
 /* dx[t] = sum_j w[j] du[t+(W-1)-j] (t+(W-1)-j < T, x[t] visible from that row: t >= its doc);
  * dw[j] += sum_t du[t] x[t-(W-1)+j] (t-(W-1)+j >= doc[t]). grid (row blocks, channel tiles) */
 template <typename T, bool SILU>
-__global__ void k_conv_bwd(T *dx, float *part, const T *dy, const T *x, const float *w, const T *halo,
+__global__ void k_conv_bwd(T *dx, int ldx, float *part, const T *dy, const T *x, const float *w, const T *halo,
                            const int *doc, int BT, int T_, int C, int W) {
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -113,7 +113,7 @@ __global__ void k_conv_bwd(T *dx, float *part, const T *dy, const T *x, const fl
             if (j >= W) break;
             if (t - (W - 1) + j >= lo) acc[j] += g0 * conv_x(x, halo, b, t - (W - 1) + j, T_, C, W, c);
         }
-        ops_st(dx, (size_t)bt * C + c, d);
+        ops_st(dx, (size_t)bt * ldx + c, d);
     }
     float *pb = part + (size_t)blockIdx.x * W * C;
 #pragma unroll
@@ -345,8 +345,9 @@ k_conv4_fwd8(T *y, const T *x, const float *w, const T *halo, int BT, int T_, in
  * both windows hold 4 rows: xw[i] input row t-3+i, gw[i] du row t-3+i. The terms and their order
  * are those of the row-at-a-time form: the same dx and dw bits. */
 template <typename T, bool SILU>
-static __device__ __forceinline__ void conv_bwd_rows(T *dx, float *acc, const T *dy, const T *x, const float *wv,
-                                                     const T *halo, int b, int ta, int tb, int T_, int C, int c) {
+static __device__ __forceinline__ void conv_bwd_rows(T *dx, int ldx, float *acc, const T *dy, const T *x,
+                                                     const float *wv, const T *halo, int b, int ta, int tb, int T_,
+                                                     int C, int c) {
     constexpr int VW = 4, D = CONV_AHEAD;
     const size_t s0 = (size_t)b * T_; /* row of t = 0 */
     const int te = tb + 3;            /* the last step: du[tb+3] feeds dx[tb] */
@@ -400,7 +401,7 @@ static __device__ __forceinline__ void conv_bwd_rows(T *dx, float *acc, const T 
                     a += wv[k * 4 + 3] * gw[0][k];
                     d[k] = a;
                 }
-                conv_stv<VW>(dx, (s0 + t - 3) * C + c, d);
+                conv_stv<VW>(dx, (s0 + t - 3) * ldx + c, d);
             }
 #pragma unroll
             for (int j = 0; j < 3; j++)
@@ -417,7 +418,8 @@ static __device__ __forceinline__ void conv_bwd_rows(T *dx, float *acc, const T 
  * stores them as the block's partial. grid (row blocks of CONV_ROWS, channel-group tiles). */
 template <typename T, bool SILU>
 __global__ void __launch_bounds__(CONV_BWD_THREADS, conv_min_blocks<T>::value)
-k_conv4_bwdv(T *dx, float *part, const T *dy, const T *x, const float *w, const T *halo, int BT, int T_, int C) {
+k_conv4_bwdv(T *dx, int ldx, float *part, const T *dy, const T *x, const float *w, const T *halo, int BT, int T_,
+             int C) {
     constexpr int VW = 4;
     const int c = (blockIdx.y * blockDim.x + threadIdx.x) * VW;
     if (c >= C) return;
@@ -427,7 +429,7 @@ k_conv4_bwdv(T *dx, float *part, const T *dy, const T *x, const float *w, const 
     for (int k = 0; k < 4 * VW; k++) acc[k] = 0.0f;
     const int r0 = blockIdx.x * CONV_ROWS, r1 = min(r0 + CONV_ROWS, BT);
     conv_segments(r0, r1, T_, [&](int b, int ta, int tb) {
-        conv_bwd_rows<T, SILU>(dx, acc, dy, x, wv, halo, b, ta, tb, T_, C, c);
+        conv_bwd_rows<T, SILU>(dx, ldx, acc, dy, x, wv, halo, b, ta, tb, T_, C, c);
     });
     float *pb = part + (size_t)blockIdx.x * 4 * C;
 #pragma unroll
@@ -464,7 +466,7 @@ static void conv_fwd_launch(void *y, const void *x, const float *w, const void *
 }
 
 template <typename E, bool SILU>
-static void conv_bwd_launch(void *dx, float *dw, void *dhalo, const void *dy, const void *x, const float *w,
+static void conv_bwd_launch(void *dx, int ldx, float *dw, void *dhalo, const void *dy, const void *x, const float *w,
                             const void *halo, const int *doc, int B, int T, int C, int W, float *part, cudaStream_t s) {
     const size_t nh = (size_t)B * (W - 1) * C;
     if (dhalo && nh) { /* also for T = 0: zeros */
@@ -475,14 +477,15 @@ static void conv_bwd_launch(void *dx, float *dw, void *dhalo, const void *dy, co
     const int BT = B * T;
     if (BT <= 0 || C <= 0) return;
     const int nblk = (BT + CONV_ROWS - 1) / CONV_ROWS;
-    if (W == 4 && !doc && conv_vec(4, (size_t)C, dx, dy, x, w, part, halo)) {
+    /* dx's rows start 16-byte aligned for the vector path */
+    if (W == 4 && !doc && ldx % (16 / (int)sizeof(E)) == 0 && conv_vec(4, (size_t)C, dx, dy, x, w, part, halo)) {
         const int groups = C / 4, threads = conv_threads(groups);
         dim3 grid((unsigned)nblk, (unsigned)((groups + threads - 1) / threads));
-        k_conv4_bwdv<E, SILU><<<grid, threads, 0, s>>>((E *)dx, part, (const E *)dy, (const E *)x, w,
+        k_conv4_bwdv<E, SILU><<<grid, threads, 0, s>>>((E *)dx, ldx, part, (const E *)dy, (const E *)x, w,
                                                        (const E *)halo, BT, T, C);
     } else {
         dim3 grid((unsigned)nblk, (unsigned)((C + CONV_THREADS - 1) / CONV_THREADS));
-        k_conv_bwd<E, SILU><<<grid, CONV_THREADS, 0, s>>>((E *)dx, part, (const E *)dy, (const E *)x, w,
+        k_conv_bwd<E, SILU><<<grid, CONV_THREADS, 0, s>>>((E *)dx, ldx, part, (const E *)dy, (const E *)x, w,
                                                           (const E *)halo, doc, BT, T, C, W);
     }
     GDN_CUDA_CHECK_LAUNCH();
@@ -501,15 +504,16 @@ extern "C" void gdn_cuda_conv_fwd(gdn_cuda_precision p, gdn_cuda_conv_act act, v
                  else conv_fwd_launch<E, false>(y, x, w, halo, doc, B, T, C, W, OPS_STREAM(stream)));
 }
 
-extern "C" void gdn_cuda_conv_bwd(gdn_cuda_precision p, gdn_cuda_conv_act act, void *dx, float *dw, void *dhalo,
-                                  const void *dy, const void *x, const float *w, const void *halo, const int *doc,
-                                  int B, int T, int C, int W, void *ws, void *stream) {
+extern "C" void gdn_cuda_conv_bwd(gdn_cuda_precision p, gdn_cuda_conv_act act, void *dx, int ldx, float *dw,
+                                  void *dhalo, const void *dy, const void *x, const float *w, const void *halo,
+                                  const int *doc, int B, int T, int C, int W, void *ws, void *stream) {
     conv_check(act, W);
+    if (ldx < C) GDN_CUDA_DIE("short convolution backward: dx's rows are %d apart, fewer than its %d channels", ldx, C);
     const bool silu = act == GDN_CUDA_CONV_SILU;
     float *part = (float *)ws;
     OPS_DISPATCH(p, E,
-                 if (silu) conv_bwd_launch<E, true>(dx, dw, dhalo, dy, x, w, halo, doc, B, T, C, W, part,
+                 if (silu) conv_bwd_launch<E, true>(dx, ldx, dw, dhalo, dy, x, w, halo, doc, B, T, C, W, part,
                                                     OPS_STREAM(stream));
-                 else conv_bwd_launch<E, false>(dx, dw, dhalo, dy, x, w, halo, doc, B, T, C, W, part,
+                 else conv_bwd_launch<E, false>(dx, ldx, dw, dhalo, dy, x, w, halo, doc, B, T, C, W, part,
                                                 OPS_STREAM(stream)));
 }

@@ -37,10 +37,11 @@ void gdn_cuda_to_act(gdn_cuda_precision p, void *dst, const float *src, size_t n
 void gdn_cuda_from_act(gdn_cuda_precision p, float *dst, const void *src, size_t n, void *stream);
 /* dst[n] = value (e.g. NaN to poison an output before a test). */
 void gdn_cuda_fill_f32(float *dst, float value, size_t n, void *stream);
-/* dst[b * dst_stride + i] += src[b * n + i] for b < B, i < n (act; the sum in fp32, one rounding):
- * e.g. the gradient of each sequence's last rows arriving from the next segment. */
-void gdn_cuda_add_strided(gdn_cuda_precision p, void *dst, size_t dst_stride, const void *src, size_t n,
-                          int B, void *stream);
+/* dst[b * dst_stride + r * ldd + c] += src[(b * rows + r) * C + c] for b < B, r < rows, c < C (act;
+ * the sum in fp32, one rounding): e.g. the gradient of each sequence's last rows arriving from the
+ * next segment, added to rows ldd apart. */
+void gdn_cuda_add_strided(gdn_cuda_precision p, void *dst, size_t dst_stride, size_t ldd, const void *src,
+                          size_t C, size_t rows, int B, void *stream);
 
 /* ---- linear layers: y = x W^T with W [out, in] (cuBLASLt, fp32 accumulation) ----------------
  * x, W and dy share the input type `in` (act): fp32 GEMMs in FP32 mode (no TF32), bf16 tensor-core
@@ -69,16 +70,20 @@ void gdn_cuda_linear_fwd_add(gdn_cuda_blas *b, gdn_cuda_precision in, gdn_cuda_p
                              const void *W,        /* [n_out,n_in] in */
                              const void *residual, /* [N,n_out] out_p */
                              int N, int n_in, int n_out);
-/* dx = dy W (+ beta dx). */
+/* dx = dy W (+ beta dx). dy's rows are ldy >= n_out elements apart: n_out where dy is a tensor of
+ * its own, more where it is a column block of a wider buffer (several projections' output
+ * gradients side by side, whose weights are adjacent: one product over all of them). */
 void gdn_cuda_linear_bwd_dx(gdn_cuda_blas *b, gdn_cuda_precision in, gdn_cuda_precision out_p,
                             void *dx,       /* [N,n_in] out_p */
-                            const void *dy, /* [N,n_out] in */
+                            const void *dy, /* [N,ldy] in, columns [0, n_out) read */
+                            int ldy,
                             const void *W,  /* [n_out,n_in] in */
                             int N, int n_in, int n_out, float beta);
 /* dW += dy^T x. */
 void gdn_cuda_linear_bwd_dw(gdn_cuda_blas *b, gdn_cuda_precision in,
                             float *dW,      /* [n_out,n_in] */
-                            const void *dy, /* [N,n_out] in */
+                            const void *dy, /* [N,ldy] in, columns [0, n_out) read */
+                            int ldy,
                             const void *x,  /* [N,n_in] in */
                             int N, int n_in, int n_out);
 
@@ -177,9 +182,11 @@ void gdn_cuda_conv_fwd(gdn_cuda_precision p, gdn_cuda_conv_act act,
                        const void *halo,  /* [B,W-1,C] act or NULL */
                        const int *doc,    /* [B,T] or NULL */
                        int B, int T, int C, int W, void *stream);
-/* dx overwritten, dw += , dhalo overwritten (NULL: not wanted). */
+/* dx overwritten, dw += , dhalo overwritten (NULL: not wanted). dx's rows are ldx >= C apart (a
+ * column block of a wider buffer: gdn_cuda_linear_bwd_dx). */
 void gdn_cuda_conv_bwd(gdn_cuda_precision p, gdn_cuda_conv_act act,
-                       void *dx,          /* [B,T,C] act */
+                       void *dx,          /* [B,T,ldx] act, columns [0, C) written */
+                       int ldx,
                        float *dw,         /* [C,W] */
                        void *dhalo,       /* [B,W-1,C] act or NULL */
                        const void *dy,    /* [B,T,C] act: gradient of the output y */
@@ -193,10 +200,11 @@ void gdn_cuda_conv_bwd(gdn_cuda_precision p, gdn_cuda_conv_act act,
 /* h = silu(a) b. */
 void gdn_cuda_swiglu_fwd(gdn_cuda_precision p, void *h /* [n] act */, const void *a /* [n] act */,
                          const void *b /* [n] act */, size_t n, void *stream);
-/* da, db from dh (the output of a GEMM). */
-void gdn_cuda_swiglu_bwd(gdn_cuda_precision p, void *da /* [n] act */, void *db /* [n] act */,
-                         const void *dh /* [n] act */, const void *a /* [n] act */,
-                         const void *b /* [n] act */, size_t n, void *stream);
+/* da, db from dh (the output of a GEMM); da, db rows ldd >= F apart (e.g. side by side in the rows
+ * of one [rows, 2F] buffer, as one GEMM's operand: gdn_cuda_linear_bwd_dx). */
+void gdn_cuda_swiglu_bwd(gdn_cuda_precision p, void *da /* [rows,ldd] act */, void *db /* [rows,ldd] act */,
+                         int ldd, const void *dh /* [rows,F] act */, const void *a /* [rows,F] act */,
+                         const void *b /* [rows,F] act */, int rows, int F, void *stream);
 /* g = -exp(A_log[h]) softplus(a + dt_bias[h]). */
 void gdn_cuda_decay_gate_fwd(float *g,             /* [N,H] */
                              const float *a,       /* [N,H] */
@@ -204,9 +212,11 @@ void gdn_cuda_decay_gate_fwd(float *g,             /* [N,H] */
                              const float *dt_bias, /* [H] */
                              int N, int H, void *stream);
 size_t gdn_cuda_decay_gate_workspace(int N, int H);
-/* da overwritten; dA_log, ddt_bias += . */
+/* da overwritten; dA_log, ddt_bias += . da's rows are ldd >= H apart (a column block of a wider
+ * buffer: gdn_cuda_linear_bwd_dx). */
 void gdn_cuda_decay_gate_bwd(gdn_cuda_precision p,
-                             void *da,             /* [N,H] act */
+                             void *da,             /* [N,ldd] act, columns [0, H) written */
+                             int ldd,
                              float *dA_log,        /* [H] */
                              float *ddt_bias,      /* [H] */
                              const float *dg,      /* [N,H] */
@@ -217,8 +227,9 @@ void gdn_cuda_decay_gate_bwd(gdn_cuda_precision p,
 /* beta = scale sigmoid(b). */
 void gdn_cuda_beta_fwd(float *beta /* [n] */, const float *b /* [n] */, float scale, size_t n,
                        void *stream);
-void gdn_cuda_beta_bwd(gdn_cuda_precision p, void *db /* [n] act */, const float *dbeta /* [n] */,
-                       const float *beta /* [n] */, float scale, size_t n, void *stream);
+/* db[n, h] at n * ldd + h (ldd >= H, as da above). */
+void gdn_cuda_beta_bwd(gdn_cuda_precision p, void *db /* [N,ldd] act */, int ldd, const float *dbeta /* [N,H] */,
+                       const float *beta /* [N,H] */, float scale, int N, int H, void *stream);
 
 /* ---- attention layers: projection biases, q/k norm and RoPE ---------------------------------- */
 /* y[n, j] += b[j] for every row n (act; the sum in fp32, one rounding). */

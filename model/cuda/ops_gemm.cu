@@ -210,15 +210,17 @@ extern "C" void gdn_cuda_linear_fwd_add(gdn_cuda_blas *b, gdn_cuda_precision in,
 }
 
 extern "C" void gdn_cuda_linear_bwd_dx(gdn_cuda_blas *b, gdn_cuda_precision in, gdn_cuda_precision out_p,
-                                       void *dx, const void *dy, const void *W, int N, int I, int O,
+                                       void *dx, const void *dy, int ldy, const void *W, int N, int I, int O,
                                        float beta) {
     if (N <= 0 || I <= 0) return;
     if (O <= 0) return gemm_empty(b, dx, (size_t)N * I, out_p, beta);
-    gemm_rm(b, 0, 0, N, I, O, dy, O, W, I, gemm_type(in), beta, dx, dx, I, gemm_type(out_p));
+    if (ldy < O) GDN_CUDA_DIE("gdn_cuda_linear_bwd_dx: dy's rows are %d apart, fewer than its %d columns", ldy, O);
+    gemm_rm(b, 0, 0, N, I, O, dy, ldy, W, I, gemm_type(in), beta, dx, dx, I, gemm_type(out_p));
 }
 
 extern "C" void gdn_cuda_linear_bwd_dw(gdn_cuda_blas *b, gdn_cuda_precision in, float *dW,
-                                       const void *dy, const void *x, int N, int I, int O) {
+                                       const void *dy, int ldy, const void *x, int N, int I, int O) {
     if (N <= 0 || I <= 0 || O <= 0) return;
-    gemm_rm(b, 1, 0, O, I, N, dy, O, x, I, gemm_type(in), 1.0f, dW, dW, I, CUDA_R_32F);
+    if (ldy < O) GDN_CUDA_DIE("gdn_cuda_linear_bwd_dw: dy's rows are %d apart, fewer than its %d columns", ldy, O);
+    gemm_rm(b, 1, 0, O, I, N, dy, ldy, x, I, gemm_type(in), 1.0f, dW, dW, I, CUDA_R_32F);
 }

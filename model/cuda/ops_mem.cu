@@ -20,9 +20,10 @@ __global__ void k_fill_f32(float *dst, float value, size_t n) {
 }
 
 template <typename T>
-__global__ void k_add_strided(T *dst, size_t dst_stride, const T *src, size_t n, size_t total) {
+__global__ void k_add_strided(T *dst, size_t dst_stride, size_t ldd, const T *src, size_t C, size_t rows,
+                              size_t total) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t b = i / n, j = i - b * n, d = b * dst_stride + j;
+        const size_t br = i / C, c = i - br * C, b = br / rows, r = br - b * rows, d = b * dst_stride + r * ldd + c;
         ops_st(dst, d, ops_ld(dst, d) + ops_ld(src, i));
     }
 }
@@ -64,11 +65,12 @@ extern "C" void gdn_cuda_fill_f32(float *dst, float value, size_t n, void *strea
     GDN_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void gdn_cuda_add_strided(gdn_cuda_precision p, void *dst, size_t dst_stride, const void *src, size_t n,
-                                     int B, void *stream) {
-    const size_t total = n * (size_t)(B > 0 ? B : 0);
+extern "C" void gdn_cuda_add_strided(gdn_cuda_precision p, void *dst, size_t dst_stride, size_t ldd, const void *src,
+                                     size_t C, size_t rows, int B, void *stream) {
+    const size_t total = C * rows * (size_t)(B > 0 ? B : 0);
     if (!total) return;
+    if (ldd < C) GDN_CUDA_DIE("gdn_cuda_add_strided: rows %zu apart, fewer than their %zu elements", ldd, C);
     OPS_DISPATCH(p, T, k_add_strided<T><<<ops_grid(total, 256), 256, 0, OPS_STREAM(stream)>>>(
-                           (T *)dst, dst_stride, (const T *)src, n, total));
+                           (T *)dst, dst_stride, ldd, (const T *)src, C, rows, total));
     GDN_CUDA_CHECK_LAUNCH();
 }

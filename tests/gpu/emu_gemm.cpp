@@ -34,24 +34,24 @@ extern "C" void gdn_cuda_linear_fwd_add(gdn_cuda_blas *, gdn_cuda_precision in, 
             st(out_p, y, k, ld(out_p, res, k) + s);
         }
 }
-/* dx[N,I] = dy[N,O] W[O,I] (+ beta dx) */
+/* dx[N,I] = dy[N,O] W[O,I] (+ beta dx), dy's rows ldy apart */
 extern "C" void gdn_cuda_linear_bwd_dx(gdn_cuda_blas *, gdn_cuda_precision in, gdn_cuda_precision out_p, void *dx,
-                                       const void *dy, const void *W, int N, int I, int O, float beta) {
+                                       const void *dy, int ldy, const void *W, int N, int I, int O, float beta) {
     for (int n = 0; n < N; n++)
         for (int i = 0; i < I; i++) {
             float s = 0;
-            for (int o = 0; o < O; o++) s += ld(in, dy, (size_t)n * O + o) * ld(in, W, (size_t)o * I + i);
+            for (int o = 0; o < O; o++) s += ld(in, dy, (size_t)n * ldy + o) * ld(in, W, (size_t)o * I + i);
             const size_t k = (size_t)n * I + i;
             st(out_p, dx, k, beta != 0.0f ? beta * ld(out_p, dx, k) + s : s);
         }
 }
-/* dW[O,I] += dy^T x */
-extern "C" void gdn_cuda_linear_bwd_dw(gdn_cuda_blas *, gdn_cuda_precision in, float *dW, const void *dy,
+/* dW[O,I] += dy^T x, dy's rows ldy apart */
+extern "C" void gdn_cuda_linear_bwd_dw(gdn_cuda_blas *, gdn_cuda_precision in, float *dW, const void *dy, int ldy,
                                        const void *x, int N, int I, int O) {
     for (int o = 0; o < O; o++)
         for (int i = 0; i < I; i++) {
             float s = 0;
-            for (int n = 0; n < N; n++) s += ld(in, dy, (size_t)n * O + o) * ld(in, x, (size_t)n * I + i);
+            for (int n = 0; n < N; n++) s += ld(in, dy, (size_t)n * ldy + o) * ld(in, x, (size_t)n * I + i);
             dW[(size_t)o * I + i] += s;
         }
 }

@@ -26,8 +26,8 @@ int main(void) {
         test_gated(20, 512);
         test_gated(30, 256);
         test_gated(9, 1024);
-        test_swiglu(1001);
-        test_swiglu(4096);
+        test_swiglu(7, 143);
+        test_swiglu(8, 512);
         test_gates(300, 3, 1.0);
         test_gates(77, 6, 2.0);
         test_cross_entropy(19, 1007);
@@ -36,6 +36,7 @@ int main(void) {
         test_pack(37, 3, 96, 2, 48, 64, 1);
         test_pack(7, 3, 36, 2, 36, 64, 0);
         test_conv_all(3, 21, 45, 3);
+        test_conv_all(2, 40, 64, 4); /* the vector paths (W 4), dx also as a column block */
         test_conv_docs(6, 40, 13, 3);
         test_conv_docs(8, 7, 16, 4);
         test_conv_docs(2, 12, 13, 8);

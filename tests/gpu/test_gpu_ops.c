@@ -136,6 +136,23 @@ static void unchanged(const char *op, const char *what, float *got, const double
     if (bad) FAILS++;
     free(got);
 }
+/* A column block written into a wider buffer: rows of `wide` (act, ld apart) hold exactly the C
+ * values of the rows of `narrow` (act, the same op writing a tensor of its own), and every other
+ * column of `wide` is still the NaN it was filled with. */
+static void block_written(const char *op, const char *what, const void *wide, size_t ld, const void *narrow,
+                          size_t rows, size_t C) {
+    float *w = down_act(wide, rows * ld), *n = down_act(narrow, rows * C);
+    size_t bad = 0, touched = 0;
+    for (size_t r = 0; r < rows; r++) {
+        bad += memcmp(w + r * ld, n + r * C, C * sizeof(float)) != 0;
+        for (size_t c = C; c < ld; c++) touched += !isnan(w[r * ld + c]);
+    }
+    printf("%-4s %-34s %-8s %zu rows differ, %zu outside written %s\n", BF ? "bf16" : "fp32", op, what, bad,
+           touched, bad || touched ? "FAIL" : "ok");
+    if (bad || touched) FAILS++;
+    free(w);
+    free(n);
+}
 static float *dcopy_f32(const float *d, size_t n) {
     float *c = dmalloc(n * sizeof(float));
     CK(cudaMemcpy(c, d, n * sizeof(float), cudaMemcpyDeviceToDevice));
@@ -171,17 +188,33 @@ static void test_linear(gdn_cuda_blas *bl, int N, int I, int O, size_t shift) {
     for (size_t i = 0; i < ny; i++) y[i] += y0[i];
     cmp(op, "y+=f32", down_f32(y0d, ny), y, ny);
     float *dxf = nan_f32(nx), *dxf2 = nan_f32(nx);
-    gdn_cuda_linear_bwd_dx(bl, P, GDN_CUDA_FP32, dxf, dyd, Wd, N, I, O, 0.0f);
-    gdn_cuda_linear_bwd_dx(bl, P, GDN_CUDA_FP32, dxf2, dyd, Wd, N, I, O, 0.0f);
+    gdn_cuda_linear_bwd_dx(bl, P, GDN_CUDA_FP32, dxf, dyd, O, Wd, N, I, O, 0.0f);
+    gdn_cuda_linear_bwd_dx(bl, P, GDN_CUDA_FP32, dxf2, dyd, O, Wd, N, I, O, 0.0f);
     same_bits(op, "dx f32 x2", dxf, dxf2, nx);
     cmp(op, "dx f32", down_f32(dxf, nx), dx, nx);
     void *dxa = nan_act(nx);
-    gdn_cuda_linear_bwd_dx(bl, P, P, dxa, dyd, Wd, N, I, O, 0.0f);
+    gdn_cuda_linear_bwd_dx(bl, P, P, dxa, dyd, O, Wd, N, I, O, 0.0f);
     cmp(op, "dx act", down_act(dxa, nx), dx, nx);
-    gdn_cuda_linear_bwd_dw(bl, P, dWd, dyd, xd, N, I, O);
-    gdn_cuda_linear_bwd_dw(bl, P, dWd2, dyd, xd, N, I, O);
+    gdn_cuda_linear_bwd_dw(bl, P, dWd, dyd, O, xd, N, I, O);
+    gdn_cuda_linear_bwd_dw(bl, P, dWd2, dyd, O, xd, N, I, O);
     same_bits(op, "dW+= x2", dWd, dWd2, nw);
     cmp(op, "dW+=", down_f32(dWd, nw), dW, nw);
+    /* dy as columns [3, 3+O) of rows O+8 apart, the other columns NaN: read only where they should be */
+    {
+        const size_t ld = (size_t)O + 8;
+        double *dyw = xmalloc((size_t)N * ld * sizeof *dyw);
+        for (size_t i = 0; i < (size_t)N * ld; i++) dyw[i] = NAN;
+        for (size_t n = 0; n < (size_t)N; n++)
+            for (size_t o = 0; o < (size_t)O; o++) dyw[n * ld + 3 + o] = dy[n * O + o];
+        void *dywd = up_act(dyw, (size_t)N * ld);
+        const void *blk = (const char *)dywd + 3 * gdn_cuda_act_bytes(P);
+        float *dxw = nan_f32(nx), *dWw = up_f32(dW0, nw);
+        gdn_cuda_linear_bwd_dx(bl, P, GDN_CUDA_FP32, dxw, blk, (int)ld, Wd, N, I, O, 0.0f);
+        cmp(op, "dx, dy of rows O+8", down_f32(dxw, nx), dx, nx);
+        gdn_cuda_linear_bwd_dw(bl, P, dWw, blk, (int)ld, xd, N, I, O);
+        cmp(op, "dW+=, dy of rows O+8", down_f32(dWw, nw), dW, nw);
+        free(dyw);
+    }
 
     /* y = r + x W^T with r in its own buffer (C != D), fp32 and act outputs: every element of the
      * NaN-poisoned y written, r untouched. */
@@ -404,10 +437,17 @@ static void test_conv_doc(int B, int T, int C, int W, gdn_cuda_conv_act act, int
     gdn_cuda_conv_fwd(P, act, yd, xd, wd, halod, docd, B, T, C, W, NULL);
     cmp(op, "y", down_act(yd, n), y, n);
     float *dw2 = dcopy_f32(dwd, nw);
-    gdn_cuda_conv_bwd(P, act, dxd, dwd, dhd, dyd, xd, wd, halod, docd, B, T, C, W, ws, NULL);
-    gdn_cuda_conv_bwd(P, act, dxd, dw2, NULL, dyd, xd, wd, halod, docd, B, T, C, W, ws, NULL);
+    gdn_cuda_conv_bwd(P, act, dxd, C, dwd, dhd, dyd, xd, wd, halod, docd, B, T, C, W, ws, NULL);
+    gdn_cuda_conv_bwd(P, act, dxd, C, dw2, NULL, dyd, xd, wd, halod, docd, B, T, C, W, ws, NULL);
     same_bits(op, "dw", dwd, dw2, nw);
     cmp(op, "dx", down_act(dxd, n), dx, n);
+    for (int pad = 1; pad <= 8; pad += 7) { /* dx as a column block: rows C+1 (generic path), C+8 apart */
+        const size_t ld = (size_t)C + pad;
+        void *dxw = nan_act((size_t)B * T * ld);
+        float *dw3 = dcopy_f32(dw2, nw);
+        gdn_cuda_conv_bwd(P, act, dxw, (int)ld, dw3, NULL, dyd, xd, wd, halod, docd, B, T, C, W, ws, NULL);
+        block_written(op, pad == 1 ? "dx, rows C+1" : "dx, rows C+8", dxw, ld, dxd, (size_t)B * T, (size_t)C);
+    }
     cmp(op, "dw+=", down_f32(dwd, nw), dw, nw);
     cmp(op, "dhalo", down_act(dhd, nh), dh, nh);
     free(x); free(w); free(dy); free(dw0); free(halo); free(u); free(y); free(du); free(dx); free(dw); free(dh);
@@ -426,9 +466,10 @@ static void test_conv_docs(int B, int T, int C, int W) {
 }
 
 /* ---- elementwise --------------------------------------------------------------------------------------- */
-static void test_swiglu(size_t n) {
+static void test_swiglu(int rows, int F) {
     char op[64];
-    snprintf(op, sizeof op, "swiglu n%zu", n);
+    snprintf(op, sizeof op, "swiglu %dx%d", rows, F);
+    const size_t n = (size_t)rows * F;
     double *a = rnd(n, -6, 6), *b = rnd(n, -2, 2), *dh = rnd(n, -1, 1);
     void *ad = up_act(a, n), *bd = up_act(b, n), *dhd = up_act(dh, n);
     double *h = zeros(n), *da = zeros(n), *db = zeros(n);
@@ -436,10 +477,14 @@ static void test_swiglu(size_t n) {
     gdn_swiglu_bwd_f64(da, db, dh, a, b, n);
     void *hd = nan_act(n), *dad = nan_act(n), *dbd = nan_act(n);
     gdn_cuda_swiglu_fwd(P, hd, ad, bd, n, NULL);
-    gdn_cuda_swiglu_bwd(P, dad, dbd, dhd, ad, bd, n, NULL);
+    gdn_cuda_swiglu_bwd(P, dad, dbd, F, dhd, ad, bd, rows, F, NULL);
     cmp(op, "swiglu h", down_act(hd, n), h, n);
     cmp(op, "swiglu da", down_act(dad, n), da, n);
     cmp(op, "swiglu db", down_act(dbd, n), db, n);
+    void *daw = nan_act((size_t)rows * (F + 8)), *dbw = nan_act((size_t)rows * (F + 8)); /* rows F+8 apart */
+    gdn_cuda_swiglu_bwd(P, daw, dbw, F + 8, dhd, ad, bd, rows, F, NULL);
+    block_written(op, "da, rows F+8", daw, (size_t)F + 8, dad, (size_t)rows, (size_t)F);
+    block_written(op, "db, rows F+8", dbw, (size_t)F + 8, dbd, (size_t)rows, (size_t)F);
     free(a); free(b); free(dh); free(h); free(da); free(db);
     dfree_all();
 }
@@ -462,8 +507,12 @@ static void test_gates(int N, int H, double bscale) {
     gdn_cuda_decay_gate_fwd(gd, ad, Ald, dtd, N, H, NULL);
     cmp(op, "g", down_f32(gd, n), g, n);
     float *dA2 = dcopy_f32(dAd, (size_t)H), *ddt2 = dcopy_f32(ddtd, (size_t)H);
-    gdn_cuda_decay_gate_bwd(P, dad, dAd, ddtd, dgd, ad, Ald, dtd, N, H, ws, NULL);
-    gdn_cuda_decay_gate_bwd(P, dad, dA2, ddt2, dgd, ad, Ald, dtd, N, H, ws, NULL);
+    gdn_cuda_decay_gate_bwd(P, dad, H, dAd, ddtd, dgd, ad, Ald, dtd, N, H, ws, NULL);
+    gdn_cuda_decay_gate_bwd(P, dad, H, dA2, ddt2, dgd, ad, Ald, dtd, N, H, ws, NULL);
+    void *daw = nan_act(n + (size_t)N * 5), *dbw = nan_act(n + (size_t)N * 5); /* rows H+5 apart */
+    float *dA3 = dcopy_f32(dA2, (size_t)H), *ddt3 = dcopy_f32(ddt2, (size_t)H);
+    gdn_cuda_decay_gate_bwd(P, daw, H + 5, dA3, ddt3, dgd, ad, Ald, dtd, N, H, ws, NULL);
+    block_written(op, "da, rows H+5", daw, (size_t)H + 5, dad, (size_t)N, (size_t)H);
     same_bits(op, "dA_log", dAd, dA2, (size_t)H);
     same_bits(op, "ddt", ddtd, ddt2, (size_t)H);
     cmp(op, "da", down_act(dad, n), da, n);
@@ -473,8 +522,10 @@ static void test_gates(int N, int H, double bscale) {
     cmp(op, "beta", down_f32(betad, n), beta, n);
     float *betain = up_f32(beta, n);
     gdn_beta_bwd_f64(db, dbeta, beta, bscale, n); /* with the float-rounded beta the GPU reads */
-    gdn_cuda_beta_bwd(P, dbd, dbetad, betain, (float)bscale, n, NULL);
+    gdn_cuda_beta_bwd(P, dbd, H, dbetad, betain, (float)bscale, N, H, NULL);
     cmp(op, "db", down_act(dbd, n), db, n);
+    gdn_cuda_beta_bwd(P, dbw, H + 5, dbetad, betain, (float)bscale, N, H, NULL);
+    block_written(op, "db, rows H+5", dbw, (size_t)H + 5, dbd, (size_t)N, (size_t)H);
     free(a); free(Al); free(dt); free(dg); free(dA0); free(ddt0); free(b); free(dbeta);
     free(g); free(da); free(dA); free(ddt); free(beta); free(db);
     dfree_all();
@@ -811,8 +862,8 @@ int main(void) {
         test_conv_docs(8, 7, 16, 4);    /* rows shorter than the window */
         test_conv_docs(3, 70, 1536, 4); /* the model's q and k width */
         test_conv_docs(2, 30, 13, 8);   /* widest */
-        test_swiglu(1001);
-        test_swiglu(4096); /* 8-wide path */
+        test_swiglu(7, 143);
+        test_swiglu(8, 512); /* 8-wide path */
         test_gates(300, 3, 1.0);
         test_gates(77, 6, 2.0);
         test_cross_entropy(19, 1007);
