@@ -240,7 +240,8 @@ void gdn_cuda_model_attn_backward(gdn_cuda_model *m, int l) {
                    gdn_cuda_bias_grad(p, G + off->v_bias, m->dv, N, d.KW, ws, s));
 
     /* the projections of h1 and the input norm, as every block */
-    const block_proj proj[3] = {
-        {m->dq1, d.QW, off->q_proj, d.QW, 0}, {m->dk1, d.KW, off->k_proj, d.KW, 0}, {m->dv, d.KW, off->v_proj, d.KW, 0}};
+    const block_proj proj[3] = {{m->dq1, d.QW, off->q_proj, d.QW, 0},
+                                {m->dk1, d.KW, off->k_proj, d.KW, 0},
+                                {m->dv, d.KW, off->v_proj, d.KW, 0}};
     gdn_cuda_model_input_backward(m, l, proj, 3);
 }

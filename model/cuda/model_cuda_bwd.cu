@@ -90,12 +90,10 @@ static void block_backward(gdn_cuda_model *m, int l) {
                 gdn_cuda_linear_bwd_dw(bl, p, G + off->down_proj, dres, D, mm, N, F, D));
     /* the gradients of gate_proj's and up_proj's outputs side by side in the rows of dgu [N,2F]:
      * their weights are adjacent, so the input gradient is one product of inner width 2F */
-    char *dgu = (char *)m->dgu;
-    PF(PR_ACT, gdn_cuda_swiglu_bwd(p, dgu, dgu + (size_t)F * gdn_cuda_act_bytes(p), 2 * F, m->dm, L->gp, L->up,
-                                   N, F, s));
+    char *dgp = (char *)m->dgu, *dup = dgp + (size_t)F * gdn_cuda_act_bytes(p);
+    PF(PR_ACT, gdn_cuda_swiglu_bwd(p, dgp, dup, 2 * F, m->dm, L->gp, L->up, N, F, s));
     PF(PR_NORM, gdn_cuda_rmsnorm_fwd(p, hs, L->rstd2, xm, P + off->mlp_norm, N, D, (float)c->norm_eps, s));
-    const block_proj proj[2] = {{dgu, 2 * F, off->gate_proj, F, 0},
-                                {dgu + (size_t)F * gdn_cuda_act_bytes(p), 2 * F, off->up_proj, F, 1}};
+    const block_proj proj[2] = {{dgp, 2 * F, off->gate_proj, F, 0}, {dup, 2 * F, off->up_proj, F, 1}};
     gdn_cuda_model_proj_backward(m, proj, 2, hs);
     PF(PR_NORM, gdn_cuda_rmsnorm_bwd(p, m->dx, 1, m->dx_act, G + off->mlp_norm, m->dh, xm, P + off->mlp_norm,
                                      L->rstd2, N, D, ws, s));
@@ -253,9 +251,9 @@ extern "C" void gdn_cuda_model_backward_ready(gdn_cuda_model *m, gdn_cuda_grads_
     const int ordered = grads_in_order(t);
     size_t done = t->total; /* [done, total) is complete */
     m->prof_phase = 1;
-    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(m->blas, m->p, FP32, m->dh, m->logits, c->vocab_size, wgt(m, m->t->lm_head), N, D,
-                                       c->vocab_size, 0.0f);
-                gdn_cuda_linear_bwd_dw(m->blas, m->p, m->grads + m->t->lm_head, m->logits, c->vocab_size, m->hf, N, D, c->vocab_size));
+    const int Vv = c->vocab_size;
+    PF(PR_GEMM, gdn_cuda_linear_bwd_dx(m->blas, m->p, FP32, m->dh, m->logits, Vv, wgt(m, m->t->lm_head), N, D, Vv, 0.0f);
+                gdn_cuda_linear_bwd_dw(m->blas, m->p, m->grads + m->t->lm_head, m->logits, Vv, m->hf, N, D, Vv));
     PF(PR_NORM, gdn_cuda_rmsnorm_bwd(m->p, m->dx, 0, m->dx_act, m->grads + m->t->final_norm, m->dh,
                                      m->x + (size_t)c->n_layers * N * D, m->params + m->t->final_norm, m->rstdf, N, D,
                                      m->op_ws, m->stream));

@@ -24,7 +24,7 @@ if ! cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90 -DGDN_CUDA=ON -DCMAKE
     tail -40 "$out/configure.log"
     exit 1
 fi
-if ! cmake --build build-gpu -j "$jobs" --target gdn test_gpu_delta test_gpu_ops test_gpu_model bench_gpu_delta \
+if ! cmake --build build-gpu -j "$jobs" --target gdn test_gpu_delta test_gpu_ops test_gpu_model bench_gpu_delta bench_gemm \
         test_gpu_attention bench_attention \
         $(grep -q "^NCCL_LIBRARY:.*-NOTFOUND" build-gpu/CMakeCache.txt || echo test_nccl_ops test_seqpar_cuda) \
         >"$out/build.log" 2>&1; then
@@ -85,6 +85,8 @@ cat "$out/bench_delta.txt"
 cat "$out/bench_attention.txt"
 python3 tests/gpu/bench_sdpa.py 20 > "$out/bench_sdpa.txt" 2>&1 # PyTorch's SDPA beside it (77: no torch)
 cat "$out/bench_sdpa.txt"
+./build-gpu/tests/gpu/bench_gemm 21 2 > "$out/bench_gemm.txt" 2>&1 || status=1
+cat "$out/bench_gemm.txt"
 ./build-gpu/gdn bench --backend cuda --what delta --repeats 20 --json > "$out/bench.jsonl" || status=1
 ./build-gpu/gdn bench --backend cuda --what step --preset tiny --repeats 20 --json >> "$out/bench.jsonl" || status=1
 ./build-gpu/gdn bench --backend cuda --what step --preset gdn512m --repeats 5 --json >> "$out/bench.jsonl" || status=1
