@@ -26,7 +26,12 @@ for i in $(seq 1 "$iters"); do
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
-  grep -q '^saved' "$dir/progress.log" || { echo "ckpt_kill: writer made no save:"; cat "$dir/writer.log"; exit 1; }
+  if ! grep -q '^saved' "$dir/progress.log"; then
+    # how it ended (a status over 128 is a signal), so that a silent death shows what it was
+    if kill -0 "$pid" 2>/dev/null; then st="still running after 300 s"; else
+      rc=0; wait "$pid" || rc=$?; st="exit status $rc"; fi
+    echo "ckpt_kill: writer $i made no save ($st); its stderr:"; cat "$dir/writer.log"; exit 1
+  fi
   ms=$((RANDOM % 300))
   sleep "0.$(printf '%03d' "$ms")"
   kill -KILL "$pid" 2>/dev/null || true
